@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Installs what moet needs from Debian's packages; does nothing for what is already there.
+set -euo pipefail
+pkgs=(build-essential cmake git libopenblas-openmp-dev libdnnl-dev nlohmann-json3-dev
+      libcli11-dev libgtest-dev python3-torch libtcmalloc-minimal4 fortunes)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi

@@ -1,0 +1,2 @@
+// moet command-line entry point.
+int main() { return 0; }

@@ -1,0 +1,47 @@
+// Errors: exceptions that carry file:line and a hint for the user.
+#pragma once
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace moet {
+
+// An error the user can act on (bad config, bad flag, bad file). `main` prints what() and
+// exits non-zero.
+class Error : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+[[noreturn]] void fail_at(const char* file, int line, const std::string& msg);
+
+namespace detail {
+inline void append(std::ostringstream&) {}
+template <typename T, typename... R>
+void append(std::ostringstream& os, const T& v, const R&... rest) {
+  os << v;
+  append(os, rest...);
+}
+}  // namespace detail
+
+template <typename... A>
+std::string str(const A&... a) {
+  std::ostringstream os;
+  detail::append(os, a...);
+  return os.str();
+}
+
+}  // namespace moet
+
+// Throws moet::Error with the message built from the arguments (streamed).
+#define MOET_FAIL(...) ::moet::fail_at(__FILE__, __LINE__, ::moet::str(__VA_ARGS__))
+// Checks a condition that the caller's input must satisfy; message says what is wrong.
+#define MOET_CHECK(cond, ...)                                               \
+  do {                                                                      \
+    if (!(cond)) ::moet::fail_at(__FILE__, __LINE__, ::moet::str(__VA_ARGS__)); \
+  } while (0)
+// Internal invariant (shape contract of an op); message names the condition.
+#define MOET_ASSERT(cond)                                                                \
+  do {                                                                                   \
+    if (!(cond)) ::moet::fail_at(__FILE__, __LINE__, "internal check failed: " #cond); \
+  } while (0)

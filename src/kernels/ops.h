@@ -1,0 +1,145 @@
+// ops.h — the backend-neutral op interface. Every layer of the model computes through these
+// functions; the CPU implementation lives in kernels/cpu/ (a CUDA one will sit beside it).
+//
+// Conventions (all ops):
+// - Tensors are row-major, contiguous views (core/tensor.h); the shape suffix of a name says
+//   its shape (letters in docs/model.md). Shapes are checked with MOET_ASSERT.
+// - Floating tensors are F32 (training) or F64 (finite-difference tests); all floating
+//   arguments of one call share the dtype. Index tensors are I32.
+// - Outputs are overwritten unless the argument says it accumulates ("+="); parameter
+//   gradients always accumulate (gradient accumulation, shared weights).
+// - An empty Tensor (ptr == nullptr) for an optional output means "don't compute it".
+// - Results are deterministic for a fixed thread count: no atomics, reductions in a fixed
+//   order.
+#pragma once
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace moet::ops {
+
+// Threads used by the ops (OpenMP and the BLAS library).
+void set_num_threads(int n);
+int num_threads();
+
+// ---------------------------------------------------------------- elementwise / reductions
+void copy(const Tensor& src, Tensor& dst);                    // dst = src (same numel)
+void fill(Tensor& x, double value);                           // x = value
+void add(const Tensor& a, const Tensor& b, Tensor& out);      // out = a + b (out may alias)
+void add_inplace(Tensor& acc, const Tensor& x, double alpha);  // acc += alpha * x
+void scale_inplace(Tensor& x, double alpha);                  // x *= alpha
+double sum_squares(const Tensor& x);                          // Σ x², fixed-order
+
+// ---------------------------------------------------------------- matrix products (BLAS)
+// c = alpha * op(a) · op(b) + beta * c, 2-D tensors, op = transpose when the flag is set.
+void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c,
+          double alpha = 1.0, double beta = 0.0);
+// y_NO = x_ND · w_ODᵀ (Hugging Face weight layout [out, in]).
+void linear_forward(const Tensor& x_ND, const Tensor& w_OD, Tensor& y_NO);
+// dx_ND = dy_NO · w_OD (+= when accumulate_dx; skipped when dx is empty); dw_OD += dy_NOᵀ · x_ND.
+void linear_backward(const Tensor& dy_NO, const Tensor& x_ND, const Tensor& w_OD, Tensor& dx_ND,
+                     bool accumulate_dx, Tensor& dw_OD);
+
+// Grouped GEMM over experts. Rows [offsets[e], offsets[e+1]) of x belong to expert e
+// (offsets_E1 is I32 with E+1 entries); w_EOD holds the experts' [O, D] weights back to back.
+// y[rows of e] = x[rows of e] · w[e]ᵀ.
+void grouped_linear_forward(const Tensor& x_MD, const Tensor& offsets_E1, const Tensor& w_EOD,
+                            Tensor& y_MO);
+// dx = dy · w[e] per expert (overwrite); dw[e] += dy[rows of e]ᵀ · x[rows of e].
+void grouped_linear_backward(const Tensor& dy_MO, const Tensor& x_MD, const Tensor& offsets_E1,
+                             const Tensor& w_EOD, Tensor& dx_MD, Tensor& dw_EOD);
+
+// ---------------------------------------------------------------- normalisation / activation
+// y = x / sqrt(mean(x²) + eps) * w per row; rstd_N = 1/sqrt(mean(x²) + eps) saved for backward.
+void rmsnorm_forward(const Tensor& x_ND, const Tensor& w_D, double eps, Tensor& y_ND,
+                     Tensor& rstd_N);
+// dx (= or += when accumulate_dx), dw_D +=.
+void rmsnorm_backward(const Tensor& dy_ND, const Tensor& x_ND, const Tensor& w_D,
+                      const Tensor& rstd_N, Tensor& dx_ND, bool accumulate_dx, Tensor& dw_D);
+
+// gu_N2F = [gate | up] (gate in columns [0, F), up in [F, 2F)); h = silu(gate) * up.
+void swiglu_forward(const Tensor& gu_N2F, Tensor& h_NF);
+void swiglu_backward(const Tensor& dh_NF, const Tensor& gu_N2F, Tensor& dgu_N2F);
+
+// ---------------------------------------------------------------- embedding and loss
+// out[n] = table[tokens[n]]; tokens_N is I32.
+void embedding_forward(const Tensor& tokens_N, const Tensor& table_VD, Tensor& out_ND);
+// dtable[tokens[n]] += dout[n], in token order.
+void embedding_backward(const Tensor& tokens_N, const Tensor& dout_ND, Tensor& dtable_VD);
+
+// Returns Σ over rows with targets[n] >= 0 of -log softmax(logits[n])[targets[n]]; rows with a
+// negative target are ignored. When dlogits is non-empty it receives
+// grad_scale * (softmax - onehot) on valid rows and 0 on ignored rows (dlogits may alias logits).
+double cross_entropy(const Tensor& logits_NV, const Tensor& targets_N, double grad_scale,
+                     Tensor& dlogits_NV);
+
+// ---------------------------------------------------------------- attention
+// RoPE in place on x viewed [N, H, W]: dims [off, off+R) of every head, interleaved pairs
+// (x[2i], x[2i+1]) rotated by the angle whose cos/sin are cos_TR2[t][i], sin_TR2[t][i], where
+// t = n % T (position within the sequence) and R2 = R/2.
+void rope_forward(Tensor& x_NHW, int64_t off, const Tensor& cos_TR2, const Tensor& sin_TR2);
+// The transpose (inverse rotation), in place on the gradient.
+void rope_backward(Tensor& dx_NHW, int64_t off, const Tensor& cos_TR2, const Tensor& sin_TR2);
+
+// Causal softmax attention for each (b, h): p = softmax(scale * q kᵀ) over s <= t,
+// o = p v. q, k: [B, T, H, Kd]; v, o: [B, T, H, Vd]; probs_BHTT saved for backward.
+void attention_forward(const Tensor& q_BTHK, const Tensor& k_BTHK, const Tensor& v_BTHV,
+                       double scale, Tensor& probs_BHTT, Tensor& o_BTHV);
+// dq, dk, dv overwritten.
+void attention_backward(const Tensor& do_BTHV, const Tensor& q_BTHK, const Tensor& k_BTHK,
+                        const Tensor& v_BTHV, const Tensor& probs_BHTT, double scale,
+                        Tensor& dq_BTHK, Tensor& dk_BTHK, Tensor& dv_BTHV);
+
+// ---------------------------------------------------------------- mixture of experts
+struct RouterSpec {
+  int64_t n_experts = 0;   // E
+  int64_t n_group = 1;     // G (E % G == 0)
+  int64_t topk_group = 1;  // groups kept per token
+  int64_t top_k = 1;       // K experts per token
+  bool norm_topk_prob = true;
+  double scaling = 1.0;  // routed_scaling_factor
+};
+
+// scores = sigmoid(logits); selection scores = scores + bias_E; group score = sum of the 2
+// largest selection scores of each group (the largest one if a group has one expert); keep the
+// topk_group best groups (ties: lower index first); choose the K largest selection scores among
+// kept experts (ties: lower expert index first), idx_NK (I32) in descending selection order;
+// gates = scores of the chosen (unbiased), / their sum if norm_topk_prob, * scaling.
+void router_forward(const Tensor& logits_NE, const Tensor& bias_E, const RouterSpec& spec,
+                    Tensor& scores_NE, Tensor& idx_NK, Tensor& gates_NK);
+// dlogits_NE = d/dlogits of Σ dgates·gates (through normalisation and sigmoid; the choice is
+// constant). Overwrites dlogits.
+void router_backward(const Tensor& dgates_NK, const Tensor& scores_NE, const Tensor& idx_NK,
+                     const RouterSpec& spec, Tensor& dlogits_NE);
+// Sequence-wise balance loss (docs/model.md) over B sequences of T tokens (N = B*T); returns
+// the loss (mean over sequences). When dlogits is non-empty: dlogits += coef * dloss/dlogits.
+double balance_loss(const Tensor& scores_NE, const Tensor& idx_NK, int64_t B, int64_t T,
+                    double coef, Tensor& dlogits_NE);
+// Router z-loss: mean over rows of logsumexp(logits)². dlogits += coef * dloss/dlogits.
+double z_loss(const Tensor& logits_NE, double coef, Tensor& dlogits_NE);
+
+// Counting sort of the N*K (token, k) assignments by expert, stable in (n, k) order:
+// offsets_E1[e] = first permuted row of expert e (offsets[E] = N*K), slot_NK[n,k] = permuted
+// row of assignment (n, k), token_M[m] = source token of permuted row m. All I32.
+void moe_permute_plan(const Tensor& idx_NK, int64_t n_experts, Tensor& offsets_E1,
+                      Tensor& slot_NK, Tensor& token_M);
+// xp[m] = x[token[m]].
+void gather_rows(const Tensor& x_ND, const Tensor& token_M, Tensor& xp_MD);
+// dx[n] += Σ_k dxp[slot[n,k]], k in order.
+void gather_rows_backward(const Tensor& dxp_MD, const Tensor& slot_NK, Tensor& dx_ND);
+// y[n] (= or += when accumulate) Σ_k gates[n,k] * yp[slot[n,k]], k in order.
+void unpermute_forward(const Tensor& yp_MD, const Tensor& slot_NK, const Tensor& gates_NK,
+                       Tensor& y_ND, bool accumulate);
+// dyp[slot[n,k]] = gates[n,k] * dy[n]; dgates[n,k] = dy[n] · yp[slot[n,k]]. Overwrites both.
+void unpermute_backward(const Tensor& dy_ND, const Tensor& yp_MD, const Tensor& slot_NK,
+                        const Tensor& gates_NK, Tensor& dyp_MD, Tensor& dgates_NK);
+
+// ---------------------------------------------------------------- optimizer
+struct AdamWSpec {
+  double lr = 0, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0;
+  int64_t step = 1;  // 1-based, for bias correction
+};
+// PyTorch AdamW on one flat F32 range: p -= lr*wd*p; m, v updated; p -= lr*mhat/(sqrt(vhat)+eps).
+void adamw_update(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const AdamWSpec& spec);
+
+}  // namespace moet::ops
