@@ -1,2 +1,71 @@
-// moet command-line entry point.
-int main() { return 0; }
+// moet command-line entry point: argument parsing only; the work is in the library.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+
+#include "core/error.h"
+#include "train/trainer.h"
+
+namespace {
+
+void add_train_command(CLI::App& app, moet::TrainOptions& o) {
+  CLI::App* t = app.add_subcommand("train", "train a DeepSeek-V3-style MoE model on the CPU");
+  t->add_option("--model", o.model_path, "Hugging Face config.json of the model")->required();
+  t->add_option("--data", o.data,
+                "training text file or directory, or 'mock' for random tokens "
+                "(default: the English corpus of Debian's fortunes package)");
+  t->add_option("--steps", o.steps, "optimizer steps")->capture_default_str();
+  t->add_option("--micro-batch", o.micro_batch, "sequences per micro-batch")->capture_default_str();
+  t->add_option("--seq", o.seq, "sequence length")->capture_default_str();
+  t->add_option("--grad-accum", o.grad_accum, "micro-batches per step")->capture_default_str();
+  t->add_option("--lr", o.lr, "peak learning rate")->capture_default_str();
+  t->add_option("--min-lr", o.min_lr, "final learning rate of the cosine (default lr/10)");
+  t->add_option("--warmup", o.warmup, "warm-up steps (default min(200, steps/10))");
+  t->add_option("--schedule", o.schedule, "cosine or constant")->capture_default_str();
+  t->add_option("--seed", o.seed, "seed of initialisation and data")->capture_default_str();
+  t->add_option("--threads", o.threads, "threads (default: all cores)");
+  t->add_option("--precision", o.precision, "fp32")->capture_default_str();
+  t->add_option("--metrics", o.metrics_path, "write one JSON object per step to this file");
+  t->add_flag("--overwrite-metrics", o.overwrite_metrics, "replace an existing --metrics file");
+  t->add_option("--log-every", o.log_every, "steps between progress lines")->capture_default_str();
+  t->add_option("--eval-every", o.eval_every, "steps between held-out evaluations (0: at the end)");
+  t->add_option("--eval-batches", o.eval_batches, "held-out micro-batches per evaluation")
+      ->capture_default_str();
+  t->add_option("--weight-decay", o.weight_decay, "AdamW weight decay")->capture_default_str();
+  t->add_option("--grad-clip", o.grad_clip, "global gradient-norm clip (0: off)")
+      ->capture_default_str();
+  t->add_option("--mtp-lambda", o.mtp_lambda, "MTP loss weight")->capture_default_str();
+  t->add_option("--balance-alpha", o.balance_alpha, "sequence-wise balance loss weight")
+      ->capture_default_str();
+  t->add_option("--z-loss", o.z_loss_coef, "router z-loss weight")->capture_default_str();
+  t->add_option("--bias-update-rate", o.bias_update_rate,
+                "aux-loss-free expert bias update rate gamma")
+      ->capture_default_str();
+  t->add_option("--peak-tflops", o.peak_tflops,
+                "peak that MFU divides by (default: the measured fp32 GEMM peak)");
+  t->add_flag("--quiet", o.quiet, "no progress lines");
+  t->callback([&o]() { moet::run_training(o); });
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"moet: pre-training engine for DeepSeek-V3-style mixture-of-experts models"};
+  app.require_subcommand(1);
+  moet::TrainOptions train;
+  add_train_command(app, train);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::fprintf(stderr, "moet: error: %s (see moet --help)\n", e.what());
+    return 2;
+  } catch (const moet::Error& e) {
+    std::fprintf(stderr, "moet: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "moet: internal error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

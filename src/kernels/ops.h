@@ -90,6 +90,18 @@ void attention_backward(const Tensor& do_BTHV, const Tensor& q_BTHK, const Tenso
                         const Tensor& v_BTHV, const Tensor& probs_BHTT, double scale,
                         Tensor& dq_BTHK, Tensor& dk_BTHK, Tensor& dv_BTHV);
 
+// ---------------------------------------------------------------- layout
+// out_N(A+B)[n] = [a[n] | b[n]].
+void concat_cols(const Tensor& a_NA, const Tensor& b_NB, Tensor& out_NC);
+// Backward: da[n] = d[n, :A], db[n] = d[n, A:]. Overwrites.
+void split_cols(const Tensor& d_NC, Tensor& da_NA, Tensor& db_NB);
+// MLA head assembly: kv_NHW holds per head [k_nope (P) | v (U)], kr_NR the rope key shared by
+// every head. k_NHK[n,h] = [kv[n,h,:P] | kr[n]], v_NHU[n,h] = kv[n,h,P:].
+void mla_split_kv(const Tensor& kv_NHW, const Tensor& kr_NR, Tensor& k_NHK, Tensor& v_NHU);
+// Backward: dkv[n,h] = [dk[n,h,:P] | dv[n,h]], dkr[n] = Σ_h dk[n,h,P:] (h in order). Overwrites.
+void mla_split_kv_backward(const Tensor& dk_NHK, const Tensor& dv_NHU, Tensor& dkv_NHW,
+                           Tensor& dkr_NR);
+
 // ---------------------------------------------------------------- mixture of experts
 struct RouterSpec {
   int64_t n_experts = 0;   // E

@@ -1,0 +1,67 @@
+#include "model/block.h"
+
+#include "kernels/ops.h"
+
+namespace moet {
+
+DecoderBlock::DecoderBlock(const ModelConfig& c, ParamStore& ps, const std::string& p, bool moe,
+                           std::unique_ptr<TokenDispatcher> dispatcher)
+    : eps_(c.rms_norm_eps),
+      in_norm_(ps.declare(p + "input_layernorm.weight", {c.hidden_size}, Init::Ones, false)),
+      post_norm_(
+          ps.declare(p + "post_attention_layernorm.weight", {c.hidden_size}, Init::Ones, false)),
+      attn_(c, ps, p + "self_attn.") {
+  if (moe)
+    moe_ = std::make_unique<MoeLayer>(c, ps, p + "mlp.", std::move(dispatcher));
+  else
+    mlp_ = std::make_unique<SwiGluMlp>(c.hidden_size, c.intermediate_size, ps, p + "mlp.");
+}
+
+void DecoderBlock::plan(Workspace& ws) {
+  const int64_t N = ws.N(), D = in_norm_->value.size(0);
+  xn_ND_ = ws.act.alloc_f32({N, D});
+  rstd1_N_ = ws.act.alloc_f32({N});
+  a_ND_ = ws.act.alloc_f32({N, D});
+  an_ND_ = ws.act.alloc_f32({N, D});
+  rstd2_N_ = ws.act.alloc_f32({N});
+  da_ND_ = ws.scratch.alloc_f32({N, D});
+  dxn_ND_ = ws.scratch.alloc_f32({N, D});
+  attn_.plan(ws);
+  if (moe_)
+    moe_->plan(ws);
+  else
+    mlp_->plan(ws);
+}
+
+void DecoderBlock::forward(const Tensor& in_ND, Tensor& out_ND, const RopeCache& rope) {
+  ops::rmsnorm_forward(in_ND, in_norm_->value, eps_, xn_ND_, rstd1_N_);
+  attn_.forward(xn_ND_, a_ND_, rope);
+  ops::add(a_ND_, in_ND, a_ND_);
+  ops::rmsnorm_forward(a_ND_, post_norm_->value, eps_, an_ND_, rstd2_N_);
+  if (moe_)
+    moe_->forward(an_ND_, out_ND);
+  else
+    mlp_->forward(an_ND_, out_ND, false);
+  ops::add(out_ND, a_ND_, out_ND);
+}
+
+void DecoderBlock::backward(const Tensor& dout_ND, const Tensor& in_ND, Tensor& din_ND,
+                            bool accumulate_din, const RopeCache& rope, const LossScales& ls) {
+  // out = a + ffn(norm(a)): da = dout + norm'ᵀ ffn'ᵀ dout
+  if (moe_)
+    moe_->backward(dout_ND, an_ND_, dxn_ND_, ls);
+  else
+    mlp_->backward(dout_ND, an_ND_, dxn_ND_, false);
+  ops::copy(dout_ND, da_ND_);
+  ops::rmsnorm_backward(dxn_ND_, a_ND_, post_norm_->value, rstd2_N_, da_ND_, true,
+                        post_norm_->grad);
+  // a = in + attn(norm(in))
+  attn_.backward(da_ND_, xn_ND_, dxn_ND_, rope);
+  if (accumulate_din)
+    ops::add_inplace(din_ND, da_ND_, 1.0);
+  else
+    ops::copy(da_ND_, din_ND);
+  ops::rmsnorm_backward(dxn_ND_, in_ND, in_norm_->value, rstd1_N_, din_ND, true, in_norm_->grad);
+}
+
+}  // namespace moet

@@ -1,0 +1,38 @@
+// Decoder block: h + attn(norm(h)), then + ffn(norm(·)); the FFN is a dense SwiGLU MLP or an
+// MoE layer.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "model/attention.h"
+#include "model/mlp.h"
+#include "model/moe_layer.h"
+
+namespace moet {
+
+class DecoderBlock {
+public:
+  // prefix: "model.layers.{i}."; dispatcher is used (and required) when moe is true.
+  DecoderBlock(const ModelConfig& c, ParamStore& ps, const std::string& prefix, bool moe,
+               std::unique_ptr<TokenDispatcher> dispatcher);
+  void plan(Workspace& ws);
+  // out = block(in); `in` must stay unchanged until backward.
+  void forward(const Tensor& in_ND, Tensor& out_ND, const RopeCache& rope);
+  // din (= or += when accumulate_din) from dout.
+  void backward(const Tensor& dout_ND, const Tensor& in_ND, Tensor& din_ND, bool accumulate_din,
+                const RopeCache& rope, const LossScales& ls);
+  MoeLayer* moe() { return moe_.get(); }
+
+private:
+  double eps_;
+  Weight *in_norm_, *post_norm_;
+  MlaAttention attn_;
+  std::unique_ptr<SwiGluMlp> mlp_;
+  std::unique_ptr<MoeLayer> moe_;
+  // kept
+  Tensor xn_ND_, rstd1_N_, a_ND_, an_ND_, rstd2_N_;
+  // temporaries
+  Tensor da_ND_, dxn_ND_;
+};
+
+}  // namespace moet

@@ -1,0 +1,35 @@
+#include "model/local_dispatcher.h"
+
+#include "kernels/ops.h"
+
+namespace moet {
+
+void LocalDispatcher::plan(Workspace& ws, int64_t D, int64_t K) {
+  const int64_t N = ws.N(), M = N * K;
+  offsets_E1_ = ws.act.alloc_i32({E_ + 1});
+  slot_NK_ = ws.act.alloc_i32({N, K});
+  token_M_ = ws.act.alloc_i32({M});
+  xp_MD_ = ws.act.alloc_f32({M, D});
+}
+
+void LocalDispatcher::dispatch(const Tensor& x_ND, const Tensor& idx_NK) {
+  ops::moe_permute_plan(idx_NK, E_, offsets_E1_, slot_NK_, token_M_);
+  ops::gather_rows(x_ND, token_M_, xp_MD_);
+}
+
+void LocalDispatcher::combine(const Tensor& yp_MD, const Tensor& gates_NK, Tensor& y_ND,
+                              bool accumulate) {
+  ops::unpermute_forward(yp_MD, slot_NK_, gates_NK, y_ND, accumulate);
+}
+
+void LocalDispatcher::combine_backward(const Tensor& dy_ND, const Tensor& yp_MD,
+                                       const Tensor& gates_NK, Tensor& dyp_MD,
+                                       Tensor& dgates_NK) {
+  ops::unpermute_backward(dy_ND, yp_MD, slot_NK_, gates_NK, dyp_MD, dgates_NK);
+}
+
+void LocalDispatcher::dispatch_backward(const Tensor& dxp_MD, Tensor& dx_ND) {
+  ops::gather_rows_backward(dxp_MD, slot_NK_, dx_ND);
+}
+
+}  // namespace moet

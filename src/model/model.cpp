@@ -1,0 +1,147 @@
+#include "model/model.h"
+
+#include <cstring>
+
+#include "kernels/ops.h"
+#include "model/local_dispatcher.h"
+#include "model/rope.h"
+
+namespace moet {
+
+Model::Model(const ModelConfig& c, int64_t B, int64_t T, LossWeights lw,
+             DispatcherFactory dispatchers)
+    : cfg_(c), B_(B), T_(T), lw_(lw) {
+  MOET_CHECK(B > 0 && T > 0, "micro-batch and sequence length must be positive");
+  MOET_CHECK(T <= c.max_position_embeddings, "sequence length ", T,
+             " exceeds max_position_embeddings (", c.max_position_embeddings, ")");
+  if (!dispatchers)
+    dispatchers = [](int64_t e) { return std::make_unique<LocalDispatcher>(e); };
+  const int64_t D = c.hidden_size, V = c.vocab_size;
+  embed_ = params_.declare("model.embed_tokens.weight", {V, D}, Init::Normal, true);
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    bool moe = c.is_moe_layer(l);
+    blocks_.push_back(std::make_unique<DecoderBlock>(
+        c, params_, "model.layers." + std::to_string(l) + ".", moe,
+        moe ? dispatchers(c.n_routed_experts) : nullptr));
+    if (moe) moe_layers_.push_back(blocks_.back()->moe());
+  }
+  lm_head_ = c.tie_word_embeddings
+                 ? embed_
+                 : params_.declare("lm_head.weight", {V, D}, Init::Normal, true);
+  head_ = std::make_unique<LmHead>(c.rms_norm_eps, D, params_, "model.norm.weight", lm_head_);
+  for (int64_t k = 1; k <= c.num_nextn_predict_layers; ++k) {
+    std::string p = "model.layers." + std::to_string(c.num_hidden_layers + k - 1) + ".";
+    mtp_.push_back(std::make_unique<MtpModule>(
+        c, params_, p, k, embed_, lm_head_,
+        c.mtp_is_moe() ? dispatchers(c.n_routed_experts) : nullptr));
+    if (c.mtp_is_moe()) moe_layers_.push_back(mtp_.back()->block().moe());
+  }
+  params_.allocate();
+  // Plan once to size the arenas, then again to place every buffer in them.
+  Arena act = Arena::planning(), scratch = Arena::planning();
+  plan_all(act, scratch);
+  act_ = Arena(act.used());
+  scratch_ = Arena(scratch.used());
+  plan_all(act_, scratch_);
+  fill_rope_tables(c, rope_.cos_TR2, rope_.sin_TR2);
+  rope_.softmax_scale = attention_softmax_scale(c);
+}
+
+Model::~Model() = default;
+
+void Model::plan_all(Arena& act, Arena& scratch) {
+  const int64_t N = B_ * T_, D = cfg_.hidden_size;
+  act.reset();
+  rope_.cos_TR2 = act.alloc_f32({T_, cfg_.qk_rope_head_dim / 2});
+  rope_.sin_TR2 = act.alloc_f32({T_, cfg_.qk_rope_head_dim / 2});
+  tokens_BT1_ = act.alloc_i32({B_, T_ + 1});
+  inputs_N_ = act.alloc_i32({N});
+  targets_N_ = act.alloc_i32({N});
+  hidden_.clear();
+  for (size_t l = 0; l <= blocks_.size(); ++l) hidden_.push_back(act.alloc_f32({N, D}));
+  dh_a_ND_ = act.alloc_f32({N, D});
+  dh_b_ND_ = act.alloc_f32({N, D});
+  dmtp_a_ND_ = act.alloc_f32({N, D});
+  dmtp_b_ND_ = act.alloc_f32({N, D});
+  size_t scratch_needed = 0;
+  auto plan_part = [&](auto& part) {
+    scratch.reset();
+    Workspace ws{act, scratch, B_, T_};
+    part.plan(ws);
+    scratch_needed = std::max(scratch_needed, scratch.used());
+  };
+  for (auto& b : blocks_) plan_part(*b);
+  plan_part(*head_);
+  for (auto& m : mtp_) plan_part(*m);
+  // A planning arena must report the maximum, not the last part's size.
+  if (scratch.is_planning()) {
+    scratch.reset();
+    scratch.alloc(DType::F32, {int64_t(scratch_needed / sizeof(float))});
+  }
+}
+
+void Model::init_parameters(uint64_t seed) {
+  params_.initialize(seed, cfg_.initializer_range);
+}
+
+LossBreakdown Model::forward(const int32_t* seq) {
+  const int64_t N = B_ * T_;
+  std::memcpy(tokens_BT1_.ptr, seq, tokens_BT1_.bytes());
+  int32_t* in = inputs_N_.i32();
+  int32_t* tgt = targets_N_.i32();
+  for (int64_t b = 0; b < B_; ++b)
+    for (int64_t t = 0; t < T_; ++t) {
+      int32_t tok = seq[b * (T_ + 1) + t], next = seq[b * (T_ + 1) + t + 1];
+      MOET_CHECK(tok >= 0 && tok < cfg_.vocab_size && next >= 0 && next < cfg_.vocab_size,
+                 "token id out of range [0, ", cfg_.vocab_size, ")");
+      in[b * T_ + t] = tok;
+      tgt[b * T_ + t] = next;
+    }
+  (void)N;
+  ops::embedding_forward(inputs_N_, embed_->value, hidden_[0]);
+  for (size_t l = 0; l < blocks_.size(); ++l)
+    blocks_[l]->forward(hidden_[l], hidden_[l + 1], rope_);
+  LossBreakdown r;
+  r.lm_loss = head_->forward(hidden_.back(), targets_N_);
+  const Tensor* h_prev = &hidden_.back();
+  for (auto& m : mtp_) {
+    r.mtp_loss += m->forward(*h_prev, tokens_BT1_.i32(), rope_);
+    h_prev = &m->output();
+  }
+  for (MoeLayer* moe : moe_layers_) {
+    r.balance_loss += moe->last_balance_loss();
+    r.z_loss += moe->last_z_loss();
+  }
+  double mtp_w = mtp_.empty() ? 0.0 : lw_.mtp_lambda / double(mtp_.size());
+  r.loss = r.lm_loss + mtp_w * r.mtp_loss + lw_.balance_alpha * r.balance_loss +
+           lw_.z_loss_coef * r.z_loss;
+  return r;
+}
+
+void Model::backward(double grad_scale) {
+  LossScales ls{grad_scale, lw_.balance_alpha, lw_.z_loss_coef};
+  double mtp_w = mtp_.empty() ? 0.0 : lw_.mtp_lambda / double(mtp_.size());
+  // MTP modules, last to first: module k's input gradient is module k-1's output gradient.
+  Tensor* d_out = nullptr;  // gradient into the current module's output from the next one
+  Tensor* d_in = &dmtp_a_ND_;
+  Tensor none;
+  for (size_t i = mtp_.size(); i-- > 0;) {
+    const Tensor& h_prev = i == 0 ? hidden_.back() : mtp_[i - 1]->output();
+    ops::fill(*d_in, 0.0);
+    mtp_[i]->backward(h_prev, d_out ? *d_out : none, mtp_w, *d_in, rope_, ls);
+    d_out = d_in;
+    d_in = d_in == &dmtp_a_ND_ ? &dmtp_b_ND_ : &dmtp_a_ND_;
+  }
+  // main head; the first MTP module's input gradient joins the final hidden state's.
+  Tensor* dh = &dh_a_ND_;
+  Tensor* dprev = &dh_b_ND_;
+  head_->backward(hidden_.back(), targets_N_, grad_scale, *dh, false);
+  if (d_out) ops::add_inplace(*dh, *d_out, 1.0);
+  for (size_t l = blocks_.size(); l-- > 0;) {
+    blocks_[l]->backward(*dh, hidden_[l], *dprev, false, rope_, ls);
+    std::swap(dh, dprev);
+  }
+  ops::embedding_backward(inputs_N_, *dh, embed_->grad);
+}
+
+}  // namespace moet

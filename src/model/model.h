@@ -1,0 +1,76 @@
+// Model: a DeepSeek-V3-style transformer (embedding, decoder blocks, final norm, LM head, MTP
+// modules) with its parameters, activation memory planned once for a (B, T) micro-batch shape,
+// and a hand-written forward and backward. Knows nothing of parallelism: experts are reached
+// through the TokenDispatcher each MoE layer is given.
+#pragma once
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "model/block.h"
+#include "model/lm_head.h"
+#include "model/mtp.h"
+
+namespace moet {
+
+struct LossWeights {
+  double mtp_lambda = 0.3;
+  double balance_alpha = 1e-4;
+  double z_loss_coef = 0.0;
+};
+
+// Losses of one micro-batch (docs/model.md, "Losses"). mtp/balance/z are unweighted sums.
+struct LossBreakdown {
+  double loss = 0;
+  double lm_loss = 0;
+  double mtp_loss = 0;
+  double balance_loss = 0;
+  double z_loss = 0;
+};
+
+using DispatcherFactory = std::function<std::unique_ptr<TokenDispatcher>(int64_t n_experts)>;
+
+class Model {
+public:
+  // Declares and allocates the parameters (uninitialised until init_parameters or a load) and
+  // plans activations for micro-batches of B sequences of T tokens.
+  Model(const ModelConfig& c, int64_t B, int64_t T, LossWeights lw = {},
+        DispatcherFactory dispatchers = nullptr);
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  void init_parameters(uint64_t seed);
+  // Forward over B sequences of T+1 tokens (tokens_BT1, row-major). Returns the losses.
+  LossBreakdown forward(const int32_t* tokens_BT1);
+  // Backward of the last forward; parameter gradients accumulate, scaled by grad_scale.
+  void backward(double grad_scale);
+
+  const ModelConfig& config() const { return cfg_; }
+  ParamStore& params() { return params_; }
+  const Tensor& logits() const { return head_->logits(); }  // main logits [B*T, V]
+  const std::vector<MoeLayer*>& moe_layers() const { return moe_layers_; }
+  int64_t micro_batch() const { return B_; }
+  int64_t seq_len() const { return T_; }
+  size_t activation_bytes() const { return act_.capacity() + scratch_.capacity(); }
+
+private:
+  void plan_all(Arena& act, Arena& scratch);
+
+  ModelConfig cfg_;
+  int64_t B_, T_;
+  LossWeights lw_;
+  ParamStore params_;
+  Weight *embed_ = nullptr, *lm_head_ = nullptr;
+  std::vector<std::unique_ptr<DecoderBlock>> blocks_;
+  std::unique_ptr<LmHead> head_;
+  std::vector<std::unique_ptr<MtpModule>> mtp_;
+  std::vector<MoeLayer*> moe_layers_;
+  Arena act_ = Arena::planning(), scratch_ = Arena::planning();
+  RopeCache rope_;
+  Tensor tokens_BT1_, inputs_N_, targets_N_;
+  std::vector<Tensor> hidden_;  // hidden_[l]: input of block l; hidden_[L]: final
+  Tensor dh_a_ND_, dh_b_ND_, dmtp_a_ND_, dmtp_b_ND_;
+};
+
+}  // namespace moet

@@ -1,0 +1,104 @@
+#include "model/moe_layer.h"
+
+namespace moet {
+
+MoeLayer::MoeLayer(const ModelConfig& c, ParamStore& ps, const std::string& p,
+                   std::unique_ptr<TokenDispatcher> dispatcher)
+    : D_(c.hidden_size),
+      F_(c.moe_intermediate_size),
+      shared_(c.hidden_size, c.shared_intermediate_size(), ps, p + "shared_experts."),
+      has_shared_(c.n_shared_experts > 0),
+      dispatcher_(std::move(dispatcher)) {
+  spec_.n_experts = c.n_routed_experts;
+  spec_.n_group = c.n_group;
+  spec_.topk_group = c.topk_group;
+  spec_.top_k = c.num_experts_per_tok;
+  spec_.norm_topk_prob = c.norm_topk_prob;
+  spec_.scaling = c.routed_scaling_factor;
+  const int64_t E = spec_.n_experts;
+  gate_ = ps.declare(p + "gate.weight", {E, D_}, Init::Normal, true);
+  bias_ = ps.declare(p + "gate.e_score_correction_bias", {E}, Init::Zeros, false, false);
+  // All experts' gate/up weights back to back [E, 2F, D] (one grouped GEMM), down [E, D, F].
+  w_gate_up_ = ps.declare(p + "experts.gate_up_proj", {E, 2 * F_, D_}, Init::Normal, true, true,
+                          false);
+  w_down_ = ps.declare(p + "experts.down_proj", {E, D_, F_}, Init::Normal, true, true, false);
+  for (int64_t e = 0; e < E; ++e) {
+    std::string n = p + "experts." + std::to_string(e) + ".";
+    ps.add_name(n + "gate_proj.weight", w_gate_up_, e * 2 * F_, e * 2 * F_ + F_);
+    ps.add_name(n + "up_proj.weight", w_gate_up_, e * 2 * F_ + F_, (e + 1) * 2 * F_);
+    ps.add_name(n + "down_proj.weight", w_down_, e * D_, (e + 1) * D_);
+  }
+  stats_.load_E.assign(E, 0);
+}
+
+void MoeLayer::plan(Workspace& ws) {
+  B_ = ws.B;
+  T_ = ws.T;
+  const int64_t N = ws.N(), E = spec_.n_experts, K = spec_.top_k;
+  dispatcher_->plan(ws, D_, K);
+  const int64_t M = dispatcher_->max_expert_rows();
+  Arena& a = ws.act;
+  logits_NE_ = a.alloc_f32({N, E});
+  scores_NE_ = a.alloc_f32({N, E});
+  idx_NK_ = a.alloc_i32({N, K});
+  gates_NK_ = a.alloc_f32({N, K});
+  gu_M2F_ = a.alloc_f32({M, 2 * F_});
+  h_MF_ = a.alloc_f32({M, F_});
+  yp_MD_ = a.alloc_f32({M, D_});
+  if (has_shared_) shared_.plan(ws);
+  Arena& s = ws.scratch;
+  dyp_MD_ = s.alloc_f32({M, D_});
+  dgates_NK_ = s.alloc_f32({N, K});
+  dh_MF_ = s.alloc_f32({M, F_});
+  dgu_M2F_ = s.alloc_f32({M, 2 * F_});
+  dxp_MD_ = s.alloc_f32({M, D_});
+  dlogits_NE_ = s.alloc_f32({N, E});
+}
+
+void MoeLayer::forward(const Tensor& x_ND, Tensor& y_ND) {
+  // route
+  ops::linear_forward(x_ND, gate_->value, logits_NE_);
+  ops::router_forward(logits_NE_, bias_->value, spec_, scores_NE_, idx_NK_, gates_NK_);
+  last_balance_ = ops::balance_loss(scores_NE_, idx_NK_, B_, T_, 0.0, no_grad_);
+  last_z_ = ops::z_loss(logits_NE_, 0.0, no_grad_);
+  stats_.balance_loss += last_balance_;
+  stats_.z_loss += last_z_;
+  const int32_t* idx = idx_NK_.i32();
+  for (int64_t i = 0; i < idx_NK_.numel(); ++i) ++stats_.load_E[idx[i]];
+  // dispatch → experts → combine
+  dispatcher_->dispatch(x_ND, idx_NK_);
+  Tensor xp = dispatcher_->expert_rows(), off = dispatcher_->expert_offsets();
+  const int64_t M = xp.size(0);
+  Tensor gu = gu_M2F_.rows(0, M), h = h_MF_.rows(0, M), yp = yp_MD_.rows(0, M);
+  ops::grouped_linear_forward(xp, off, w_gate_up_->value, gu);
+  ops::swiglu_forward(gu, h);
+  ops::grouped_linear_forward(h, off, w_down_->value, yp);
+  dispatcher_->combine(yp, gates_NK_, y_ND, false);
+  if (has_shared_) shared_.forward(x_ND, y_ND, true);
+}
+
+void MoeLayer::backward(const Tensor& dy_ND, const Tensor& x_ND, Tensor& dx_ND,
+                        const LossScales& ls) {
+  if (has_shared_)
+    shared_.backward(dy_ND, x_ND, dx_ND, false);
+  else
+    ops::fill(dx_ND, 0.0);
+  Tensor xp = dispatcher_->expert_rows(), off = dispatcher_->expert_offsets();
+  const int64_t M = xp.size(0);
+  Tensor gu = gu_M2F_.rows(0, M), h = h_MF_.rows(0, M), yp = yp_MD_.rows(0, M);
+  Tensor dyp = dyp_MD_.rows(0, M), dh = dh_MF_.rows(0, M), dgu = dgu_M2F_.rows(0, M),
+         dxp = dxp_MD_.rows(0, M);
+  dispatcher_->combine_backward(dy_ND, yp, gates_NK_, dyp, dgates_NK_);
+  ops::grouped_linear_backward(dyp, h, off, w_down_->value, dh, w_down_->grad);
+  ops::swiglu_backward(dh, gu, dgu);
+  ops::grouped_linear_backward(dgu, xp, off, w_gate_up_->value, dxp, w_gate_up_->grad);
+  dispatcher_->dispatch_backward(dxp, dx_ND);
+  // router: gates, then the auxiliary losses, then the gate projection
+  ops::router_backward(dgates_NK_, scores_NE_, idx_NK_, spec_, dlogits_NE_);
+  if (ls.balance_alpha != 0.0)
+    ops::balance_loss(scores_NE_, idx_NK_, B_, T_, ls.balance_alpha * ls.grad_scale, dlogits_NE_);
+  if (ls.z_loss_coef != 0.0) ops::z_loss(logits_NE_, ls.z_loss_coef * ls.grad_scale, dlogits_NE_);
+  ops::linear_backward(dlogits_NE_, x_ND, gate_->value, dx_ND, true, gate_->grad);
+}
+
+}  // namespace moet

@@ -1,0 +1,56 @@
+// The MoE FFN of DeepSeek-V3 as named stages: route (sigmoid, group-limited top-k, gates) →
+// dispatch (TokenDispatcher) → grouped GEMM over the experts → combine (weighted, fixed order)
+// — plus the shared expert. Only dispatch and combine may communicate.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/ops.h"
+#include "model/config.h"
+#include "model/dispatcher.h"
+#include "model/mlp.h"
+
+namespace moet {
+
+// Per-layer routing statistics of the current step.
+struct RouterStats {
+  std::vector<int64_t> load_E;  // (token, expert) assignments per expert since reset
+  double balance_loss = 0;      // unweighted, summed over micro-batches since reset
+  double z_loss = 0;
+};
+
+class MoeLayer {
+public:
+  MoeLayer(const ModelConfig& c, ParamStore& ps, const std::string& prefix,
+           std::unique_ptr<TokenDispatcher> dispatcher);
+  void plan(Workspace& ws);
+  void forward(const Tensor& x_ND, Tensor& y_ND);
+  // dx_ND overwritten; the balance and z-loss gradients enter the router here.
+  void backward(const Tensor& dy_ND, const Tensor& x_ND, Tensor& dx_ND, const LossScales& ls);
+
+  // Losses of the last forward (unweighted).
+  double last_balance_loss() const { return last_balance_; }
+  double last_z_loss() const { return last_z_; }
+  RouterStats& stats() { return stats_; }
+  Weight* correction_bias() { return bias_; }
+  const ops::RouterSpec& router_spec() const { return spec_; }
+
+private:
+  ops::RouterSpec spec_;
+  int64_t D_, F_;
+  Weight *gate_, *bias_, *w_gate_up_, *w_down_;
+  SwiGluMlp shared_;
+  bool has_shared_;
+  std::unique_ptr<TokenDispatcher> dispatcher_;
+  int64_t B_ = 0, T_ = 0;
+  // kept for backward
+  Tensor logits_NE_, scores_NE_, idx_NK_, gates_NK_, gu_M2F_, h_MF_, yp_MD_;
+  // temporaries
+  Tensor dyp_MD_, dgates_NK_, dh_MF_, dgu_M2F_, dxp_MD_, dlogits_NE_;
+  Tensor no_grad_;  // empty: "don't compute"
+  double last_balance_ = 0, last_z_ = 0;
+  RouterStats stats_;
+};
+
+}  // namespace moet

@@ -1,0 +1,75 @@
+#include "model/mtp.h"
+
+#include "kernels/ops.h"
+
+namespace moet {
+
+MtpModule::MtpModule(const ModelConfig& c, ParamStore& ps, const std::string& p, int64_t depth,
+                     Weight* embed, Weight* head, std::unique_ptr<TokenDispatcher> dispatcher)
+    : k_(depth),
+      eps_(c.rms_norm_eps),
+      embed_(embed),
+      enorm_(ps.declare(p + "enorm.weight", {c.hidden_size}, Init::Ones, false)),
+      hnorm_(ps.declare(p + "hnorm.weight", {c.hidden_size}, Init::Ones, false)),
+      eh_proj_(ps.declare(p + "eh_proj.weight", {c.hidden_size, 2 * c.hidden_size}, Init::Normal,
+                          true)),
+      block_(c, ps, p, c.mtp_is_moe(), std::move(dispatcher)),
+      head_(c.rms_norm_eps, c.hidden_size, ps, p + "shared_head.norm.weight", head) {}
+
+void MtpModule::plan(Workspace& ws) {
+  const int64_t N = ws.N(), D = enorm_->value.size(0);
+  Arena& a = ws.act;
+  in_tok_N_ = a.alloc_i32({N});
+  tgt_N_ = a.alloc_i32({N});
+  e_ND_ = a.alloc_f32({N, D});
+  en_ND_ = a.alloc_f32({N, D});
+  e_rstd_N_ = a.alloc_f32({N});
+  hn_ND_ = a.alloc_f32({N, D});
+  h_rstd_N_ = a.alloc_f32({N});
+  cat_N2D_ = a.alloc_f32({N, 2 * D});
+  x_ND_ = a.alloc_f32({N, D});
+  out_ND_ = a.alloc_f32({N, D});
+  Arena& s = ws.scratch;
+  dout_ND_ = s.alloc_f32({N, D});
+  dx_ND_ = s.alloc_f32({N, D});
+  dcat_N2D_ = s.alloc_f32({N, 2 * D});
+  den_ND_ = s.alloc_f32({N, D});
+  dhn_ND_ = s.alloc_f32({N, D});
+  de_ND_ = s.alloc_f32({N, D});
+  block_.plan(ws);
+  head_.plan(ws);
+}
+
+double MtpModule::forward(const Tensor& h_prev_ND, const int32_t* seq, const RopeCache& rope) {
+  const int64_t N = h_prev_ND.size(0), T = rope.cos_TR2.size(0), B = N / T;
+  int32_t* in = in_tok_N_.i32();
+  int32_t* tgt = tgt_N_.i32();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) {
+      const int32_t* s = seq + b * (T + 1);
+      in[b * T + t] = t + k_ <= T ? s[t + k_] : 0;
+      tgt[b * T + t] = t + k_ + 1 <= T ? s[t + k_ + 1] : -1;
+    }
+  ops::embedding_forward(in_tok_N_, embed_->value, e_ND_);
+  ops::rmsnorm_forward(e_ND_, enorm_->value, eps_, en_ND_, e_rstd_N_);
+  ops::rmsnorm_forward(h_prev_ND, hnorm_->value, eps_, hn_ND_, h_rstd_N_);
+  ops::concat_cols(en_ND_, hn_ND_, cat_N2D_);
+  ops::linear_forward(cat_N2D_, eh_proj_->value, x_ND_);
+  block_.forward(x_ND_, out_ND_, rope);
+  return head_.forward(out_ND_, tgt_N_);
+}
+
+void MtpModule::backward(const Tensor& h_prev_ND, const Tensor& d_out_ND, double loss_weight,
+                         Tensor& dh_prev_ND, const RopeCache& rope, const LossScales& ls) {
+  head_.backward(out_ND_, tgt_N_, loss_weight * ls.grad_scale, dout_ND_, false);
+  if (!d_out_ND.empty()) ops::add_inplace(dout_ND_, d_out_ND, 1.0);
+  block_.backward(dout_ND_, x_ND_, dx_ND_, false, rope, ls);
+  ops::linear_backward(dx_ND_, cat_N2D_, eh_proj_->value, dcat_N2D_, false, eh_proj_->grad);
+  ops::split_cols(dcat_N2D_, den_ND_, dhn_ND_);
+  ops::rmsnorm_backward(dhn_ND_, h_prev_ND, hnorm_->value, h_rstd_N_, dh_prev_ND, true,
+                        hnorm_->grad);
+  ops::rmsnorm_backward(den_ND_, e_ND_, enorm_->value, e_rstd_N_, de_ND_, false, enorm_->grad);
+  ops::embedding_backward(in_tok_N_, de_ND_, embed_->grad);
+}
+
+}  // namespace moet

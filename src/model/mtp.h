@@ -1,0 +1,41 @@
+// Multi-token prediction module k (DeepSeek-V3): h' = eh_proj([enorm(embed(t+k)) | hnorm(h)]),
+// a decoder block, and its own LM head (own norm, shared projection). docs/model.md.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "model/block.h"
+#include "model/lm_head.h"
+
+namespace moet {
+
+class MtpModule {
+public:
+  // depth: k >= 1; prefix: "model.layers.{num_hidden_layers + k - 1}.".
+  MtpModule(const ModelConfig& c, ParamStore& ps, const std::string& prefix, int64_t depth,
+            Weight* embed, Weight* head, std::unique_ptr<TokenDispatcher> dispatcher);
+  void plan(Workspace& ws);
+  // Mean MTP loss of this depth; tokens_BT1 holds B sequences of T+1 tokens.
+  double forward(const Tensor& h_prev_ND, const int32_t* tokens_BT1, const RopeCache& rope);
+  // The module's output hidden state (input of the next module).
+  const Tensor& output() const { return out_ND_; }
+  // dh_prev += gradient of (loss_weight × this module's loss + ⟨d_out, output⟩); d_out may be
+  // empty (last module).
+  void backward(const Tensor& h_prev_ND, const Tensor& d_out_ND, double loss_weight,
+                Tensor& dh_prev_ND, const RopeCache& rope, const LossScales& ls);
+  DecoderBlock& block() { return block_; }
+  LmHead& head() { return head_; }
+
+private:
+  int64_t k_;
+  double eps_;
+  Weight *embed_, *enorm_, *hnorm_, *eh_proj_;
+  DecoderBlock block_;
+  LmHead head_;
+  // kept
+  Tensor in_tok_N_, tgt_N_, e_ND_, en_ND_, e_rstd_N_, hn_ND_, h_rstd_N_, cat_N2D_, x_ND_, out_ND_;
+  // temporaries
+  Tensor dout_ND_, dx_ND_, dcat_N2D_, den_ND_, dhn_ND_, de_ND_;
+};
+
+}  // namespace moet

@@ -1,0 +1,90 @@
+#include "model/params.h"
+
+#include <cstring>
+#include <functional>
+
+#include "core/error.h"
+#include "core/rng.h"
+
+namespace moet {
+
+namespace {
+// Rows [begin, end) of t seen as a matrix [numel / last, last]; t itself when they cover it.
+Tensor row_slice(const Tensor& t, int64_t begin, int64_t end) {
+  const int64_t cols = t.shape[t.ndim - 1], rows = t.numel() / cols;
+  if (begin == 0 && end == rows) return t;
+  return t.view({rows, cols}).rows(begin, end);
+}
+}  // namespace
+
+Tensor NamedSlice::value() const { return row_slice(weight->value, row_begin, row_end); }
+Tensor NamedSlice::grad() const { return row_slice(weight->grad, row_begin, row_end); }
+
+Weight* ParamStore::declare(const std::string& name, std::initializer_list<int64_t> shape,
+                            Init init, bool decay, bool trainable, bool expose_name) {
+  MOET_ASSERT(!allocated());
+  Weight& w = weights_.emplace_back();
+  w.name = name;
+  w.value = Tensor(nullptr, DType::F32, shape);
+  w.grad = w.value;
+  w.init = init;
+  w.decay = decay;
+  w.trainable = trainable;
+  w.offset = numel_;
+  numel_ += w.value.numel();
+  if (expose_name) {
+    int64_t rows = w.value.numel() / w.value.shape[w.value.ndim - 1];
+    add_name(name, &w, 0, rows);
+  }
+  return &w;
+}
+
+void ParamStore::add_name(const std::string& name, const Weight* w, int64_t row_begin,
+                          int64_t row_end) {
+  MOET_ASSERT(names_.count(name) == 0);
+  names_[name] = NamedSlice{w, row_begin, row_end};
+}
+
+void ParamStore::allocate() {
+  MOET_ASSERT(!allocated());
+  values_ = Arena(numel_ * sizeof(float));
+  grads_ = Arena(numel_ * sizeof(float));
+  for (Weight& w : weights_) {
+    w.value.ptr = values_.base() + w.offset * sizeof(float);
+    w.grad.ptr = grads_.base() + w.offset * sizeof(float);
+  }
+}
+
+void ParamStore::initialize(uint64_t seed, double std) {
+  MOET_ASSERT(allocated());
+  for (Weight& w : weights_) {
+    // Keyed by the weight's name, so adding a weight never changes another's values.
+    CounterRng rng(seed, stream_id({std::hash<std::string>{}(w.name)}));
+    float* p = w.value.f32();
+    int64_t n = w.value.numel();
+    switch (w.init) {
+      case Init::Normal:
+        for (int64_t i = 0; i < n; ++i) p[i] = static_cast<float>(std * rng.normal(i));
+        break;
+      case Init::Ones:
+        for (int64_t i = 0; i < n; ++i) p[i] = 1.0f;
+        break;
+      case Init::Zeros:
+        std::memset(p, 0, n * sizeof(float));
+        break;
+    }
+  }
+}
+
+void ParamStore::zero_grads() { std::memset(grads_.base(), 0, numel_ * sizeof(float)); }
+
+const NamedSlice& ParamStore::named(const std::string& name) const {
+  auto it = names_.find(name);
+  MOET_CHECK(it != names_.end(), "the model has no parameter named '", name, "'");
+  return it->second;
+}
+
+Tensor ParamStore::all_values() const { return Tensor(values_.base(), DType::F32, {numel_}); }
+Tensor ParamStore::all_grads() const { return Tensor(grads_.base(), DType::F32, {numel_}); }
+
+}  // namespace moet

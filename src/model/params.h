@@ -1,0 +1,77 @@
+// ParamStore: every parameter of the model in one contiguous arena, with its gradient and the
+// optimizer's moments in parallel arenas at the same offsets (so AdamW is a flat loop and a
+// checkpoint is a few writes). Layers declare their weights first; allocate() then gives each
+// declared Weight its memory. Hugging Face names map onto whole weights or onto slices of one
+// (e.g. each expert's gate_proj is a slice of the layer's fused gate/up weight).
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <initializer_list>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/arena.h"
+#include "core/tensor.h"
+
+namespace moet {
+
+enum class Init { Normal, Ones, Zeros };
+
+struct Weight {
+  std::string name;  // storage name (a Hugging Face name when the weight is not fused)
+  Tensor value;
+  Tensor grad;
+  Init init = Init::Normal;
+  bool decay = true;      // AdamW weight decay applies (matrices and the embedding)
+  bool trainable = true;  // false for buffers such as e_score_correction_bias
+  int64_t offset = 0;     // element offset in the arenas
+};
+
+// A named view (Hugging Face name) onto rows of one weight.
+struct NamedSlice {
+  const Weight* weight = nullptr;
+  int64_t row_begin = 0;
+  int64_t row_end = 0;
+  Tensor value() const;
+  Tensor grad() const;
+};
+
+class ParamStore {
+public:
+  // Declares a weight of the given shape; its tensors are valid after allocate(). The whole
+  // weight is also registered under `name` unless expose_name is false (fused weights expose
+  // their parts with add_name()).
+  Weight* declare(const std::string& name, std::initializer_list<int64_t> shape, Init init,
+                  bool decay, bool trainable = true, bool expose_name = true);
+  // Registers a Hugging Face name for rows [row_begin, row_end) of dimension 0 of w (the shape
+  // of the named tensor is the weight's shape with dimension 0 cut to those rows; for a 3-D
+  // weight [E, R, C] the rows index the flattened [E*R, C]).
+  void add_name(const std::string& name, const Weight* w, int64_t row_begin, int64_t row_end);
+
+  void allocate();
+  bool allocated() const { return !values_.is_planning(); }
+
+  // Fills values: normal(0, std) from a counter-based RNG keyed by (seed, weight index), ones,
+  // zeros.
+  void initialize(uint64_t seed, double std);
+  void zero_grads();
+
+  const std::deque<Weight>& weights() const { return weights_; }
+  std::deque<Weight>& weights() { return weights_; }
+  const std::map<std::string, NamedSlice>& names() const { return names_; }
+  const NamedSlice& named(const std::string& name) const;
+
+  int64_t numel() const { return numel_; }
+  Tensor all_values() const;  // the whole arena as one flat F32 tensor
+  Tensor all_grads() const;
+
+private:
+  std::deque<Weight> weights_;  // deque: declared Weight pointers stay valid
+  std::map<std::string, NamedSlice> names_;
+  int64_t numel_ = 0;
+  Arena values_ = Arena::planning();
+  Arena grads_ = Arena::planning();
+};
+
+}  // namespace moet

@@ -1,0 +1,46 @@
+#include "optim/adamw.h"
+
+#include <cmath>
+
+namespace moet {
+
+namespace {
+Tensor flat_at(const Tensor& all, int64_t offset, int64_t n) {
+  return Tensor(all.f32() + offset, DType::F32, {n});
+}
+}  // namespace
+
+AdamW::AdamW(ParamStore& ps, AdamWConfig cfg)
+    : ps_(ps),
+      cfg_(cfg),
+      m_(ps.numel() * sizeof(float)),
+      v_(ps.numel() * sizeof(float)),
+      m_all_(m_.base(), DType::F32, {ps.numel()}),
+      v_all_(v_.base(), DType::F32, {ps.numel()}) {}
+
+double AdamW::grad_norm() const {
+  double sq = 0;
+  for (const Weight& w : ps_.weights())
+    if (w.trainable) sq += ops::sum_squares(w.grad);
+  return std::sqrt(sq);
+}
+
+double AdamW::step(double lr) {
+  double norm = grad_norm();
+  double clip = 1.0;
+  if (cfg_.grad_clip > 0) clip = std::min(1.0, cfg_.grad_clip / (norm + 1e-6));
+  ++t_;
+  for (Weight& w : ps_.weights()) {
+    if (!w.trainable) continue;
+    if (clip < 1.0) ops::scale_inplace(w.grad, clip);
+    const int64_t n = w.value.numel();
+    Tensor p = flat_at(ps_.all_values(), w.offset, n), g = flat_at(ps_.all_grads(), w.offset, n);
+    Tensor m = flat_at(m_all_, w.offset, n), v = flat_at(v_all_, w.offset, n);
+    ops::AdamWSpec spec{lr, cfg_.beta1, cfg_.beta2, cfg_.eps, w.decay ? cfg_.weight_decay : 0.0,
+                        t_};
+    ops::adamw_update(p, g, m, v, spec);
+  }
+  return norm;
+}
+
+}  // namespace moet

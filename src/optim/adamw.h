@@ -1,0 +1,36 @@
+// AdamW over a ParamStore: moments in two arenas parallel to the parameters, decoupled weight
+// decay on matrices only, global gradient-norm clipping.
+#pragma once
+#include "core/arena.h"
+#include "kernels/ops.h"
+#include "model/params.h"
+
+namespace moet {
+
+struct AdamWConfig {
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
+  double grad_clip = 1.0;  // <= 0: no clipping
+};
+
+class AdamW {
+public:
+  AdamW(ParamStore& ps, AdamWConfig cfg);
+  // sqrt(Σ g²) over trainable parameters.
+  double grad_norm() const;
+  // Clips (when grad_clip > 0), then one AdamW step at learning rate lr. Returns the norm
+  // before clipping.
+  double step(double lr);
+  int64_t steps_taken() const { return t_; }
+  void set_steps_taken(int64_t t) { t_ = t; }
+  Tensor moment1() const { return m_all_; }
+  Tensor moment2() const { return v_all_; }
+
+private:
+  ParamStore& ps_;
+  AdamWConfig cfg_;
+  Arena m_, v_;
+  Tensor m_all_, v_all_;
+  int64_t t_ = 0;
+};
+
+}  // namespace moet

@@ -1,0 +1,35 @@
+// One optimizer step: grad_accum micro-batches of forward+backward, clipping, AdamW at the
+// scheduled learning rate, then the auxiliary-loss-free expert-bias update.
+#pragma once
+#include <functional>
+
+#include "model/model.h"
+#include "optim/adamw.h"
+#include "optim/lr_schedule.h"
+
+namespace moet {
+
+struct StepResult {
+  LossBreakdown losses;  // means over the micro-batches
+  double grad_norm = 0;  // before clipping
+  double lr = 0;
+  double max_expert_load = 0;  // worst layer's max/mean expert load this step
+};
+
+class StepRunner {
+public:
+  StepRunner(Model& model, AdamWConfig adamw, LrSchedule schedule, double bias_update_rate);
+  // micro_batch(a) returns micro-batch a's B×(T+1) tokens, a < grad_accum.
+  StepResult run(int64_t step, int64_t grad_accum,
+                 const std::function<const int32_t*(int64_t)>& micro_batch);
+  AdamW& optimizer() { return adamw_; }
+  const LrSchedule& schedule() const { return schedule_; }
+
+private:
+  Model& model_;
+  AdamW adamw_;
+  LrSchedule schedule_;
+  double bias_rate_;
+};
+
+}  // namespace moet

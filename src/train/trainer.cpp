@@ -1,0 +1,159 @@
+#include "train/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "core/error.h"
+#include "data/dataset.h"
+#include "kernels/ops.h"
+#include "metrics/flops.h"
+#include "metrics/gemm_peak.h"
+#include "metrics/progress.h"
+#include "model/model.h"
+#include "optim/expert_bias.h"
+#include "train/train_step.h"
+
+namespace moet {
+
+namespace {
+
+void validate(const TrainOptions& o) {
+  MOET_CHECK(!o.model_path.empty(), "--model CONFIG.json is required");
+  MOET_CHECK(o.steps > 0, "--steps must be positive, got ", o.steps);
+  MOET_CHECK(o.micro_batch > 0, "--micro-batch must be positive, got ", o.micro_batch);
+  MOET_CHECK(o.seq > 1, "--seq must be at least 2, got ", o.seq);
+  MOET_CHECK(o.grad_accum > 0, "--grad-accum must be positive, got ", o.grad_accum);
+  MOET_CHECK(o.lr > 0 && std::isfinite(o.lr), "--lr must be a positive number, got ", o.lr);
+  MOET_CHECK(o.log_every > 0, "--log-every must be positive, got ", o.log_every);
+  MOET_CHECK(o.threads >= 0, "--threads must be >= 0, got ", o.threads);
+  MOET_CHECK(o.precision == "fp32", "--precision '", o.precision,
+             "' is not available yet (fp32 only; bf16 comes with the speed work)");
+  MOET_CHECK(o.eval_every >= 0 && o.eval_batches >= 0, "--eval-every/--eval-batches must be >= 0");
+}
+
+std::unique_ptr<TokenDataset> open_dataset(const TrainOptions& o, const ModelConfig& cfg) {
+  std::unique_ptr<TokenDataset> ds;
+  if (o.data == "mock") {
+    ds = std::make_unique<MockDataset>(cfg.vocab_size, o.seed);
+  } else {
+    std::vector<std::string> files;
+    if (o.data.empty())
+      files = list_corpus_files(default_corpus_path());
+    else if (std::filesystem::is_directory(o.data))
+      files = list_corpus_files(o.data);
+    else
+      files = {o.data};
+    ds = std::make_unique<TextDataset>(files, o.seed);
+  }
+  MOET_CHECK(ds->vocab_size() <= cfg.vocab_size, "the data needs a vocabulary of ",
+             ds->vocab_size(), " tokens but the model's vocab_size is ", cfg.vocab_size);
+  return ds;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double evaluate(Model& model, const TokenDataset& ds, int64_t batches, std::vector<int32_t>& buf) {
+  const int64_t B = model.micro_batch(), T = model.seq_len();
+  batches = std::min(batches, ds.num_eval_batches(B, T));
+  if (!ds.has_eval() || batches <= 0) return StepMetrics::kNone;
+  double sum = 0;
+  for (int64_t i = 0; i < batches; ++i) {
+    ds.eval_batch(i, B, T, buf.data());
+    sum += model.forward(buf.data()).lm_loss;
+  }
+  reset_router_stats(model.moe_layers());
+  return sum / double(batches);
+}
+
+}  // namespace
+
+double run_training(const TrainOptions& o) {
+  validate(o);
+  ModelConfig cfg = load_model_config(o.model_path);
+  ops::set_num_threads(o.threads > 0 ? o.threads
+                                     : int(std::max(1u, std::thread::hardware_concurrency())));
+  std::unique_ptr<TokenDataset> ds = open_dataset(o, cfg);
+  std::unique_ptr<MetricsWriter> metrics;
+  if (!o.metrics_path.empty())
+    metrics = std::make_unique<MetricsWriter>(o.metrics_path, o.overwrite_metrics);
+
+  const int64_t B = o.micro_batch, T = o.seq, A = o.grad_accum;
+  Model model(cfg, B, T,
+              LossWeights{o.mtp_lambda, o.balance_alpha, o.z_loss_coef});
+  model.init_parameters(o.seed);
+  LrSchedule sched;
+  sched.kind = parse_schedule_kind(o.schedule);
+  sched.max_lr = o.lr;
+  sched.min_lr = o.min_lr >= 0 ? o.min_lr : o.lr / 10;
+  sched.warmup = o.warmup >= 0 ? o.warmup : std::min<int64_t>(200, o.steps / 10);
+  sched.total = o.steps;
+  AdamWConfig oc;
+  oc.weight_decay = o.weight_decay;
+  oc.grad_clip = o.grad_clip;
+  StepRunner runner(model, oc, sched, o.bias_update_rate);
+
+  const double peak = o.peak_tflops > 0 ? o.peak_tflops : measure_gemm_peak_tflops();
+  const double fpt = flops_per_token(cfg, T, cfg.num_nextn_predict_layers > 0);
+  const int64_t tokens_per_step = A * B * T;
+  if (!o.quiet) {
+    std::printf("moet train: %s, %.1fM parameters, %.1f MFLOP/token, %d threads\n",
+                o.model_path.c_str(), double(count_parameters(cfg)) / 1e6, fpt / 1e6,
+                ops::num_threads());
+    std::printf("data: %s | batch %lld x %lld tokens x %lld accum | peak (fp32 GEMM) %.3f TFLOP/s\n",
+                ds->describe().c_str(), (long long)B, (long long)T, (long long)A, peak);
+    std::fflush(stdout);
+  }
+
+  std::vector<int32_t> tokens(A * B * (T + 1));
+  auto t_start = std::chrono::steady_clock::now();
+  double last_loss = 0;
+  for (int64_t step = 0; step < o.steps; ++step) {
+    auto t0 = std::chrono::steady_clock::now();
+    for (int64_t a = 0; a < A; ++a) ds->next_batch(step, a, B, T, tokens.data() + a * B * (T + 1));
+    StepResult r = runner.run(step, A, [&](int64_t a) { return tokens.data() + a * B * (T + 1); });
+    double dt = seconds_since(t0);
+    last_loss = r.losses.loss;
+    MOET_CHECK(std::isfinite(r.losses.loss), "training diverged at step ", step + 1,
+               " (loss is ", r.losses.loss, "); try a lower --lr");
+
+    StepMetrics m;
+    m.step = step + 1;
+    m.total_steps = o.steps;
+    m.loss = r.losses.loss;
+    m.lm_loss = r.losses.lm_loss;
+    if (cfg.num_nextn_predict_layers > 0)
+      m.mtp_loss = r.losses.mtp_loss / double(cfg.num_nextn_predict_layers);
+    if (cfg.num_moe_layers() > 0) {
+      m.balance_loss = r.losses.balance_loss;
+      m.z_loss = r.losses.z_loss;
+      m.max_expert_load = r.max_expert_load;
+    }
+    m.lr = r.lr;
+    m.grad_norm = r.grad_norm;
+    m.tokens_per_s = double(tokens_per_step) / dt;
+    m.tflops = model_tflops(fpt, double(tokens_per_step), dt);
+    m.mfu = m.tflops / peak;
+    m.tokens = (step + 1) * tokens_per_step;
+    m.step_time_s = dt;
+    m.elapsed_s = seconds_since(t_start);
+    m.eta_s = m.elapsed_s / double(step + 1) * double(o.steps - step - 1);
+    bool last = step + 1 == o.steps;
+    if ((o.eval_every > 0 && (step + 1) % o.eval_every == 0) || (last && o.eval_batches > 0))
+      m.eval_loss = evaluate(model, *ds, o.eval_batches, tokens);
+    if (metrics) metrics->write(m);
+    if (!o.quiet && ((step + 1) % o.log_every == 0 || last)) {
+      std::printf("%s\n", format_progress_line(m).c_str());
+      std::fflush(stdout);
+    }
+  }
+  return last_loss;
+}
+
+}  // namespace moet

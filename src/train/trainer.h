@@ -1,0 +1,40 @@
+// The `moet train` loop: data, model, optimizer, progress lines and metrics.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace moet {
+
+struct TrainOptions {
+  std::string model_path;
+  std::string data;  // "" = default English corpus, "mock", or a text file
+  int64_t steps = 200;
+  int64_t micro_batch = 8;
+  int64_t seq = 256;
+  int64_t grad_accum = 1;
+  double lr = 1e-3;
+  double min_lr = -1;    // < 0: lr / 10
+  int64_t warmup = -1;   // < 0: min(200, steps / 10)
+  std::string schedule = "cosine";
+  uint64_t seed = 1234;
+  int threads = 0;  // 0: all cores
+  std::string precision = "fp32";
+  std::string metrics_path;
+  bool overwrite_metrics = false;
+  int64_t log_every = 1;
+  int64_t eval_every = 0;  // 0: evaluate only at the end
+  int64_t eval_batches = 4;
+  double weight_decay = 0.1;
+  double grad_clip = 1.0;
+  double mtp_lambda = 0.3;
+  double balance_alpha = 1e-4;
+  double z_loss_coef = 0.0;
+  double bias_update_rate = 1e-3;
+  double peak_tflops = 0;  // 0: measure the fp32 GEMM peak at start
+  bool quiet = false;      // no progress lines (metrics file only)
+};
+
+// Validates the options (one clear moet::Error per problem) and trains. Returns the final loss.
+double run_training(const TrainOptions& opts);
+
+}  // namespace moet
