@@ -1,0 +1,216 @@
+#include "data/dataset.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "data/byte_tokenizer.h"
+
+namespace moet {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Stream tags keep the purposes of random numbers apart.
+constexpr uint64_t kTrainTag = 0x747261696E;  // "train"
+constexpr uint64_t kEvalTag = 0x6576616C;     // "eval"
+
+void check_shape(int64_t step, int64_t micro, int64_t first_seq, int64_t count, int64_t T) {
+  MOET_CHECK(step >= 0 && micro >= 0 && first_seq >= 0, "dataset: step (", step, "), micro (",
+             micro, ") and first sequence (", first_seq, ") must be non-negative");
+  MOET_CHECK(count > 0 && T > 0, "dataset: batch size (", count, ") and sequence length (", T,
+             ") must be positive");
+}
+
+std::string read_file(const std::string& path) {
+  std::error_code ec;
+  MOET_CHECK(fs::exists(path, ec), "text data file '", path, "' does not exist");
+  MOET_CHECK(!fs::is_directory(path, ec), "'", path, "' is a directory, not a text file");
+  std::ifstream in(path, std::ios::binary);
+  MOET_CHECK(in, "cannot open text data file '", path, "'");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  MOET_CHECK(!in.bad(), "error reading text data file '", path, "'");
+  return ss.str();
+}
+
+bool is_separator(std::string_view line) {
+  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  return line == "%";
+}
+
+}  // namespace
+
+void TokenDataset::eval_batch(int64_t, int64_t, int64_t, int32_t*) const {
+  MOET_FAIL("dataset '", describe(), "' has no held-out split for evaluation");
+}
+
+int64_t TokenDataset::num_eval_batches(int64_t, int64_t) const { return 0; }
+
+// ---------------------------------------------------------------------------------------------
+
+MockDataset::MockDataset(int64_t vocab, uint64_t seed) : vocab_(vocab), seed_(seed) {
+  MOET_CHECK(vocab > 0, "mock dataset: vocabulary size must be positive, got ", vocab);
+}
+
+std::string MockDataset::describe() const {
+  return str("mock data: uniform random tokens in [0, ", vocab_, "), seed ", seed_);
+}
+
+void MockDataset::fill_sequences(int64_t step, int64_t micro, int64_t first_seq, int64_t count,
+                                 int64_t T, int32_t* out) const {
+  check_shape(step, micro, first_seq, count, T);
+  for (int64_t s = 0; s < count; ++s) {
+    const CounterRng rng(
+        seed_, stream_id({kTrainTag, static_cast<uint64_t>(step), static_cast<uint64_t>(micro),
+                          static_cast<uint64_t>(first_seq + s)}));
+    int32_t* row = out + s * (T + 1);
+    for (int64_t t = 0; t <= T; ++t)
+      row[t] = static_cast<int32_t>(rng.below(static_cast<uint64_t>(t), vocab_));
+  }
+}
+
+void MockDataset::eval_batch(int64_t index, int64_t B, int64_t T, int32_t* out) const {
+  check_shape(0, 0, index, B, T);
+  for (int64_t b = 0; b < B; ++b) {
+    // Not keyed by the seed: the held-out data are the same in every run.
+    const CounterRng rng(
+        0, stream_id({kEvalTag, static_cast<uint64_t>(index), static_cast<uint64_t>(b)}));
+    int32_t* row = out + b * (T + 1);
+    for (int64_t t = 0; t <= T; ++t)
+      row[t] = static_cast<int32_t>(rng.below(static_cast<uint64_t>(t), vocab_));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+TextDataset::TextDataset(const std::vector<std::string>& paths, uint64_t seed, double eval_fraction)
+    : seed_(seed) {
+  MOET_CHECK(!paths.empty(), "text dataset: no input files given");
+  MOET_CHECK(eval_fraction >= 0.0 && eval_fraction < 1.0,
+             "text dataset: held-out fraction must be in [0, 1), got ", eval_fraction);
+  for (const std::string& p : paths) {
+    std::error_code ec;
+    if (fs::is_directory(p, ec)) {
+      auto listed = list_corpus_files(p);
+      MOET_CHECK(!listed.empty(), "text data directory '", p, "' holds no text files");
+      files_.insert(files_.end(), listed.begin(), listed.end());
+    } else {
+      files_.push_back(p);
+    }
+  }
+
+  const ByteTokenizer tok;
+  std::vector<int32_t> doc;
+  for (const std::string& path : files_) {
+    const std::string text = read_file(path);
+    size_t pos = 0;
+    size_t doc_begin = 0;
+    auto end_doc = [&](size_t doc_end) {
+      if (doc_end > doc_begin) {
+        doc.clear();
+        tok.encode_append(std::string_view(text).substr(doc_begin, doc_end - doc_begin), doc);
+        tokens_.insert(tokens_.end(), doc.begin(), doc.end());
+        tokens_.push_back(static_cast<uint16_t>(ByteTokenizer::kEod));
+        ++num_docs_;
+      }
+    };
+    while (pos < text.size()) {
+      size_t nl = text.find('\n', pos);
+      const size_t line_end = nl == std::string::npos ? text.size() : nl;
+      const size_t next = nl == std::string::npos ? text.size() : nl + 1;
+      if (is_separator(std::string_view(text).substr(pos, line_end - pos))) {
+        end_doc(pos);
+        doc_begin = next;
+      }
+      pos = next;
+    }
+    end_doc(text.size());
+  }
+  MOET_CHECK(!tokens_.empty(), "no text in ",
+             files_.size() == 1 ? "'" + files_[0] + "'" : str(files_.size(), " files"),
+             " (empty, or only '%' separator lines); give a non-empty text file");
+  const auto n = static_cast<int64_t>(tokens_.size());
+  eval_begin_ = n - static_cast<int64_t>(static_cast<double>(n) * eval_fraction);
+}
+
+int64_t TextDataset::vocab_size() const { return ByteTokenizer::kVocabSize; }
+
+std::string TextDataset::describe() const {
+  return str("text data: ", files_.size() == 1 ? files_[0] : str(files_.size(), " files"), ", ",
+             num_tokens(), " byte tokens in ", num_docs_, " documents (", num_train_tokens(),
+             " train, ", num_eval_tokens(), " held out), seed ", seed_);
+}
+
+void TextDataset::fill_sequences(int64_t step, int64_t micro, int64_t first_seq, int64_t count,
+                                 int64_t T, int32_t* out) const {
+  check_shape(step, micro, first_seq, count, T);
+  MOET_CHECK(eval_begin_ >= T + 1, "text data too short: ", eval_begin_,
+             " training tokens, but a sequence of length ", T, " needs ", T + 1,
+             "; use more text or a shorter sequence");
+  const auto windows = static_cast<uint64_t>(eval_begin_ - T);  // start offsets 0..train-T-1
+  for (int64_t s = 0; s < count; ++s) {
+    const CounterRng rng(
+        seed_, stream_id({kTrainTag, static_cast<uint64_t>(step), static_cast<uint64_t>(micro),
+                          static_cast<uint64_t>(first_seq + s)}));
+    const uint16_t* src = tokens_.data() + rng.below(0, windows);
+    std::copy(src, src + T + 1, out + s * (T + 1));
+  }
+}
+
+int64_t TextDataset::num_eval_batches(int64_t B, int64_t T) const {
+  MOET_CHECK(B > 0 && T > 0, "eval batch size (", B, ") and sequence length (", T,
+             ") must be positive");
+  const int64_t windows = num_eval_tokens() / (T + 1);
+  return (windows + B - 1) / B;
+}
+
+void TextDataset::eval_batch(int64_t index, int64_t B, int64_t T, int32_t* out) const {
+  check_shape(0, 0, index, B, T);
+  if (!has_eval()) TokenDataset::eval_batch(index, B, T, out);  // throws: no held-out split
+  const int64_t windows = num_eval_tokens() / (T + 1);
+  MOET_CHECK(windows >= 1, "held-out text too short: ", num_eval_tokens(),
+             " tokens, but a sequence of length ", T, " needs ", T + 1,
+             "; use more text, a larger held-out fraction or a shorter sequence");
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t w = (index * B + b) % windows;
+    const uint16_t* src = tokens_.data() + eval_begin_ + w * (T + 1);
+    std::copy(src, src + T + 1, out + b * (T + 1));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+std::vector<std::string> list_corpus_files(const std::string& dir) {
+  std::error_code ec;
+  MOET_CHECK(fs::is_directory(dir, ec), "corpus directory '", dir, "' does not exist");
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    auto ends_with = [&](std::string_view suf) {
+      return name.size() >= suf.size() &&
+             name.compare(name.size() - suf.size(), suf.size(), suf) == 0;
+    };
+    if (name.empty() || name[0] == '.' || ends_with(".dat") || ends_with(".u8")) continue;
+    std::error_code ec2;
+    if (!e.is_regular_file(ec2)) continue;
+    out.push_back(e.path().string());
+  }
+  MOET_CHECK(!ec, "cannot list corpus directory '", dir, "': ", ec.message());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string default_corpus_path() {
+  const std::string dir = "/usr/share/games/fortunes";
+  std::error_code ec;
+  MOET_CHECK(fs::is_directory(dir, ec) && !list_corpus_files(dir).empty(),
+             "default English corpus not found in ", dir,
+             " (Debian package 'fortunes'); run scripts/install_deps.sh or give a text file");
+  return dir;
+}
+
+}  // namespace moet

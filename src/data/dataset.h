@@ -1,0 +1,98 @@
+// Token datasets for training: every batch is a pure function of (seed, step, micro-batch,
+// sequence index), drawn with the counter-based RNG, so a run is reproducible and resumable
+// without saving data-loader state.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace moet {
+
+class TokenDataset {
+ public:
+  virtual ~TokenDataset() = default;
+
+  virtual int64_t vocab_size() const = 0;
+  // One line for logs: what the data are.
+  virtual std::string describe() const = 0;
+
+  // Fills `count` sequences of T+1 tokens into out[count][T+1]; sequence s is the one with
+  // global index first_seq + s of micro-batch `micro` of step `step` (so data-parallel ranks
+  // can each fill their own slice of one global batch).
+  virtual void fill_sequences(int64_t step, int64_t micro, int64_t first_seq, int64_t count,
+                              int64_t T, int32_t* out) const = 0;
+  // B sequences 0..B-1 of (step, micro).
+  void next_batch(int64_t step, int64_t micro, int64_t B, int64_t T, int32_t* out_B_T1) const {
+    fill_sequences(step, micro, 0, B, T, out_B_T1);
+  }
+
+  // Held-out data: batch `index` (0, 1, ...) of B sequences of T+1 tokens, the same for every
+  // seed. The default throws: the dataset has no held-out split.
+  virtual bool has_eval() const { return false; }
+  virtual void eval_batch(int64_t index, int64_t B, int64_t T, int32_t* out_B_T1) const;
+  // How many eval batches cover the held-out data once (later indices wrap around).
+  virtual int64_t num_eval_batches(int64_t B, int64_t T) const;
+};
+
+// Uniform random tokens in [0, vocab), like Megatron's --mock-data.
+class MockDataset : public TokenDataset {
+ public:
+  MockDataset(int64_t vocab, uint64_t seed);
+  int64_t vocab_size() const override { return vocab_; }
+  std::string describe() const override;
+  void fill_sequences(int64_t step, int64_t micro, int64_t first_seq, int64_t count, int64_t T,
+                      int32_t* out) const override;
+  bool has_eval() const override { return true; }
+  void eval_batch(int64_t index, int64_t B, int64_t T, int32_t* out_B_T1) const override;
+  int64_t num_eval_batches(int64_t, int64_t) const override { return 1; }
+
+ private:
+  int64_t vocab_;
+  uint64_t seed_;
+};
+
+// Byte-tokenized text. Each file is split into documents at lines that are exactly "%" (the
+// fortune format; a file without such lines is one document); every non-empty document is
+// followed by the end-of-document token 256, and all are concatenated in file order. The last
+// `eval_fraction` of that stream is held out: training windows (T+1 consecutive tokens at
+// random offsets) lie entirely in the first part, eval windows (consecutive, non-overlapping)
+// entirely in the last part.
+class TextDataset : public TokenDataset {
+ public:
+  // `paths`: text files or directories (a directory stands for list_corpus_files(dir)).
+  TextDataset(const std::vector<std::string>& paths, uint64_t seed, double eval_fraction = 0.05);
+
+  int64_t vocab_size() const override;
+  std::string describe() const override;
+  void fill_sequences(int64_t step, int64_t micro, int64_t first_seq, int64_t count, int64_t T,
+                      int32_t* out) const override;
+  bool has_eval() const override { return eval_begin_ < num_tokens(); }
+  void eval_batch(int64_t index, int64_t B, int64_t T, int32_t* out_B_T1) const override;
+  int64_t num_eval_batches(int64_t B, int64_t T) const override;
+
+  const std::vector<std::string>& files() const { return files_; }
+  int64_t num_tokens() const { return static_cast<int64_t>(tokens_.size()); }
+  int64_t num_documents() const { return num_docs_; }
+  int64_t num_train_tokens() const { return eval_begin_; }
+  int64_t num_eval_tokens() const { return num_tokens() - eval_begin_; }
+  // The whole token stream (training part first, then the held-out part).
+  const std::vector<uint16_t>& tokens() const { return tokens_; }
+
+ private:
+  std::vector<std::string> files_;
+  std::vector<uint16_t> tokens_;
+  int64_t num_docs_ = 0;
+  int64_t eval_begin_ = 0;
+  uint64_t seed_;
+};
+
+// The plain-text files of a corpus directory, sorted by name: regular files whose names do not
+// start with '.' and do not end in ".dat" or ".u8" (the fortune index files and UTF-8 links).
+std::vector<std::string> list_corpus_files(const std::string& dir);
+
+// The default English corpus: the directory of Debian's `fortunes` package
+// (/usr/share/games/fortunes). Throws moet::Error saying to run scripts/install_deps.sh when
+// it is missing.
+std::string default_corpus_path();
+
+}  // namespace moet

@@ -1,0 +1,125 @@
+#include "metrics/progress.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace moet {
+namespace {
+
+bool has(double v) { return std::isfinite(v); }
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+// 950 -> "950", 12345 -> "12.3k", 4.5e6 -> "4.50M".
+std::string format_rate(double v) {
+  if (v >= 1e9) return fmt("%.2fG", v / 1e9);
+  if (v >= 1e6) return fmt("%.2fM", v / 1e6);
+  if (v >= 1e4) return fmt("%.1fk", v / 1e3);
+  return fmt("%.0f", v);
+}
+
+}  // namespace
+
+std::string format_hms(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "-:--:--";
+  const auto s = static_cast<int64_t>(std::llround(seconds));
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%lld:%02lld:%02lld", static_cast<long long>(s / 3600),
+                static_cast<long long>(s / 60 % 60), static_cast<long long>(s % 60));
+  return buf;
+}
+
+std::string format_progress_line(const StepMetrics& m) {
+  std::string s = "step ";
+  if (m.total_steps > 0) {
+    const std::string total = std::to_string(m.total_steps);
+    std::string step = std::to_string(m.step);
+    if (step.size() < total.size()) step.insert(0, total.size() - step.size(), ' ');
+    s += step + "/" + total;
+  } else {
+    s += std::to_string(m.step);
+  }
+  s += " | loss " + (has(m.loss) ? fmt("%.4f", m.loss) : std::string("nan"));
+  std::string parts;
+  if (has(m.lm_loss) && m.lm_loss != m.loss) parts += "lm " + fmt("%.4f", m.lm_loss);
+  if (has(m.mtp_loss)) parts += (parts.empty() ? "" : " ") + ("mtp " + fmt("%.4f", m.mtp_loss));
+  if (!parts.empty()) s += " (" + parts + ")";
+  if (has(m.eval_loss)) s += " | eval " + fmt("%.4f", m.eval_loss);
+  if (has(m.lr)) s += " | lr " + fmt("%.2e", m.lr);
+  if (has(m.grad_norm)) s += " | gnorm " + fmt("%.3f", m.grad_norm);
+  if (has(m.tokens_per_s)) s += " | " + format_rate(m.tokens_per_s) + " tok/s";
+  if (has(m.tflops)) s += " | " + fmt(m.tflops < 10 ? "%.3f" : "%.1f", m.tflops) + " TFLOP/s";
+  if (has(m.mfu)) s += " | MFU " + fmt("%.1f", 100.0 * m.mfu) + "%";
+  if (has(m.max_expert_load)) s += " | load max/mean " + fmt("%.2f", m.max_expert_load);
+  if (has(m.step_time_s)) s += " | " + fmt("%.2f", m.step_time_s) + " s/step";
+  if (has(m.eta_s)) s += " | ETA " + format_hms(m.eta_s);
+  return s;
+}
+
+std::string metrics_json_line(const StepMetrics& m) {
+  nlohmann::ordered_json j;
+  auto required = [&](const char* key, double v) {
+    j[key] = has(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json(nullptr);
+  };
+  auto optional = [&](const char* key, double v) {
+    if (has(v)) j[key] = v;
+  };
+  j["step"] = m.step;
+  if (m.total_steps > 0) j["total_steps"] = m.total_steps;
+  required("loss", m.loss);
+  optional("lm_loss", m.lm_loss);
+  optional("mtp_loss", m.mtp_loss);
+  optional("balance_loss", m.balance_loss);
+  optional("z_loss", m.z_loss);
+  optional("eval_loss", m.eval_loss);
+  required("lr", m.lr);
+  required("grad_norm", m.grad_norm);
+  required("tokens_per_s", m.tokens_per_s);
+  required("tflops", m.tflops);
+  required("mfu", m.mfu);
+  required("max_expert_load", m.max_expert_load);
+  optional("min_expert_load", m.min_expert_load);
+  j["tokens"] = m.tokens;
+  optional("step_time_s", m.step_time_s);
+  optional("elapsed_s", m.elapsed_s);
+  optional("eta_s", m.eta_s);
+  return j.dump();
+}
+
+MetricsWriter::MetricsWriter(const std::string& path, bool overwrite)
+    : MetricsWriter(path, overwrite ? Mode::kOverwrite : Mode::kCreate) {}
+
+MetricsWriter::MetricsWriter(const std::string& path, Mode mode) : path_(path) {
+  MOET_CHECK(!path.empty(), "metrics file path is empty");
+  // "x": exclusive create (fails if the file exists), so nothing is ever clobbered by accident.
+  const char* how = mode == Mode::kCreate ? "wx" : mode == Mode::kOverwrite ? "w" : "a";
+  file_ = std::fopen(path.c_str(), how);
+  if (!file_) {
+    const int err = errno;
+    MOET_CHECK(!(mode == Mode::kCreate && err == EEXIST), "metrics file '", path,
+               "' already exists; refusing to overwrite it (remove it, choose another path, or "
+               "ask to overwrite)");
+    MOET_FAIL("cannot open metrics file '", path, "': ", std::strerror(err));
+  }
+}
+
+MetricsWriter::~MetricsWriter() {
+  if (file_) std::fclose(file_);
+}
+
+void MetricsWriter::write(const StepMetrics& m) {
+  const std::string line = metrics_json_line(m) + "\n";
+  const bool ok =
+      std::fwrite(line.data(), 1, line.size(), file_) == line.size() && std::fflush(file_) == 0;
+  MOET_CHECK(ok, "cannot write metrics file '", path_, "': ", std::strerror(errno));
+}
+
+}  // namespace moet

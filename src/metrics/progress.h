@@ -1,0 +1,66 @@
+// Per-step training metrics: a compact progress line for the terminal and a JSONL writer
+// (one JSON object per step, flushed as written).
+#pragma once
+#include <cstdint>
+#include <cstdio>
+#include <limits>
+#include <string>
+
+namespace moet {
+
+// Fields left NaN are "not measured this step": the progress line leaves them out, the JSONL
+// record leaves optional ones out and writes null for required ones.
+struct StepMetrics {
+  static constexpr double kNone = std::numeric_limits<double>::quiet_NaN();
+
+  int64_t step = 0;             // steps done (1-based: the step that just finished)
+  int64_t total_steps = 0;      // 0 when unknown
+  double loss = kNone;          // total training loss (what is optimised)
+  double lm_loss = kNone;       // next-token cross-entropy
+  double mtp_loss = kNone;      // multi-token-prediction loss (mean over modules, unweighted)
+  double balance_loss = kNone;  // sequence-wise balance loss (unweighted sum over MoE layers)
+  double z_loss = kNone;        // router z-loss (unweighted)
+  double eval_loss = kNone;     // held-out lm loss, when evaluated this step
+  double lr = kNone;
+  double grad_norm = kNone;  // global norm before clipping
+  double tokens_per_s = kNone;
+  double tflops = kNone;           // model TFLOP/s (Megatron's formula) per device
+  double mfu = kNone;              // fraction (0..1) of the device peak
+  double max_expert_load = kNone;  // max over experts of load / mean load (1 = balanced)
+  double min_expert_load = kNone;  // min over experts of load / mean load
+  int64_t tokens = 0;              // tokens trained on so far
+  double step_time_s = kNone;
+  double elapsed_s = kNone;
+  double eta_s = kNone;
+};
+
+// One line, e.g. "step  12/100 | loss 5.4321 (lm 5.4012 mtp 5.6930) | lr 3.00e-04 |
+// gnorm 1.234 | 1.23k tok/s | 0.152 TFLOP/s | MFU 12.3% | load max/mean 1.42 | 0.52 s/step |
+// ETA 0:00:45".
+std::string format_progress_line(const StepMetrics& m);
+// Seconds as h:mm:ss ("-:--:--" when negative or not finite).
+std::string format_hms(double seconds);
+// The JSON object of one step, one line without a newline.
+std::string metrics_json_line(const StepMetrics& m);
+
+class MetricsWriter {
+ public:
+  enum class Mode { kCreate, kOverwrite, kAppend };
+  // kCreate refuses (moet::Error) when `path` exists; kAppend continues a file (resume).
+  MetricsWriter(const std::string& path, Mode mode);
+  // overwrite false: kCreate; true: kOverwrite.
+  MetricsWriter(const std::string& path, bool overwrite);
+  ~MetricsWriter();
+  MetricsWriter(const MetricsWriter&) = delete;
+  MetricsWriter& operator=(const MetricsWriter&) = delete;
+
+  // Appends one line and flushes it.
+  void write(const StepMetrics& m);
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::FILE* file_ = nullptr;
+};
+
+}  // namespace moet
