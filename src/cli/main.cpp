@@ -1,6 +1,7 @@
 // moet command-line entry point: argument parsing only; the work is in the library.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <string>
 #include <exception>
 
 #include "core/error.h"
@@ -54,6 +55,11 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   moet::TrainOptions train;
   add_train_command(app, train);
+  if (argc > 1 && argv[1][0] != '-' && std::string(argv[1]) != "train") {
+    std::fprintf(stderr, "moet: error: unknown command '%s' (commands: train; see moet --help)\n",
+                 argv[1]);
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -64,6 +64,7 @@ void ParamStore::initialize(uint64_t seed, double std) {
     int64_t n = w.value.numel();
     switch (w.init) {
       case Init::Normal:
+#pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < n; ++i) p[i] = static_cast<float>(std * rng.normal(i));
         break;
       case Init::Ones:
