@@ -1,0 +1,460 @@
+#!/usr/bin/env python3
+"""Self-check of the PyTorch reference.  Exit status 0 iff every check passes.
+
+usage: check_reference.py [--golden DIR [--config CONFIG]]
+
+With --golden, also re-derives step.safetensors from params.safetensors in float64 and
+compares (and checks the three files' names, dtypes and shapes).
+"""
+
+import argparse
+import copy
+import math
+import os
+import sys
+import tempfile
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+
+import torch  # noqa: E402
+from torch.nn.utils.stateless import functional_call  # noqa: E402
+
+from config import ModelConfig, load_config, load_config_dict  # noqa: E402
+from flops import flops_per_token  # noqa: E402
+from model import (DeepseekV3, LossWeights, combine_losses, hf_state_dict,  # noqa: E402
+                   init_parameters, load_hf_state_dict, select_experts)
+from rope import apply_rope, rope_parameters, rope_tables, softmax_scale  # noqa: E402
+from safetensors_io import load_file, save_file  # noqa: E402
+from train import (TrainHParams, clip_grad_global_norm, lr_at, make_optimizer,  # noqa: E402
+                   update_router_bias)
+
+CHECKS = []
+
+
+def check(fn):
+    CHECKS.append(fn)
+    return fn
+
+
+def micro_config(**over) -> ModelConfig:
+    """A very small float64-friendly config exercising every piece (YaRN, MoE, MTP)."""
+    d = {
+        "vocab_size": 23, "hidden_size": 16, "intermediate_size": 24,
+        "moe_intermediate_size": 8, "num_hidden_layers": 2, "first_k_dense_replace": 1,
+        "num_attention_heads": 2, "num_key_value_heads": 2, "q_lora_rank": 8,
+        "kv_lora_rank": 6, "qk_nope_head_dim": 4, "qk_rope_head_dim": 4, "v_head_dim": 4,
+        "n_routed_experts": 8, "n_shared_experts": 1, "num_experts_per_tok": 2,
+        "n_group": 4, "topk_group": 2, "routed_scaling_factor": 2.5,
+        "norm_topk_prob": True, "rms_norm_eps": 1e-6, "rope_theta": 10000,
+        "rope_scaling": {"type": "yarn", "factor": 4, "original_max_position_embeddings": 4,
+                         "beta_fast": 32, "beta_slow": 1, "mscale": 1.0,
+                         "mscale_all_dim": 1.0},
+        "num_nextn_predict_layers": 1, "tie_word_embeddings": False,
+        "initializer_range": 0.2,
+    }
+    d.update(over)
+    return ModelConfig.from_hf(d)
+
+
+def new_model(cfg, seed=0, dtype=torch.float64):
+    m = DeepseekV3(cfg, dtype)
+    init_parameters(m, torch.Generator().manual_seed(seed))
+    return m
+
+
+# ------------------------------------------------------------------------------------------
+@check
+def safetensors_roundtrip():
+    ts = {"a": torch.randn(3, 4), "b": torch.randn(2, dtype=torch.float64),
+          "c": torch.arange(5, dtype=torch.int32), "d": torch.arange(6, dtype=torch.int64).view(2, 3),
+          "s": torch.tensor(1.5), "e": torch.zeros(0, 3)}
+    with tempfile.TemporaryDirectory() as td:
+        p = os.path.join(td, "x.safetensors")
+        save_file(ts, p, {"k": "v"})
+        back = load_file(p)
+    assert list(back) == list(ts), "names/order"
+    for n in ts:
+        assert back[n].dtype == ts[n].dtype and back[n].shape == ts[n].shape, n
+        assert torch.equal(back[n], ts[n]), n
+
+
+@check
+def flops_formula():
+    cfg = load_config(os.path.join(ROOT, "configs", "deepseek-v3-671b.json"))
+    with_mtp = flops_per_token(cfg, 4096, mtp=True) / 1e9
+    without = flops_per_token(cfg, 4096, mtp=False) / 1e9
+    assert abs(with_mtp - 260.0) <= 0.05, f"with MTP {with_mtp}"
+    assert abs(without - 249.8) <= 0.05, f"without MTP {without}"
+
+
+@check
+def yarn_parameters():
+    # DeepSeek-V3: R=64, orig 4096, theta 1e4 -> low = floor(10.47) = 10, high = ceil(22.5) = 23
+    cfg = load_config(os.path.join(ROOT, "configs", "deepseek-v3-671b.json"))
+    inv, att = rope_parameters(cfg)
+    base = 1.0 / 10000.0 ** (torch.arange(32, dtype=torch.float64) * 2 / 64)
+    assert abs(att - 1.0) < 1e-15, att                   # mscale == mscale_all_dim
+    assert torch.allclose(inv[:11], base[:11], rtol=0, atol=0)
+    assert torch.allclose(inv[23:], base[23:] / 40, rtol=1e-15)
+    ramp = (torch.arange(32, dtype=torch.float64) - 10) / 13
+    assert torch.allclose(inv[15], base[15] / 40 * ramp[15] + base[15] * (1 - ramp[15]))
+    ms = 0.1 * math.log(40) + 1
+    assert abs(softmax_scale(cfg) - ms * ms / math.sqrt(192)) < 1e-15
+    # tiny.json: R=8, orig 8 -> low 0, high 1: dim pair 0 keeps base, the rest base/4
+    tiny = load_config(os.path.join(ROOT, "configs", "tiny.json"))
+    inv, att = rope_parameters(tiny)
+    base = 1.0 / 10000.0 ** (torch.arange(4, dtype=torch.float64) * 2 / 8)
+    assert inv[0] == base[0] and torch.allclose(inv[1:], base[1:] / 4)
+    # attention_factor with mscale != mscale_all_dim, and without mscale_all_dim
+    c2 = micro_config(rope_scaling={"type": "yarn", "factor": 4,
+                                    "original_max_position_embeddings": 4,
+                                    "mscale": 0.707, "mscale_all_dim": 0.0})
+    _, att2 = rope_parameters(c2)
+    assert abs(att2 - (0.1 * math.log(4) + 1)) < 1e-15
+    assert abs(softmax_scale(c2) - 1 / math.sqrt(8)) < 1e-15
+    # no rope_scaling: plain RoPE
+    small = load_config(os.path.join(ROOT, "configs", "small.json"))
+    inv, att = rope_parameters(small)
+    assert att == 1.0 and abs(softmax_scale(small) - 1 / math.sqrt(48)) < 1e-15
+
+
+@check
+def rope_is_relative():
+    """Interleaved RoPE: q(t)·k(s) depends only on t - s (up to attention_factor²)."""
+    cfg = micro_config(qk_rope_head_dim=8, rope_scaling=None)
+    cos, sin = rope_tables(cfg, 12)
+    g = torch.Generator().manual_seed(1)
+    q, k = torch.randn(8, dtype=torch.float64, generator=g), torch.randn(8, dtype=torch.float64, generator=g)
+    qs = apply_rope(q.expand(12, 8), cos, sin)
+    ks = apply_rope(k.expand(12, 8), cos, sin)
+    d1 = (qs[7] * ks[4]).sum()
+    d2 = (qs[5] * ks[2]).sum()
+    assert abs(d1 - d2) < 1e-12, (d1, d2)
+    # explicit pair rotation at t=1 for pair 0
+    x = torch.tensor([1.0, 2.0] + [0.0] * 6, dtype=torch.float64)
+    y = apply_rope(x.expand(12, 8), cos, sin)[1]
+    c, s = cos[1, 0], sin[1, 0]
+    assert torch.allclose(y[:2], torch.stack([1 * c - 2 * s, 2 * c + 1 * s]))
+
+
+def naive_select(sel_row, G, topk_group, K):
+    """Per-token group-limited top-k, written as plainly as possible."""
+    E = len(sel_row)
+    gs = E // G
+    gscore = []
+    for gi in range(G):
+        vals = sorted(sel_row[gi * gs:(gi + 1) * gs], reverse=True)
+        gscore.append(sum(vals[:2]))
+    kept = sorted(range(G), key=lambda gi: (-gscore[gi], gi))[:topk_group]
+    cand = [e for e in range(E) if e // gs in kept]
+    return sorted(cand, key=lambda e: (-sel_row[e], e))[:K], kept
+
+
+@check
+def group_limited_selection():
+    g = torch.Generator().manual_seed(2)
+    for (E, G, tg, K) in [(16, 4, 2, 4), (32, 4, 2, 4), (256, 8, 4, 8), (8, 1, 1, 3), (12, 6, 1, 2)]:
+        sel = torch.rand(300, E, dtype=torch.float64, generator=g)
+        chosen, kept = select_experts(sel, G, tg, K)
+        gs = E // G
+        for n in range(sel.shape[0]):
+            ch = chosen[n].tolist()
+            kp = set(kept[n].tolist())
+            assert all(e // gs in kp for e in ch), f"expert outside kept groups {ch} {kp}"
+            ref_ch, ref_kept = naive_select(sel[n].tolist(), G, tg, K)
+            assert ch == ref_ch, (E, G, n, ch, ref_ch)
+            assert sorted(kp) == sorted(ref_kept)
+    # ties: lower group / lower expert index first
+    sel = torch.ones(1, 16, dtype=torch.float64)
+    chosen, kept = select_experts(sel, 4, 2, 4)
+    assert kept[0].tolist() == [0, 1] and chosen[0].tolist() == [0, 1, 2, 3]
+    sel = torch.zeros(1, 16, dtype=torch.float64)
+    sel[0, 15] = 5.0    # group 3 has the single best expert, but group 2 ties group 3? no:
+    sel[0, 9] = sel[0, 8] = 2.6   # group 2 score 5.2 > group 3 score 5.0
+    chosen, kept = select_experts(sel, 4, 1, 2)
+    assert kept[0].tolist() == [2] and chosen[0].tolist() == [8, 9], (kept, chosen)
+
+
+@check
+def moe_dispatch_matches_naive():
+    cfg = micro_config()
+    m = new_model(cfg, seed=3)
+    moe = m.model.layers[1].mlp
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(2, 5, cfg.hidden_size, dtype=torch.float64, generator=g)
+    y, aux = moe(x)
+    xf = x.reshape(-1, cfg.hidden_size)
+    logits = xf @ moe.gate.weight.T
+    s = torch.sigmoid(logits)
+    sel = s + moe.gate.e_score_correction_bias
+    yn = torch.zeros_like(xf)
+    counts = torch.zeros(cfg.n_routed_experts, dtype=torch.int64)
+    for n in range(xf.shape[0]):
+        ch, _ = naive_select(sel[n].tolist(), cfg.n_group, cfg.topk_group, cfg.num_experts_per_tok)
+        w = torch.stack([s[n, e] for e in ch])
+        w = w / w.sum() * cfg.routed_scaling_factor
+        for wk, e in zip(w, ch):
+            yn[n] += wk * moe.experts[e](xf[n:n + 1])[0]
+            counts[e] += 1
+        yn[n] += moe.shared_experts(xf[n:n + 1])[0]
+    assert torch.allclose(y.reshape(-1, cfg.hidden_size), yn, rtol=1e-12, atol=1e-13)
+    assert torch.equal(aux.load, counts)
+    # balance loss by its definition, per sequence
+    E, K, T = cfg.n_routed_experts, cfg.num_experts_per_tok, 5
+    Lb = []
+    for b in range(2):
+        rows = range(b * T, (b + 1) * T)
+        f = torch.zeros(E, dtype=torch.float64)
+        for n in rows:
+            for e in aux.chosen[n].tolist():
+                f[e] += E / (K * T)
+        P = sum(s[n] / s[n].sum() for n in rows) / T
+        Lb.append((f * P).sum())
+    assert abs(aux.balance_loss - sum(Lb) / 2) < 1e-12
+    z = sum(torch.logsumexp(logits[n], 0) ** 2 for n in range(10)) / 10
+    assert abs(aux.z_loss - z) < 1e-12
+
+
+@check
+def bias_selects_but_gets_no_gradient():
+    cfg = micro_config()
+    m = new_model(cfg, seed=5)
+    moe = m.model.layers[1].mlp
+    x = torch.randn(1, 6, cfg.hidden_size, dtype=torch.float64, generator=torch.Generator().manual_seed(6))
+    _, a1 = moe(x)
+    with torch.no_grad():
+        moe.gate.e_score_correction_bias[3] += 100.0     # expert 3 now always chosen
+    y, a2 = moe(x)
+    assert (a2.chosen[:, 0] == 3).all(), a2.chosen
+    assert not moe.gate.e_score_correction_bias.requires_grad
+    names = [n for n, _ in m.named_parameters()]
+    assert not any("e_score_correction_bias" in n for n in names)
+    assert "model.layers.1.mlp.gate.e_score_correction_bias" in hf_state_dict(m)
+
+
+@check
+def hf_names():
+    cfg = load_config(os.path.join(ROOT, "configs", "tiny.json"))
+    m = DeepseekV3(cfg, torch.float32)
+    names = set(hf_state_dict(m))
+    L = cfg.num_hidden_layers
+    expect = {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight",
+              "model.layers.0.mlp.gate_proj.weight",
+              "model.layers.0.self_attn.kv_a_proj_with_mqa.weight",
+              "model.layers.1.mlp.gate.weight", "model.layers.1.mlp.gate.e_score_correction_bias",
+              "model.layers.1.mlp.experts.15.down_proj.weight",
+              "model.layers.2.mlp.shared_experts.up_proj.weight",
+              f"model.layers.{L}.enorm.weight", f"model.layers.{L}.hnorm.weight",
+              f"model.layers.{L}.eh_proj.weight", f"model.layers.{L}.shared_head.norm.weight",
+              f"model.layers.{L}.self_attn.q_a_layernorm.weight",
+              f"model.layers.{L}.mlp.experts.0.gate_proj.weight"}
+    assert expect <= names, expect - names
+    assert not any("experts.16" in n for n in names)
+    assert m.model.layers[L].eh_proj.weight.shape == (cfg.hidden_size, 2 * cfg.hidden_size)
+    # tied embeddings: no lm_head
+    raw = load_config_dict(os.path.join(ROOT, "configs", "tiny.json"))
+    raw["tie_word_embeddings"] = True
+    mt = DeepseekV3(ModelConfig.from_hf(raw), torch.float32)
+    assert "lm_head.weight" not in hf_state_dict(mt)
+    # round trip through the name mapping
+    m2 = DeepseekV3(cfg, torch.float32)
+    init_parameters(m, torch.Generator().manual_seed(0))
+    load_hf_state_dict(m2, {n: t.detach().double() for n, t in hf_state_dict(m).items()})
+    for n, t in hf_state_dict(m).items():
+        assert torch.equal(t, hf_state_dict(m2)[n]), n
+
+
+@check
+def init_loss_is_ln_vocab():
+    cfg = load_config(os.path.join(ROOT, "configs", "tiny.json"))
+    m = new_model(cfg, seed=1234)
+    g = torch.Generator().manual_seed(7)
+    seq = torch.randint(0, cfg.vocab_size, (2, 17), generator=g)
+    out = m(seq)
+    loss, parts = combine_losses(out, LossWeights(0.3, 0.01, 0.001), cfg.num_nextn_predict_layers)
+    lnv = math.log(cfg.vocab_size)
+    print(f"    tiny init: lm_loss {parts['lm_loss'].item():.6f} mtp {parts['mtp_loss'].item():.6f} "
+          f"ln(V) {lnv:.6f}")
+    for k, v in parts.items():
+        assert torch.isfinite(v), k
+    assert abs(parts["lm_loss"].item() - lnv) < 0.1
+    assert abs(parts["mtp_loss"].item() - lnv) < 0.1
+    # balance loss ~ 1 per MoE layer at a near-uniform router
+    nmoe = len(cfg.moe_layers())
+    assert abs(parts["balance_loss"].item() / nmoe - 1.0) < 0.5
+
+
+@check
+def causal():
+    """Changing input token j changes no main logits before j, and no MTP loss term whose
+    window ends before it."""
+    cfg = micro_config()
+    m = new_model(cfg, seed=8)
+    g = torch.Generator().manual_seed(9)
+    seq = torch.randint(0, cfg.vocab_size, (1, 9), generator=g)
+    seq2 = seq.clone()
+    seq2[0, 5] = (seq[0, 5] + 1) % cfg.vocab_size
+    a = m(seq, return_logits=True).logits
+    b = m(seq2, return_logits=True).logits
+    assert torch.allclose(a[:5], b[:5], rtol=0, atol=1e-14)
+    assert not torch.allclose(a[5], b[5])
+
+
+def gradcheck_params(cfg, names, seed, weights=LossWeights(0.3, 0.05, 0.01)):
+    m = new_model(cfg, seed=seed)
+    seq = torch.randint(0, cfg.vocab_size, (2, 7), generator=torch.Generator().manual_seed(seed + 1))
+    params = dict(m.named_parameters())
+    inputs = tuple(params[n].detach().clone().requires_grad_(True) for n in names)
+
+    def f(*ts):
+        out = functional_call(m, dict(zip(names, ts)), (seq,))
+        return combine_losses(out, weights, cfg.num_nextn_predict_layers)[0]
+
+    assert torch.autograd.gradcheck(f, inputs, eps=1e-6, atol=1e-7, rtol=1e-5)
+
+
+@check
+def gradcheck_router_gate_path():
+    cfg = micro_config()
+    gradcheck_params(cfg, ["model.layers.1.mlp.gate.weight",
+                           "model.layers.1.mlp.experts.3.up_proj.weight",
+                           "model.layers.1.mlp.shared_experts.down_proj.weight",
+                           "model.layers.1.post_attention_layernorm.weight"], seed=10)
+
+
+@check
+def gradcheck_mla():
+    cfg = micro_config()
+    gradcheck_params(cfg, ["model.layers.0.self_attn.q_b_proj.weight",
+                           "model.layers.0.self_attn.kv_a_proj_with_mqa.weight",
+                           "model.layers.0.self_attn.kv_a_layernorm.weight",
+                           "model.layers.1.self_attn.q_a_layernorm.weight",
+                           "model.layers.1.self_attn.o_proj.weight"], seed=11)
+
+
+@check
+def gradcheck_mtp_and_embeddings():
+    cfg = micro_config()
+    gradcheck_params(cfg, ["model.layers.2.eh_proj.weight", "model.layers.2.enorm.weight",
+                           "model.layers.2.hnorm.weight", "model.layers.2.shared_head.norm.weight",
+                           "model.layers.2.mlp.gate.weight", "model.embed_tokens.weight",
+                           "model.norm.weight"], seed=12)
+    # tied embeddings, dense MTP block (last main layer dense)
+    cfg2 = micro_config(tie_word_embeddings=True, first_k_dense_replace=2)
+    gradcheck_params(cfg2, ["model.embed_tokens.weight", "model.layers.2.eh_proj.weight",
+                            "model.layers.2.mlp.up_proj.weight"], seed=13)
+
+
+@check
+def optimizer_schedule_clip_bias():
+    hp = TrainHParams(lr=0.01, min_lr_ratio=0.1, warmup=3, steps=10)
+    assert abs(lr_at(0, hp) - 0.01 / 3) < 1e-15 and abs(lr_at(2, hp) - 0.01) < 1e-15
+    assert abs(lr_at(3, hp) - 0.01) < 1e-15
+    assert abs(lr_at(9, hp) - (0.001 + 0.009 * (1 + math.cos(math.pi * 6 / 7)) / 2)) < 1e-15
+    assert lr_at(5, TrainHParams(lr=0.01, warmup=3, steps=10, schedule="constant")) == 0.01
+    # AdamW against the docs' formula, two steps, decayed and undecayed parameters
+    cfg = micro_config()
+    m = new_model(cfg, seed=14)
+    hp = TrainHParams(lr=0.01, warmup=0, steps=2, weight_decay=0.1, beta1=0.9, beta2=0.95, eps=1e-8)
+    opt = make_optimizer(m, hp, foreach=False)
+    ref = {n: p.detach().clone() for n, p in m.named_parameters()}
+    mom = {n: torch.zeros_like(p) for n, p in ref.items()}
+    vel = {n: torch.zeros_like(p) for n, p in ref.items()}
+    g = torch.Generator().manual_seed(15)
+    for t in (1, 2):
+        for n, p in m.named_parameters():
+            p.grad = torch.randn(p.shape, dtype=p.dtype, generator=g)
+            gr = p.grad.clone()
+            wd = 0.1 if p.dim() >= 2 else 0.0
+            ref[n] -= 0.01 * wd * ref[n]
+            mom[n] = 0.9 * mom[n] + 0.1 * gr
+            vel[n] = 0.95 * vel[n] + 0.05 * gr * gr
+            ref[n] -= 0.01 * (mom[n] / (1 - 0.9 ** t)) / ((vel[n] / (1 - 0.95 ** t)).sqrt() + 1e-8)
+        opt.step()
+    for n, p in m.named_parameters():
+        assert torch.allclose(p, ref[n], rtol=1e-12, atol=1e-14), n
+    # clipping
+    ps = [torch.zeros(3, requires_grad=True), torch.zeros(4, requires_grad=True)]
+    ps[0].grad = torch.tensor([3.0, 0.0, 0.0])
+    ps[1].grad = torch.tensor([0.0, 4.0, 0.0, 0.0])
+    norm = clip_grad_global_norm(ps, 1.0)
+    assert abs(norm - 5.0) < 1e-6
+    assert abs(ps[1].grad[1].item() - 4.0 / (5.0 + 1e-6)) < 1e-6
+    ps[0].grad = torch.tensor([0.3, 0.0, 0.0])
+    ps[1].grad = torch.tensor([0.0, 0.4, 0.0, 0.0])
+    clip_grad_global_norm(ps, 1.0)
+    assert ps[1].grad[1].item() == torch.tensor(0.4).item()   # coef = min(1, ...) = 1
+    # aux-loss-free bias update
+    b0 = m.model.layers[1].mlp.gate.e_score_correction_bias.clone()
+    load = torch.tensor([4, 2, 2, 0, 1, 3, 2, 2])          # mean 2
+    update_router_bias(m, {1: load}, 0.001)
+    delta = m.model.layers[1].mlp.gate.e_score_correction_bias - b0
+    want = torch.tensor([-1, 0, 0, 1, 1, -1, 0, 0], dtype=torch.float64) * 0.001
+    assert torch.allclose(delta, want, atol=1e-15)
+
+
+# ------------------------------------------------------------------------------------------
+def check_golden(gdir, config):
+    """Structure of the golden files, and step.safetensors re-derived from params."""
+    cfg = load_config(config)
+    params = load_file(os.path.join(gdir, "params.safetensors"))
+    step = load_file(os.path.join(gdir, "step.safetensors"))
+    train = load_file(os.path.join(gdir, "train.safetensors"))
+    m = DeepseekV3(cfg, torch.float64)
+    load_hf_state_dict(m, params)
+    assert all(t.dtype == torch.float32 for t in params.values())
+    tok = step["tokens"]
+    assert tok.dtype == torch.int32 and tok.dim() == 2
+    out = m(tok.long(), return_logits=True)
+    spec_w = LossWeights(0.3, 0.01, 0.001)
+    import json
+    from safetensors_io import load_metadata
+    meta = load_metadata(os.path.join(gdir, "step.safetensors"))
+    if "spec" in meta:
+        sp = json.loads(meta["spec"])
+        spec_w = LossWeights(sp["mtp_lambda"], sp["balance_alpha"], sp["z_loss_coef"])
+    loss, parts = combine_losses(out, spec_w, cfg.num_nextn_predict_layers)
+    loss.backward()
+    for k, v in [("loss", loss)] + list(parts.items()):
+        assert step[k].shape == (1,) and abs(step[k].item() - v.item()) <= 1e-6 * max(1, abs(v.item())), k
+    assert torch.allclose(step["logits"].double(), out.logits, rtol=1e-6, atol=1e-7)
+    for n, p in m.named_parameters():
+        g = step["grad." + n].double()
+        assert torch.allclose(g, p.grad, rtol=1e-5, atol=1e-9), n
+    assert not any("e_score_correction_bias" in k for k in step if k.startswith("grad."))
+    tt = train["tokens"]
+    assert tt.dtype == torch.int32 and tt.dim() == 4
+    S = tt.shape[0]
+    assert train["losses"].shape == (S,) and train["lm_losses"].shape == (S,)
+    assert all(torch.isfinite(train["losses"]))
+    for l in cfg.moe_layers():
+        assert train[f"bias.{l}"].shape == (cfg.n_routed_experts,)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description="self-check of the PyTorch reference")
+    ap.add_argument("--golden", help="directory written by make_golden.py to verify")
+    ap.add_argument("--config", default=os.path.join(ROOT, "configs", "tiny.json"))
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    fails = 0
+    todo = [(fn.__name__, fn) for fn in CHECKS]
+    if args.golden:
+        todo.append(("golden_files", lambda: check_golden(args.golden, args.config)))
+    for name, fn in todo:
+        try:
+            fn()
+            print(f"PASS {name}")
+        except Exception as e:  # report every failing check, then exit non-zero
+            fails += 1
+            print(f"FAIL {name}: {type(e).__name__}: {e}")
+            traceback.print_exc(limit=3)
+    print(f"{len(todo) - fails}/{len(todo)} checks passed")
+    return 1 if fails else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
