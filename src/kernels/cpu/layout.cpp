@@ -18,7 +18,7 @@ void concat_cols(const Tensor& a_NA, const Tensor& b_NB, Tensor& out_NC) {
     const T* a = a_NA.data<T>();
     const T* b = b_NB.data<T>();
     T* o = out_NC.data<T>();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * (A + B) > kParallelMin)
     for (int64_t n = 0; n < N; ++n) {
       std::copy_n(a + n * A, A, o + n * (A + B));
       std::copy_n(b + n * B, B, o + n * (A + B) + A);
@@ -28,16 +28,15 @@ void concat_cols(const Tensor& a_NA, const Tensor& b_NB, Tensor& out_NC) {
 
 void split_cols(const Tensor& d_NC, Tensor& da_NA, Tensor& db_NB) {
   const int64_t A = da_NA.size(-1), B = db_NB.size(-1), N = rows_of(d_NC);
-  MOET_CHECK(d_NC.size(-1) == A + B && rows_of(da_NA) == N && rows_of(db_NB) == N,
-             "split_cols: d ", d_NC.shape_str(), " da ", da_NA.shape_str(), " db ",
-             db_NB.shape_str());
+  MOET_CHECK(d_NC.size(-1) == A + B && rows_of(da_NA) == N && rows_of(db_NB) == N, "split_cols: d ",
+             d_NC.shape_str(), " da ", da_NA.shape_str(), " db ", db_NB.shape_str());
   check_dtype(d_NC.dtype, {&da_NA, &db_NB});
   dispatch_float(d_NC.dtype, [&](auto t0) {
     using T = decltype(t0);
     const T* d = d_NC.data<T>();
     T* da = da_NA.data<T>();
     T* db = db_NB.data<T>();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * (A + B) > kParallelMin)
     for (int64_t n = 0; n < N; ++n) {
       std::copy_n(d + n * (A + B), A, da + n * A);
       std::copy_n(d + n * (A + B) + A, B, db + n * B);
@@ -51,8 +50,8 @@ struct MlaDims {
 };
 // kv [N, H, P+U], kr [N, R], k [N, H, P+R], v [N, H, U] (leading dims may be split, e.g. B, T).
 MlaDims mla_dims(const Tensor& kv, const Tensor& kr, const Tensor& k, const Tensor& v) {
-  MOET_CHECK(kv.ndim >= 3 && k.ndim >= 3 && v.ndim >= 3, "mla_split_kv: kv ", kv.shape_str(),
-             " k ", k.shape_str(), " v ", v.shape_str(), " need [N, H, W]");
+  MOET_CHECK(kv.ndim >= 3 && k.ndim >= 3 && v.ndim >= 3, "mla_split_kv: kv ", kv.shape_str(), " k ",
+             k.shape_str(), " v ", v.shape_str(), " need [N, H, W]");
   MlaDims d{};
   d.H = kv.size(-2);
   d.R = kr.size(-1);
@@ -78,7 +77,7 @@ void mla_split_kv(const Tensor& kv_NHW, const Tensor& kr_NR, Tensor& k_NHK, Tens
     T* k = k_NHK.data<T>();
     T* v = v_NHU.data<T>();
     const int64_t W = d.P + d.U, Kd = d.P + d.R;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (d.N * d.H * (W + Kd) > kParallelMin)
     for (int64_t n = 0; n < d.N; ++n)
       for (int64_t h = 0; h < d.H; ++h) {
         const T* src = kv + (n * d.H + h) * W;
@@ -100,7 +99,7 @@ void mla_split_kv_backward(const Tensor& dk_NHK, const Tensor& dv_NHU, Tensor& d
     T* dkv = dkv_NHW.data<T>();
     T* dkr = dkr_NR.data<T>();
     const int64_t W = d.P + d.U, Kd = d.P + d.R;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (d.N * d.H * (W + Kd) > kParallelMin)
     for (int64_t n = 0; n < d.N; ++n) {
       T* r = dkr + n * d.R;
       std::fill_n(r, d.R, T(0));

@@ -1,0 +1,46 @@
+// blas.cpp — GEMM backends behind blas.h: oneDNN sgemm for F32, OpenBLAS dgemm for F64.
+#include "kernels/cpu/blas.h"
+
+#include <cblas.h>
+#include <dnnl.h>
+
+#include <climits>
+
+#include "core/error.h"
+
+namespace moet::ops::cpu {
+namespace {
+
+// K == 0: the product is empty, C = beta * C (BLAS semantics; oneDNN would leave C untouched).
+template <typename T>
+void scale_c(int64_t M, int64_t N, T beta, T* C, int64_t ldc) {
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == T(0) ? T(0) : beta * C[i * ldc + j];
+}
+
+}  // namespace
+
+void blas_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+               const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+               int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  if (K == 0) return scale_c(M, N, beta, C, ldc);
+  const dnnl_status_t st = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A,
+                                      lda, B, ldb, beta, C, ldc);
+  MOET_CHECK(st == dnnl_success, "dnnl_sgemm failed with status ", int(st), " (M=", M, " N=", N,
+             " K=", K, ")");
+}
+
+void blas_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,
+               const double* A, int64_t lda, const double* B, int64_t ldb, double beta, double* C,
+               int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  if (K == 0) return scale_c(M, N, beta, C, ldc);
+  for (int64_t d : {M, N, K, lda, ldb, ldc})
+    MOET_CHECK(d <= INT_MAX, "cblas_dgemm dimension ", d, " exceeds the 32-bit BLAS interface");
+  cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, int(M), int(N), int(K), alpha, A, int(lda), B,
+              int(ldb), beta, C, int(ldc));
+}
+
+}  // namespace moet::ops::cpu

@@ -1,0 +1,114 @@
+// embedding_loss.cpp — token embedding (gather / scatter-add) and softmax cross-entropy.
+#include <algorithm>
+
+#include "kernels/cpu/common.h"
+#include "kernels/ops.h"
+
+namespace moet::ops {
+using namespace cpu;
+
+namespace {
+constexpr int64_t kColBlock = 64;  // embedding backward: columns per task
+
+void check_tokens(const Tensor& tokens_N, int64_t V) {
+  check_i32(tokens_N);
+  const int32_t* t = tokens_N.i32();
+  for (int64_t n = 0; n < tokens_N.numel(); ++n)
+    MOET_CHECK(t[n] >= 0 && t[n] < V, "token id ", t[n], " at position ", n,
+               " is outside the vocabulary [0, ", V, ")");
+}
+}  // namespace
+
+void embedding_forward(const Tensor& tokens_N, const Tensor& table_VD, Tensor& out_ND) {
+  const int64_t V = table_VD.size(0), D = table_VD.size(-1), N = tokens_N.numel();
+  MOET_CHECK(table_VD.ndim == 2 && out_ND.numel() == N * D && out_ND.size(-1) == D,
+             "embedding: tokens ", tokens_N.shape_str(), " table ", table_VD.shape_str(), " out ",
+             out_ND.shape_str());
+  check_dtype(table_VD.dtype, {&out_ND});
+  check_tokens(tokens_N, V);
+  const int32_t* tok = tokens_N.i32();
+  dispatch_float(table_VD.dtype, [&](auto t0) {
+    using T = decltype(t0);
+    const T* tab = table_VD.data<T>();
+    T* out = out_ND.data<T>();
+#pragma omp parallel for schedule(static) if (N * D > kParallelMin)
+    for (int64_t n = 0; n < N; ++n) std::copy_n(tab + int64_t(tok[n]) * D, D, out + n * D);
+  });
+}
+
+// Parallel over fixed column blocks; each block walks the tokens in order, so repeated tokens
+// accumulate in token order whatever the thread count.
+void embedding_backward(const Tensor& tokens_N, const Tensor& dout_ND, Tensor& dtable_VD) {
+  const int64_t V = dtable_VD.size(0), D = dtable_VD.size(-1), N = tokens_N.numel();
+  MOET_CHECK(dtable_VD.ndim == 2 && dout_ND.numel() == N * D && dout_ND.size(-1) == D,
+             "embedding bwd: tokens ", tokens_N.shape_str(), " dtable ", dtable_VD.shape_str(),
+             " dout ", dout_ND.shape_str());
+  check_dtype(dtable_VD.dtype, {&dout_ND});
+  check_tokens(tokens_N, V);
+  const int32_t* tok = tokens_N.i32();
+  dispatch_float(dtable_VD.dtype, [&](auto t0) {
+    using T = decltype(t0);
+    const T* dout = dout_ND.data<T>();
+    T* dtab = dtable_VD.data<T>();
+    const int64_t nblocks = (D + kColBlock - 1) / kColBlock;
+#pragma omp parallel for schedule(static) if (N * D > kParallelMin)
+    for (int64_t blk = 0; blk < nblocks; ++blk) {
+      const int64_t j0 = blk * kColBlock, j1 = std::min(D, j0 + kColBlock);
+      for (int64_t n = 0; n < N; ++n) {
+        T* dst = dtab + int64_t(tok[n]) * D;
+        const T* src = dout + n * D;
+        for (int64_t j = j0; j < j1; ++j) dst[j] += src[j];
+      }
+    }
+  });
+}
+
+// Per row: m = max, lse = m + log Σ exp(x - m) (sum in double); loss = lse - x[target];
+// dlogits = grad_scale (softmax - onehot). Row losses are summed in row order.
+double cross_entropy(const Tensor& logits_NV, const Tensor& targets_N, double grad_scale,
+                     Tensor& dlogits_NV) {
+  const int64_t V = logits_NV.size(-1), N = rows_of(logits_NV);
+  MOET_CHECK(targets_N.numel() == N && (dlogits_NV.empty() || dlogits_NV.numel() == N * V),
+             "cross_entropy: logits ", logits_NV.shape_str(), " targets ", targets_N.shape_str(),
+             " dlogits ", dlogits_NV.shape_str());
+  check_i32(targets_N);
+  check_dtype(logits_NV.dtype, {&dlogits_NV});
+  const int32_t* tgt = targets_N.i32();
+  for (int64_t n = 0; n < N; ++n)
+    MOET_CHECK(tgt[n] < V, "target ", tgt[n], " at row ", n, " is outside the vocabulary [0, ", V,
+               ")");
+  return dispatch_float(logits_NV.dtype, [&](auto t0) {
+    using T = decltype(t0);
+    const T* lg = logits_NV.data<T>();
+    T* dl = dlogits_NV.empty() ? nullptr : dlogits_NV.data<T>();
+    double* row_loss = scratch<double>(N);
+#pragma omp parallel for schedule(static) if (N * V > kParallelMin)
+    for (int64_t n = 0; n < N; ++n) {
+      const T* x = lg + n * V;
+      T* d = dl ? dl + n * V : nullptr;
+      const int32_t t = tgt[n];
+      if (t < 0) {
+        row_loss[n] = 0;
+        if (d) std::fill_n(d, V, T(0));
+        continue;
+      }
+      T m = x[0];
+      for (int64_t j = 1; j < V; ++j) m = std::max(m, x[j]);
+      double s = 0;
+      for (int64_t j = 0; j < V; ++j) s += double(std::exp(x[j] - m));
+      const double lse = double(m) + std::log(s);
+      row_loss[n] = lse - double(x[t]);
+      if (d) {
+        const T c = T(grad_scale / s);
+        for (int64_t j = 0; j < V; ++j)
+          d[j] = c * std::exp(x[j] - m);  // x[j] read, then d[j] written
+        d[t] -= T(grad_scale);
+      }
+    }
+    double total = 0;
+    for (int64_t n = 0; n < N; ++n) total += row_loss[n];
+    return total;
+  });
+}
+
+}  // namespace moet::ops
