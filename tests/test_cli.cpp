@@ -1,12 +1,12 @@
 // The moet command on bad input: one clear line on stderr, a non-zero exit, nothing on disk
 // lost or overwritten.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
 #include <array>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <sys/wait.h>
 
 namespace {
 

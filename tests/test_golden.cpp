@@ -54,7 +54,7 @@ void load_parameters(Model& m, const SafetensorsReader& r) {
 }
 
 class Golden : public ::testing::Test {
-protected:
+ protected:
   void SetUp() override {
     cfg = load_model_config(kRoot + "/configs/tiny.json");
     spec = golden_spec();
@@ -123,9 +123,8 @@ TEST_F(Golden, TenAdamWStepsWithAccumulationAndBiasUpdate) {
   std::vector<float> losses = train.read_f32("losses");
   std::vector<float> lm_losses = train.read_f32("lm_losses");
   for (int64_t s = 0; s < steps; ++s) {
-    StepResult r = runner.run(s, A, [&](int64_t a) {
-      return tokens.data() + (s * A + a) * B * (T + 1);
-    });
+    StepResult r =
+        runner.run(s, A, [&](int64_t a) { return tokens.data() + (s * A + a) * B * (T + 1); });
     EXPECT_LT(rel(r.losses.loss, losses[s]), 1e-4) << "step " << s;
     EXPECT_LT(rel(r.losses.lm_loss, lm_losses[s]), 1e-4) << "step " << s;
   }

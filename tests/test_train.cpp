@@ -72,8 +72,8 @@ TEST(Train, MetricsFileHasOneObjectPerStepWithTheKeys) {
   int n = 0;
   while (std::getline(in, line)) {
     auto j = nlohmann::json::parse(line);
-    for (const char* k : {"step", "loss", "lr", "grad_norm", "tokens_per_s", "tflops", "mfu",
-                          "max_expert_load"})
+    for (const char* k :
+         {"step", "loss", "lr", "grad_norm", "tokens_per_s", "tflops", "mfu", "max_expert_load"})
       EXPECT_TRUE(j.contains(k) && j[k].is_number()) << k << " in " << line;
     EXPECT_EQ(j["step"].get<int>(), ++n);
   }

@@ -1,8 +1,8 @@
 // moet command-line entry point: argument parsing only; the work is in the library.
 #include <CLI/CLI.hpp>
 #include <cstdio>
-#include <string>
 #include <exception>
+#include <string>
 
 #include "core/error.h"
 #include "train/trainer.h"

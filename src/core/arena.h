@@ -11,7 +11,7 @@
 namespace moet {
 
 class Arena {
-public:
+ public:
   // A planning arena only counts bytes; alloc returns tensors with a null pointer.
   static Arena planning() { return Arena(); }
   explicit Arena(size_t capacity_bytes);
@@ -28,7 +28,7 @@ public:
   char* base() const { return base_.get(); }
   void reset() { used_ = 0; }
 
-private:
+ private:
   Arena() = default;
   struct Free {
     void operator()(char* p) const;

@@ -9,7 +9,7 @@ namespace moet {
 // An error the user can act on (bad config, bad flag, bad file). `main` prints what() and
 // exits non-zero.
 class Error : public std::runtime_error {
-public:
+ public:
   using std::runtime_error::runtime_error;
 };
 
@@ -36,12 +36,12 @@ std::string str(const A&... a) {
 // Throws moet::Error with the message built from the arguments (streamed).
 #define MOET_FAIL(...) ::moet::fail_at(__FILE__, __LINE__, ::moet::str(__VA_ARGS__))
 // Checks a condition that the caller's input must satisfy; message says what is wrong.
-#define MOET_CHECK(cond, ...)                                               \
-  do {                                                                      \
+#define MOET_CHECK(cond, ...)                                                   \
+  do {                                                                          \
     if (!(cond)) ::moet::fail_at(__FILE__, __LINE__, ::moet::str(__VA_ARGS__)); \
   } while (0)
 // Internal invariant (shape contract of an op); message names the condition.
-#define MOET_ASSERT(cond)                                                                \
-  do {                                                                                   \
+#define MOET_ASSERT(cond)                                                              \
+  do {                                                                                 \
     if (!(cond)) ::moet::fail_at(__FILE__, __LINE__, "internal check failed: " #cond); \
   } while (0)

@@ -4,20 +4,28 @@ namespace moet {
 
 size_t dtype_size(DType t) {
   switch (t) {
-    case DType::F32: return 4;
-    case DType::F64: return 8;
-    case DType::BF16: return 2;
-    case DType::I32: return 4;
+    case DType::F32:
+      return 4;
+    case DType::F64:
+      return 8;
+    case DType::BF16:
+      return 2;
+    case DType::I32:
+      return 4;
   }
   return 0;
 }
 
 const char* dtype_name(DType t) {
   switch (t) {
-    case DType::F32: return "F32";
-    case DType::F64: return "F64";
-    case DType::BF16: return "BF16";
-    case DType::I32: return "I32";
+    case DType::F32:
+      return "F32";
+    case DType::F64:
+      return "F64";
+    case DType::BF16:
+      return "BF16";
+    case DType::I32:
+      return "I32";
   }
   return "?";
 }

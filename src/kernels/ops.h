@@ -23,12 +23,12 @@ void set_num_threads(int n);
 int num_threads();
 
 // ---------------------------------------------------------------- elementwise / reductions
-void copy(const Tensor& src, Tensor& dst);                    // dst = src (same numel)
-void fill(Tensor& x, double value);                           // x = value
-void add(const Tensor& a, const Tensor& b, Tensor& out);      // out = a + b (out may alias)
+void copy(const Tensor& src, Tensor& dst);                     // dst = src (same numel)
+void fill(Tensor& x, double value);                            // x = value
+void add(const Tensor& a, const Tensor& b, Tensor& out);       // out = a + b (out may alias)
 void add_inplace(Tensor& acc, const Tensor& x, double alpha);  // acc += alpha * x
-void scale_inplace(Tensor& x, double alpha);                  // x *= alpha
-double sum_squares(const Tensor& x);                          // Σ x², fixed-order
+void scale_inplace(Tensor& x, double alpha);                   // x *= alpha
+double sum_squares(const Tensor& x);                           // Σ x², fixed-order
 
 // ---------------------------------------------------------------- matrix products (BLAS)
 // c = alpha * op(a) · op(b) + beta * c, 2-D tensors, op = transpose when the flag is set.
@@ -133,8 +133,8 @@ double z_loss(const Tensor& logits_NE, double coef, Tensor& dlogits_NE);
 // Counting sort of the N*K (token, k) assignments by expert, stable in (n, k) order:
 // offsets_E1[e] = first permuted row of expert e (offsets[E] = N*K), slot_NK[n,k] = permuted
 // row of assignment (n, k), token_M[m] = source token of permuted row m. All I32.
-void moe_permute_plan(const Tensor& idx_NK, int64_t n_experts, Tensor& offsets_E1,
-                      Tensor& slot_NK, Tensor& token_M);
+void moe_permute_plan(const Tensor& idx_NK, int64_t n_experts, Tensor& offsets_E1, Tensor& slot_NK,
+                      Tensor& token_M);
 // xp[m] = x[token[m]].
 void gather_rows(const Tensor& x_ND, const Tensor& token_M, Tensor& xp_MD);
 // dx[n] += Σ_k dxp[slot[n,k]], k in order.

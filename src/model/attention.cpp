@@ -85,12 +85,12 @@ void MlaAttention::backward(const Tensor& dy_ND, const Tensor& x_ND, Tensor& dx_
   Tensor dq4 = dq_NHK_.view({B_, T_, H_, K}), dk4 = dk_NHK_.view({B_, T_, H_, K}),
          dv4 = dv_NHU_.view({B_, T_, H_, U_});
   ops::attention_backward(do_NHU_.view({B_, T_, H_, U_}), q_NHK_.view({B_, T_, H_, K}),
-                          k_NHK_.view({B_, T_, H_, K}), v_NHU_.view({B_, T_, H_, U_}),
-                          probs_BHTT_, rope.softmax_scale, dq4, dk4, dv4);
+                          k_NHK_.view({B_, T_, H_, K}), v_NHU_.view({B_, T_, H_, U_}), probs_BHTT_,
+                          rope.softmax_scale, dq4, dk4, dv4);
   // keys/values path
   ops::mla_split_kv_backward(dk_NHK_, dv_NHU_, dkv_NHW_, dkr_NR_);
-  ops::linear_backward(dkv_NHW_.view({N, H_ * (P_ + U_)}), ckvn_NC_, kv_b_->value, dckvn_NC_,
-                       false, kv_b_->grad);
+  ops::linear_backward(dkv_NHW_.view({N, H_ * (P_ + U_)}), ckvn_NC_, kv_b_->value, dckvn_NC_, false,
+                       kv_b_->grad);
   ops::rmsnorm_backward(dckvn_NC_, ckv_NC_, kv_a_norm_->value, ckv_rstd_N_, dckv_NC_, false,
                         kv_a_norm_->grad);
   Tensor dkr = dkr_NR_.view({N, 1, R_});
@@ -100,8 +100,7 @@ void MlaAttention::backward(const Tensor& dy_ND, const Tensor& x_ND, Tensor& dx_
   ops::linear_backward(dkr_NR_, x_ND, kv_a_->value.rows(C_, C_ + R_), dx_ND, true, dw_r);
   // query path
   ops::rope_backward(dq_NHK_, P_, rope.cos_TR2, rope.sin_TR2);
-  ops::linear_backward(dq_NHK_.view({N, H_ * K}), cq_NQ_, q_b_->value, dcq_NQ_, false,
-                       q_b_->grad);
+  ops::linear_backward(dq_NHK_.view({N, H_ * K}), cq_NQ_, q_b_->value, dcq_NQ_, false, q_b_->grad);
   ops::rmsnorm_backward(dcq_NQ_, cq_raw_NQ_, q_a_norm_->value, cq_rstd_N_, dcq_raw_NQ_, false,
                         q_a_norm_->grad);
   ops::linear_backward(dcq_raw_NQ_, x_ND, q_a_->value, dx_ND, true, q_a_->grad);

@@ -15,7 +15,7 @@ struct RopeCache {
 };
 
 class MlaAttention {
-public:
+ public:
   MlaAttention(const ModelConfig& c, ParamStore& ps, const std::string& prefix);
   void plan(Workspace& ws);
   // y_ND = attention(x_ND); x must stay unchanged until backward.
@@ -23,13 +23,13 @@ public:
   // dx_ND = d/dx (overwritten); weight gradients accumulate.
   void backward(const Tensor& dy_ND, const Tensor& x_ND, Tensor& dx_ND, const RopeCache& rope);
 
-private:
+ private:
   int64_t H_, P_, R_, U_, Q_, C_;
   double eps_;
   Weight *q_a_, *q_a_norm_, *q_b_, *kv_a_, *kv_a_norm_, *kv_b_, *o_;
   // kept for backward
-  Tensor cq_raw_NQ_, cq_NQ_, cq_rstd_N_, ckv_NC_, ckvn_NC_, ckv_rstd_N_, q_NHK_, k_NHK_,
-      v_NHU_, probs_BHTT_, o_NHU_;
+  Tensor cq_raw_NQ_, cq_NQ_, cq_rstd_N_, ckv_NC_, ckvn_NC_, ckv_rstd_N_, q_NHK_, k_NHK_, v_NHU_,
+      probs_BHTT_, o_NHU_;
   // temporaries
   Tensor kr_NR_, kv_NHW_, do_NHU_, dq_NHK_, dk_NHK_, dv_NHU_, dkv_NHW_, dkr_NR_, dckvn_NC_,
       dckv_NC_, dcq_NQ_, dcq_raw_NQ_;

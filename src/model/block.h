@@ -11,7 +11,7 @@
 namespace moet {
 
 class DecoderBlock {
-public:
+ public:
   // prefix: "model.layers.{i}."; dispatcher is used (and required) when moe is true.
   DecoderBlock(const ModelConfig& c, ParamStore& ps, const std::string& prefix, bool moe,
                std::unique_ptr<TokenDispatcher> dispatcher);
@@ -23,7 +23,7 @@ public:
                 const RopeCache& rope, const LossScales& ls);
   MoeLayer* moe() { return moe_.get(); }
 
-private:
+ private:
   double eps_;
   Weight *in_norm_, *post_norm_;
   MlaAttention attn_;

@@ -14,7 +14,7 @@ using nlohmann::json;
 
 // Reads fields with one clear message per problem: "<file>: field 'x' ...".
 class FieldReader {
-public:
+ public:
   FieldReader(const json& j, std::string source) : j_(j), source_(std::move(source)) {}
 
   int64_t integer(const char* name) const {
@@ -49,7 +49,7 @@ public:
   }
   bool has(const char* name) const { return j_.contains(name) && !j_.at(name).is_null(); }
 
-private:
+ private:
   const json& required(const char* name) const {
     MOET_CHECK(has(name), source_, ": missing required field '", name, "'");
     return j_.at(name);
@@ -93,8 +93,8 @@ void validate(const ModelConfig& c, const std::string& src) {
   check_positive(src, "qk_nope_head_dim", c.qk_nope_head_dim);
   check_positive(src, "qk_rope_head_dim", c.qk_rope_head_dim);
   check_positive(src, "v_head_dim", c.v_head_dim);
-  MOET_CHECK(c.qk_rope_head_dim % 2 == 0, src, ": qk_rope_head_dim must be even (RoPE rotates pairs), got ",
-             c.qk_rope_head_dim);
+  MOET_CHECK(c.qk_rope_head_dim % 2 == 0, src,
+             ": qk_rope_head_dim must be even (RoPE rotates pairs), got ", c.qk_rope_head_dim);
   MOET_CHECK(c.rms_norm_eps > 0, src, ": rms_norm_eps must be positive");
   MOET_CHECK(c.rope_theta > 0, src, ": rope_theta must be positive");
   MOET_CHECK(c.initializer_range > 0, src, ": initializer_range must be positive");
@@ -108,14 +108,13 @@ void validate(const ModelConfig& c, const std::string& src) {
     check_positive(src, "n_group", c.n_group);
     check_positive(src, "topk_group", c.topk_group);
     MOET_CHECK(c.n_shared_experts >= 0, src, ": n_shared_experts must be >= 0");
-    MOET_CHECK(c.n_routed_experts % c.n_group == 0, src, ": n_routed_experts (",
-               c.n_routed_experts, ") must be divisible by n_group (", c.n_group, ")");
+    MOET_CHECK(c.n_routed_experts % c.n_group == 0, src, ": n_routed_experts (", c.n_routed_experts,
+               ") must be divisible by n_group (", c.n_group, ")");
     MOET_CHECK(c.topk_group <= c.n_group, src, ": topk_group (", c.topk_group,
                ") must not exceed n_group (", c.n_group, ")");
     int64_t kept = c.topk_group * (c.n_routed_experts / c.n_group);
-    MOET_CHECK(c.num_experts_per_tok <= kept, src, ": num_experts_per_tok (",
-               c.num_experts_per_tok, ") exceeds the ", kept,
-               " experts in the topk_group kept groups");
+    MOET_CHECK(c.num_experts_per_tok <= kept, src, ": num_experts_per_tok (", c.num_experts_per_tok,
+               ") exceeds the ", kept, " experts in the topk_group kept groups");
     MOET_CHECK(c.routed_scaling_factor > 0, src, ": routed_scaling_factor must be positive");
   }
 }
@@ -173,8 +172,7 @@ ModelConfig parse_model_config(const std::string& text, const std::string& src) 
              "' is not supported (DeepSeek-V3 uses 'sigmoid')");
   std::string act = f.string_or("hidden_act", "silu");
   MOET_CHECK(act == "silu", src, ": hidden_act '", act, "' is not supported (use 'silu')");
-  MOET_CHECK(!f.boolean_or("attention_bias", false), src,
-             ": attention_bias=true is not supported");
+  MOET_CHECK(!f.boolean_or("attention_bias", false), src, ": attention_bias=true is not supported");
   if (f.has("num_key_value_heads")) {
     int64_t kvh = f.integer("num_key_value_heads");
     MOET_CHECK(kvh == c.num_attention_heads, src, ": num_key_value_heads (", kvh,
@@ -196,8 +194,7 @@ int64_t count_parameters(const ModelConfig& c) {
   const int64_t D = c.hidden_size, H = c.num_attention_heads;
   int64_t attn = D * c.q_lora_rank + c.q_lora_rank + c.q_lora_rank * H * c.qk_head_dim() +
                  D * (c.kv_lora_rank + c.qk_rope_head_dim) + c.kv_lora_rank +
-                 c.kv_lora_rank * H * (c.qk_nope_head_dim + c.v_head_dim) +
-                 H * c.v_head_dim * D;
+                 c.kv_lora_rank * H * (c.qk_nope_head_dim + c.v_head_dim) + H * c.v_head_dim * D;
   int64_t dense_ffn = 3 * D * c.intermediate_size;
   int64_t moe_ffn = c.n_routed_experts * (3 * D * c.moe_intermediate_size + D) +
                     3 * D * c.shared_intermediate_size();

@@ -11,7 +11,7 @@
 namespace moet {
 
 class TokenDispatcher {
-public:
+ public:
   virtual ~TokenDispatcher() = default;
   // Allocates the layout (kept for backward) and the expert-side row buffers for N tokens of
   // width D with K experts each.
@@ -28,8 +28,8 @@ public:
                        bool accumulate) = 0;
 
   // Backward of combine: dyp (expert side) and dgates. Overwrites both.
-  virtual void combine_backward(const Tensor& dy_ND, const Tensor& yp_MD,
-                                const Tensor& gates_NK, Tensor& dyp_MD, Tensor& dgates_NK) = 0;
+  virtual void combine_backward(const Tensor& dy_ND, const Tensor& yp_MD, const Tensor& gates_NK,
+                                Tensor& dyp_MD, Tensor& dgates_NK) = 0;
   // Backward of dispatch: dx_ND += the expert-side row gradients summed back to their tokens.
   virtual void dispatch_backward(const Tensor& dxp_MD, Tensor& dx_ND) = 0;
 };

@@ -27,8 +27,8 @@ double LmHead::forward(const Tensor& h_ND, const Tensor& targets_N) {
   return valid_ ? sum / double(valid_) : 0.0;
 }
 
-void LmHead::backward(const Tensor& h_ND, const Tensor& targets_N, double grad_scale,
-                      Tensor& dh_ND, bool accumulate) {
+void LmHead::backward(const Tensor& h_ND, const Tensor& targets_N, double grad_scale, Tensor& dh_ND,
+                      bool accumulate) {
   ops::cross_entropy(logits_NV_, targets_N, valid_ ? grad_scale / double(valid_) : 0.0,
                      dlogits_NV_);
   ops::linear_backward(dlogits_NV_, fn_ND_, proj_->value, dfn_ND_, false, proj_->grad);

@@ -9,7 +9,7 @@
 namespace moet {
 
 class LmHead {
-public:
+ public:
   LmHead(double eps, int64_t D, ParamStore& ps, const std::string& norm_name, Weight* proj);
   void plan(Workspace& ws);
   // Mean cross-entropy over the targets >= 0 (0 when there are none).
@@ -19,7 +19,7 @@ public:
                 bool accumulate);
   const Tensor& logits() const { return logits_NV_; }
 
-private:
+ private:
   double eps_;
   Weight* norm_;
   Weight* proj_;

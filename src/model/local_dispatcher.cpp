@@ -23,8 +23,7 @@ void LocalDispatcher::combine(const Tensor& yp_MD, const Tensor& gates_NK, Tenso
 }
 
 void LocalDispatcher::combine_backward(const Tensor& dy_ND, const Tensor& yp_MD,
-                                       const Tensor& gates_NK, Tensor& dyp_MD,
-                                       Tensor& dgates_NK) {
+                                       const Tensor& gates_NK, Tensor& dyp_MD, Tensor& dgates_NK) {
   ops::unpermute_backward(dy_ND, yp_MD, slot_NK_, gates_NK, dyp_MD, dgates_NK);
 }
 

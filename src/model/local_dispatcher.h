@@ -6,20 +6,19 @@
 namespace moet {
 
 class LocalDispatcher final : public TokenDispatcher {
-public:
+ public:
   explicit LocalDispatcher(int64_t n_experts) : E_(n_experts) {}
   void plan(Workspace& ws, int64_t D, int64_t K) override;
   int64_t max_expert_rows() const override { return xp_MD_.size(0); }
   void dispatch(const Tensor& x_ND, const Tensor& idx_NK) override;
   Tensor expert_rows() const override { return xp_MD_; }
   Tensor expert_offsets() const override { return offsets_E1_; }
-  void combine(const Tensor& yp_MD, const Tensor& gates_NK, Tensor& y_ND,
-               bool accumulate) override;
+  void combine(const Tensor& yp_MD, const Tensor& gates_NK, Tensor& y_ND, bool accumulate) override;
   void combine_backward(const Tensor& dy_ND, const Tensor& yp_MD, const Tensor& gates_NK,
                         Tensor& dyp_MD, Tensor& dgates_NK) override;
   void dispatch_backward(const Tensor& dxp_MD, Tensor& dx_ND) override;
 
-private:
+ private:
   int64_t E_;
   Tensor offsets_E1_, slot_NK_, token_M_, xp_MD_;  // the layout (the "handle") and the rows
 };

@@ -10,7 +10,7 @@
 namespace moet {
 
 class SwiGluMlp {
-public:
+ public:
   SwiGluMlp(int64_t D, int64_t F, ParamStore& ps, const std::string& prefix);
   void plan(Workspace& ws);
   // y_ND = mlp(x_ND), or y += mlp(x) when accumulate.
@@ -18,10 +18,10 @@ public:
   // dx_ND = d/dx, or dx += when accumulate_dx; weight gradients accumulate.
   void backward(const Tensor& dy_ND, const Tensor& x_ND, Tensor& dx_ND, bool accumulate_dx);
 
-private:
+ private:
   int64_t D_, F_;
   Weight *gate_up_, *down_;
-  Tensor gu_N2F_, h_NF_;         // kept
+  Tensor gu_N2F_, h_NF_;    // kept
   Tensor dh_NF_, dgu_N2F_;  // temporaries
 };
 

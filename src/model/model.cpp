@@ -14,26 +14,24 @@ Model::Model(const ModelConfig& c, int64_t B, int64_t T, LossWeights lw,
   MOET_CHECK(B > 0 && T > 0, "micro-batch and sequence length must be positive");
   MOET_CHECK(T <= c.max_position_embeddings, "sequence length ", T,
              " exceeds max_position_embeddings (", c.max_position_embeddings, ")");
-  if (!dispatchers)
-    dispatchers = [](int64_t e) { return std::make_unique<LocalDispatcher>(e); };
+  if (!dispatchers) dispatchers = [](int64_t e) { return std::make_unique<LocalDispatcher>(e); };
   const int64_t D = c.hidden_size, V = c.vocab_size;
   embed_ = params_.declare("model.embed_tokens.weight", {V, D}, Init::Normal, true);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     bool moe = c.is_moe_layer(l);
-    blocks_.push_back(std::make_unique<DecoderBlock>(
-        c, params_, "model.layers." + std::to_string(l) + ".", moe,
-        moe ? dispatchers(c.n_routed_experts) : nullptr));
+    blocks_.push_back(
+        std::make_unique<DecoderBlock>(c, params_, "model.layers." + std::to_string(l) + ".", moe,
+                                       moe ? dispatchers(c.n_routed_experts) : nullptr));
     if (moe) moe_layers_.push_back(blocks_.back()->moe());
   }
-  lm_head_ = c.tie_word_embeddings
-                 ? embed_
-                 : params_.declare("lm_head.weight", {V, D}, Init::Normal, true);
+  lm_head_ = c.tie_word_embeddings ? embed_
+                                   : params_.declare("lm_head.weight", {V, D}, Init::Normal, true);
   head_ = std::make_unique<LmHead>(c.rms_norm_eps, D, params_, "model.norm.weight", lm_head_);
   for (int64_t k = 1; k <= c.num_nextn_predict_layers; ++k) {
     std::string p = "model.layers." + std::to_string(c.num_hidden_layers + k - 1) + ".";
-    mtp_.push_back(std::make_unique<MtpModule>(
-        c, params_, p, k, embed_, lm_head_,
-        c.mtp_is_moe() ? dispatchers(c.n_routed_experts) : nullptr));
+    mtp_.push_back(
+        std::make_unique<MtpModule>(c, params_, p, k, embed_, lm_head_,
+                                    c.mtp_is_moe() ? dispatchers(c.n_routed_experts) : nullptr));
     if (c.mtp_is_moe()) moe_layers_.push_back(mtp_.back()->block().moe());
   }
   params_.allocate();
@@ -80,9 +78,7 @@ void Model::plan_all(Arena& act, Arena& scratch) {
   }
 }
 
-void Model::init_parameters(uint64_t seed) {
-  params_.initialize(seed, cfg_.initializer_range);
-}
+void Model::init_parameters(uint64_t seed) { params_.initialize(seed, cfg_.initializer_range); }
 
 LossBreakdown Model::forward(const int32_t* seq) {
   const int64_t N = B_ * T_;

@@ -31,7 +31,7 @@ struct LossBreakdown {
 using DispatcherFactory = std::function<std::unique_ptr<TokenDispatcher>(int64_t n_experts)>;
 
 class Model {
-public:
+ public:
   // Declares and allocates the parameters (uninitialised until init_parameters or a load) and
   // plans activations for micro-batches of B sequences of T tokens.
   Model(const ModelConfig& c, int64_t B, int64_t T, LossWeights lw = {},
@@ -54,7 +54,7 @@ public:
   int64_t seq_len() const { return T_; }
   size_t activation_bytes() const { return act_.capacity() + scratch_.capacity(); }
 
-private:
+ private:
   void plan_all(Arena& act, Arena& scratch);
 
   ModelConfig cfg_;

@@ -4,11 +4,10 @@ namespace moet {
 
 MoeLayer::MoeLayer(const ModelConfig& c, ParamStore& ps, const std::string& p,
                    std::unique_ptr<TokenDispatcher> dispatcher)
-    : D_(c.hidden_size),
-      F_(c.moe_intermediate_size),
-      shared_(c.hidden_size, c.shared_intermediate_size(), ps, p + "shared_experts."),
-      has_shared_(c.n_shared_experts > 0),
-      dispatcher_(std::move(dispatcher)) {
+    : D_(c.hidden_size), F_(c.moe_intermediate_size), dispatcher_(std::move(dispatcher)) {
+  if (c.n_shared_experts > 0)
+    shared_ = std::make_unique<SwiGluMlp>(c.hidden_size, c.shared_intermediate_size(), ps,
+                                          p + "shared_experts.");
   spec_.n_experts = c.n_routed_experts;
   spec_.n_group = c.n_group;
   spec_.topk_group = c.topk_group;
@@ -19,8 +18,8 @@ MoeLayer::MoeLayer(const ModelConfig& c, ParamStore& ps, const std::string& p,
   gate_ = ps.declare(p + "gate.weight", {E, D_}, Init::Normal, true);
   bias_ = ps.declare(p + "gate.e_score_correction_bias", {E}, Init::Zeros, false, false);
   // All experts' gate/up weights back to back [E, 2F, D] (one grouped GEMM), down [E, D, F].
-  w_gate_up_ = ps.declare(p + "experts.gate_up_proj", {E, 2 * F_, D_}, Init::Normal, true, true,
-                          false);
+  w_gate_up_ =
+      ps.declare(p + "experts.gate_up_proj", {E, 2 * F_, D_}, Init::Normal, true, true, false);
   w_down_ = ps.declare(p + "experts.down_proj", {E, D_, F_}, Init::Normal, true, true, false);
   for (int64_t e = 0; e < E; ++e) {
     std::string n = p + "experts." + std::to_string(e) + ".";
@@ -45,7 +44,7 @@ void MoeLayer::plan(Workspace& ws) {
   gu_M2F_ = a.alloc_f32({M, 2 * F_});
   h_MF_ = a.alloc_f32({M, F_});
   yp_MD_ = a.alloc_f32({M, D_});
-  if (has_shared_) shared_.plan(ws);
+  if (shared_) shared_->plan(ws);
   Arena& s = ws.scratch;
   dyp_MD_ = s.alloc_f32({M, D_});
   dgates_NK_ = s.alloc_f32({N, K});
@@ -74,13 +73,13 @@ void MoeLayer::forward(const Tensor& x_ND, Tensor& y_ND) {
   ops::swiglu_forward(gu, h);
   ops::grouped_linear_forward(h, off, w_down_->value, yp);
   dispatcher_->combine(yp, gates_NK_, y_ND, false);
-  if (has_shared_) shared_.forward(x_ND, y_ND, true);
+  if (shared_) shared_->forward(x_ND, y_ND, true);
 }
 
 void MoeLayer::backward(const Tensor& dy_ND, const Tensor& x_ND, Tensor& dx_ND,
                         const LossScales& ls) {
-  if (has_shared_)
-    shared_.backward(dy_ND, x_ND, dx_ND, false);
+  if (shared_)
+    shared_->backward(dy_ND, x_ND, dx_ND, false);
   else
     ops::fill(dx_ND, 0.0);
   Tensor xp = dispatcher_->expert_rows(), off = dispatcher_->expert_offsets();

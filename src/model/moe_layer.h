@@ -21,7 +21,7 @@ struct RouterStats {
 };
 
 class MoeLayer {
-public:
+ public:
   MoeLayer(const ModelConfig& c, ParamStore& ps, const std::string& prefix,
            std::unique_ptr<TokenDispatcher> dispatcher);
   void plan(Workspace& ws);
@@ -36,12 +36,11 @@ public:
   Weight* correction_bias() { return bias_; }
   const ops::RouterSpec& router_spec() const { return spec_; }
 
-private:
+ private:
   ops::RouterSpec spec_;
   int64_t D_, F_;
   Weight *gate_, *bias_, *w_gate_up_, *w_down_;
-  SwiGluMlp shared_;
-  bool has_shared_;
+  std::unique_ptr<SwiGluMlp> shared_;  // null when n_shared_experts == 0
   std::unique_ptr<TokenDispatcher> dispatcher_;
   int64_t B_ = 0, T_ = 0;
   // kept for backward

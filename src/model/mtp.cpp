@@ -11,8 +11,8 @@ MtpModule::MtpModule(const ModelConfig& c, ParamStore& ps, const std::string& p,
       embed_(embed),
       enorm_(ps.declare(p + "enorm.weight", {c.hidden_size}, Init::Ones, false)),
       hnorm_(ps.declare(p + "hnorm.weight", {c.hidden_size}, Init::Ones, false)),
-      eh_proj_(ps.declare(p + "eh_proj.weight", {c.hidden_size, 2 * c.hidden_size}, Init::Normal,
-                          true)),
+      eh_proj_(
+          ps.declare(p + "eh_proj.weight", {c.hidden_size, 2 * c.hidden_size}, Init::Normal, true)),
       block_(c, ps, p, c.mtp_is_moe(), std::move(dispatcher)),
       head_(c.rms_norm_eps, c.hidden_size, ps, p + "shared_head.norm.weight", head) {}
 

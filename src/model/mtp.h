@@ -10,7 +10,7 @@
 namespace moet {
 
 class MtpModule {
-public:
+ public:
   // depth: k >= 1; prefix: "model.layers.{num_hidden_layers + k - 1}.".
   MtpModule(const ModelConfig& c, ParamStore& ps, const std::string& prefix, int64_t depth,
             Weight* embed, Weight* head, std::unique_ptr<TokenDispatcher> dispatcher);
@@ -26,7 +26,7 @@ public:
   DecoderBlock& block() { return block_; }
   LmHead& head() { return head_; }
 
-private:
+ private:
   int64_t k_;
   double eps_;
   Weight *embed_, *enorm_, *hnorm_, *eh_proj_;

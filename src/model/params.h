@@ -38,7 +38,7 @@ struct NamedSlice {
 };
 
 class ParamStore {
-public:
+ public:
   // Declares a weight of the given shape; its tensors are valid after allocate(). The whole
   // weight is also registered under `name` unless expose_name is false (fused weights expose
   // their parts with add_name()).
@@ -66,7 +66,7 @@ public:
   Tensor all_values() const;  // the whole arena as one flat F32 tensor
   Tensor all_grads() const;
 
-private:
+ private:
   std::deque<Weight> weights_;  // deque: declared Weight pointers stay valid
   std::map<std::string, NamedSlice> names_;
   int64_t numel_ = 0;

@@ -6,7 +6,9 @@
 namespace moet {
 
 namespace {
-double yarn_mscale(double factor, double m) { return factor <= 1.0 ? 1.0 : 0.1 * m * std::log(factor) + 1.0; }
+double yarn_mscale(double factor, double m) {
+  return factor <= 1.0 ? 1.0 : 0.1 * m * std::log(factor) + 1.0;
+}
 }  // namespace
 
 RopeFrequencies rope_frequencies(const ModelConfig& c) {
@@ -27,7 +29,8 @@ RopeFrequencies rope_frequencies(const ModelConfig& c) {
   for (int64_t i = 0; i < R / 2; ++i) {
     double ramp = std::clamp((double(i) - low) / (high - low), 0.0, 1.0);
     double extrapolation = 1.0 - ramp;
-    f.inv_freq[i] = f.inv_freq[i] / y.factor * (1.0 - extrapolation) + f.inv_freq[i] * extrapolation;
+    f.inv_freq[i] =
+        f.inv_freq[i] / y.factor * (1.0 - extrapolation) + f.inv_freq[i] * extrapolation;
   }
   if (y.mscale != 0.0 && y.mscale_all_dim != 0.0)
     f.attention_factor = yarn_mscale(y.factor, y.mscale) / yarn_mscale(y.factor, y.mscale_all_dim);

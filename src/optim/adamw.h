@@ -13,7 +13,7 @@ struct AdamWConfig {
 };
 
 class AdamW {
-public:
+ public:
   AdamW(ParamStore& ps, AdamWConfig cfg);
   // sqrt(Σ g²) over trainable parameters.
   double grad_norm() const;
@@ -25,7 +25,7 @@ public:
   Tensor moment1() const { return m_all_; }
   Tensor moment2() const { return v_all_; }
 
-private:
+ private:
   ParamStore& ps_;
   AdamWConfig cfg_;
   Arena m_, v_;

@@ -17,7 +17,7 @@ struct StepResult {
 };
 
 class StepRunner {
-public:
+ public:
   StepRunner(Model& model, AdamWConfig adamw, LrSchedule schedule, double bias_update_rate);
   // micro_batch(a) returns micro-batch a's B×(T+1) tokens, a < grad_accum.
   StepResult run(int64_t step, int64_t grad_accum,
@@ -25,7 +25,7 @@ public:
   AdamW& optimizer() { return adamw_; }
   const LrSchedule& schedule() const { return schedule_; }
 
-private:
+ private:
   Model& model_;
   AdamW adamw_;
   LrSchedule schedule_;

@@ -85,8 +85,7 @@ double run_training(const TrainOptions& o) {
     metrics = std::make_unique<MetricsWriter>(o.metrics_path, o.overwrite_metrics);
 
   const int64_t B = o.micro_batch, T = o.seq, A = o.grad_accum;
-  Model model(cfg, B, T,
-              LossWeights{o.mtp_lambda, o.balance_alpha, o.z_loss_coef});
+  Model model(cfg, B, T, LossWeights{o.mtp_lambda, o.balance_alpha, o.z_loss_coef});
   model.init_parameters(o.seed);
   LrSchedule sched;
   sched.kind = parse_schedule_kind(o.schedule);
@@ -106,8 +105,9 @@ double run_training(const TrainOptions& o) {
     std::printf("moet train: %s, %.1fM parameters, %.1f MFLOP/token, %d threads\n",
                 o.model_path.c_str(), double(count_parameters(cfg)) / 1e6, fpt / 1e6,
                 ops::num_threads());
-    std::printf("data: %s | batch %lld x %lld tokens x %lld accum | peak (fp32 GEMM) %.3f TFLOP/s\n",
-                ds->describe().c_str(), (long long)B, (long long)T, (long long)A, peak);
+    std::printf(
+        "data: %s | batch %lld x %lld tokens x %lld accum | peak (fp32 GEMM) %.3f TFLOP/s\n",
+        ds->describe().c_str(), (long long)B, (long long)T, (long long)A, peak);
     std::fflush(stdout);
   }
 
@@ -120,8 +120,8 @@ double run_training(const TrainOptions& o) {
     StepResult r = runner.run(step, A, [&](int64_t a) { return tokens.data() + a * B * (T + 1); });
     double dt = seconds_since(t0);
     last_loss = r.losses.loss;
-    MOET_CHECK(std::isfinite(r.losses.loss), "training diverged at step ", step + 1,
-               " (loss is ", r.losses.loss, "); try a lower --lr");
+    MOET_CHECK(std::isfinite(r.losses.loss), "training diverged at step ", step + 1, " (loss is ",
+               r.losses.loss, "); try a lower --lr");
 
     StepMetrics m;
     m.step = step + 1;

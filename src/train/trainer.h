@@ -13,8 +13,8 @@ struct TrainOptions {
   int64_t seq = 256;
   int64_t grad_accum = 1;
   double lr = 1e-3;
-  double min_lr = -1;    // < 0: lr / 10
-  int64_t warmup = -1;   // < 0: min(200, steps / 10)
+  double min_lr = -1;   // < 0: lr / 10
+  int64_t warmup = -1;  // < 0: min(200, steps / 10)
   std::string schedule = "cosine";
   uint64_t seed = 1234;
   int threads = 0;  // 0: all cores
