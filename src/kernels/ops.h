@@ -149,9 +149,11 @@ void unpermute_backward(const Tensor& dy_ND, const Tensor& yp_MD, const Tensor& 
 // ---------------------------------------------------------------- optimizer
 struct AdamWSpec {
   double lr = 0, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0;
-  int64_t step = 1;  // 1-based, for bias correction
+  int64_t step = 1;         // 1-based, for bias correction
+  double grad_scale = 1.0;  // g is used as grad_scale * g (global-norm clipping, fused)
 };
-// PyTorch AdamW on one flat F32 range: p -= lr*wd*p; m, v updated; p -= lr*mhat/(sqrt(vhat)+eps).
+// PyTorch AdamW on one flat range: p -= lr*wd*p; m, v updated; p -= lr*mhat/(sqrt(vhat)+eps).
+// g is read only (scaled by grad_scale on the fly).
 void adamw_update(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const AdamWSpec& spec);
 
 }  // namespace moet::ops

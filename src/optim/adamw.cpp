@@ -32,12 +32,11 @@ double AdamW::step(double lr) {
   ++t_;
   for (Weight& w : ps_.weights()) {
     if (!w.trainable) continue;
-    if (clip < 1.0) ops::scale_inplace(w.grad, clip);
     const int64_t n = w.value.numel();
     Tensor p = flat_at(ps_.all_values(), w.offset, n), g = flat_at(ps_.all_grads(), w.offset, n);
     Tensor m = flat_at(m_all_, w.offset, n), v = flat_at(v_all_, w.offset, n);
     ops::AdamWSpec spec{lr, cfg_.beta1, cfg_.beta2, cfg_.eps, w.decay ? cfg_.weight_decay : 0.0,
-                        t_};
+                        t_, clip};
     ops::adamw_update(p, g, m, v, spec);
   }
   return norm;

@@ -5,6 +5,30 @@
 namespace moet::ops {
 using namespace cpu;
 
+namespace {
+
+template <typename T>
+struct Consts {
+  T decay, w1, b1, b2, w2, step_size, bc2s, eps, grad_scale;
+};
+
+// torch.lerp(m, g, w1) is m + w1 (g - m) for w1 < 0.5, else g - (g - m)(1 - w1).
+template <typename T, bool kLerpLow>
+void update_range(T* __restrict p, const T* __restrict g, T* __restrict m, T* __restrict v,
+                  int64_t n, const Consts<T> c) {
+  for (int64_t i = 0; i < n; ++i) {
+    const T gi = g[i] * c.grad_scale;
+    const T mi = kLerpLow ? m[i] + c.w1 * (gi - m[i]) : gi - (gi - m[i]) * c.b1;
+    const T vi = v[i] * c.b2 + c.w2 * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    const T denom = std::sqrt(vi) / c.bc2s + c.eps;
+    p[i] = p[i] * c.decay - c.step_size * (mi / denom);
+  }
+}
+
+}  // namespace
+
 // As torch: p *= 1 - lr wd; m.lerp_(g, 1 - β1); v = β2 v + (1 - β2) g²;
 // denom = sqrt(v) / sqrt(1 - β2^t) + eps; p -= lr / (1 - β1^t) * m / denom.
 void adamw_update(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const AdamWSpec& spec) {
@@ -17,26 +41,26 @@ void adamw_update(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const AdamWS
   const double bc2_sqrt = std::sqrt(1.0 - std::pow(spec.beta2, double(spec.step)));
   dispatch_float(p.dtype, [&](auto t0) {
     using T = decltype(t0);
+    const Consts<T> c{T(1.0 - spec.lr * spec.weight_decay),
+                      T(1.0 - spec.beta1),
+                      T(spec.beta1),
+                      T(spec.beta2),
+                      T(1.0 - spec.beta2),
+                      T(spec.lr / bc1),
+                      T(bc2_sqrt),
+                      T(spec.eps),
+                      T(spec.grad_scale)};
     T* pp = p.data<T>();
     const T* pg = g.data<T>();
     T* pm = m.data<T>();
     T* pv = v.data<T>();
     const bool lerp_low = 1.0 - spec.beta1 < 0.5;
-    const T decay = T(1.0 - spec.lr * spec.weight_decay), w1 = T(1.0 - spec.beta1),
-            b1 = T(spec.beta1), b2 = T(spec.beta2), w2 = T(1.0 - spec.beta2),
-            step_size = T(spec.lr / bc1), bc2s = T(bc2_sqrt), eps = T(spec.eps);
-#pragma omp parallel for schedule(static) if (n > kParallelMin)
-    for (int64_t i = 0; i < n; ++i) {
-      const T gi = pg[i];
-      // torch.lerp(m, g, w1): m + w1 (g - m) for w1 < 0.5, else g - (g - m)(1 - w1)
-      const T mi = lerp_low ? pm[i] + w1 * (gi - pm[i]) : gi - (gi - pm[i]) * b1;
-      const T vi = pv[i] * b2 + w2 * gi * gi;
-      pm[i] = mi;
-      pv[i] = vi;
-      const T denom = std::sqrt(vi) / bc2s + eps;
-      const T decayed = pp[i] * decay;
-      pp[i] = decayed - step_size * (mi / denom);
-    }
+    parallel_ranges(n, [&](int64_t b, int64_t e) {
+      if (lerp_low)
+        update_range<T, true>(pp + b, pg + b, pm + b, pv + b, e - b, c);
+      else
+        update_range<T, false>(pp + b, pg + b, pm + b, pv + b, e - b, c);
+    });
   });
 }
 

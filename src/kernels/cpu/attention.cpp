@@ -94,7 +94,7 @@ void attn_fwd(const AttnDims& d, const T* q, const T* k, const T* v, T scale, T*
         for (int64_t s = 1; s <= t; ++s) m = std::max(m, row[s]);
         double sum = 0;
         for (int64_t s = 0; s <= t; ++s) {
-          row[s] = std::exp(row[s] - m);
+          row[s] = exp_fast(row[s] - m);
           sum += double(row[s]);
         }
         const T inv = T(1.0 / sum);

@@ -1,6 +1,10 @@
 // common.h — private helpers of the CPU kernels: dtype dispatch, shape checks, row counts and
 // grow-only thread-local scratch buffers.
 #pragma once
+#include <omp.h>
+
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -12,6 +16,24 @@ namespace moet::ops::cpu {
 // Loops over less work than this (elements touched) run on the calling thread: a parallel
 // region costs microseconds, more when the cores are busy. Results do not depend on it.
 constexpr int64_t kParallelMin = 1 << 14;
+
+// Calls fn(begin, end) on contiguous ranges covering [0, n), one per OpenMP thread (or once on
+// the calling thread for small n). Loops inside fn see plain locals, not the shared variables of
+// an outlined parallel region, so the compiler vectorises them.
+template <typename Fn>
+void parallel_ranges(int64_t n, Fn&& fn) {
+  if (n <= kParallelMin) {
+    fn(int64_t{0}, n);
+    return;
+  }
+#pragma omp parallel
+  {
+    const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t chunk = (n + threads - 1) / threads;
+    const int64_t begin = std::min(n, t * chunk), end = std::min(n, begin + chunk);
+    if (begin < end) fn(begin, end);
+  }
+}
 
 // Calls fn(T{}) with T = float or double according to the dtype of a floating tensor.
 template <typename Fn>
@@ -55,11 +77,29 @@ T* scratch(size_t n, int slot = 0) {
   return buf[slot].data();
 }
 
+// e^x in float without a library call, so loops that use it vectorise: x = n ln2 + r with
+// |r| <= ln2/2, e^r by Cephes' expf polynomial (about 1 ulp), 2^n built in the exponent bits.
+// Inputs are clamped to [-87, 88] (results stay normal floats).
+inline float exp_fast(float x) {
+  x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+  // round(x / ln2) by the 1.5·2^23 trick: plain adds, so it vectorises (|x / ln2| < 2^22)
+  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  return p * std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
+}
+// Doubles (the finite-difference tests) keep the library's exp.
+inline double exp_fast(double x) { return std::exp(x); }
+
 template <typename T>
 inline T sigmoid(T x) {
-  if (x >= 0) return T(1) / (T(1) + std::exp(-x));
-  const T e = std::exp(x);
-  return e / (T(1) + e);
+  return T(1) / (T(1) + exp_fast(-x));
 }
 
 }  // namespace moet::ops::cpu

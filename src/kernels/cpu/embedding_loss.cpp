@@ -95,13 +95,13 @@ double cross_entropy(const Tensor& logits_NV, const Tensor& targets_N, double gr
       T m = x[0];
       for (int64_t j = 1; j < V; ++j) m = std::max(m, x[j]);
       double s = 0;
-      for (int64_t j = 0; j < V; ++j) s += double(std::exp(x[j] - m));
+      for (int64_t j = 0; j < V; ++j) s += double(exp_fast(x[j] - m));
       const double lse = double(m) + std::log(s);
       row_loss[n] = lse - double(x[t]);
       if (d) {
         const T c = T(grad_scale / s);
         for (int64_t j = 0; j < V; ++j)
-          d[j] = c * std::exp(x[j] - m);  // x[j] read, then d[j] written
+          d[j] = c * exp_fast(x[j] - m);  // x[j] read, then d[j] written
         d[t] -= T(grad_scale);
       }
     }
