@@ -13,7 +13,7 @@ using namespace cpu;
 
 namespace {
 
-constexpr int64_t kPanel = 128;  // attention row panel: a panel of queries sees keys [0, t1)
+constexpr int64_t kPanel = 64;  // attention row panel: a panel of queries sees keys [0, t1)
 
 // x viewed [N, H, W] (2-D input is [N, W] with H = 1); rotates dims [off, off + 2*R2).
 template <bool kInverse>
@@ -91,8 +91,10 @@ void attn_fwd(const AttnDims& d, const T* q, const T* k, const T* v, T scale, T*
       for (int64_t t = t0; t < t1; ++t) {
         T* row = P + t * Tn;
         T m = row[0];
+#pragma omp simd reduction(max : m)
         for (int64_t s = 1; s <= t; ++s) m = std::max(m, row[s]);
         double sum = 0;
+#pragma omp simd reduction(+ : sum)
         for (int64_t s = 0; s <= t; ++s) {
           row[s] = exp_fast(row[s] - m);
           sum += double(row[s]);
@@ -125,6 +127,7 @@ void attn_bwd(const AttnDims& d, const T* dout, const T* q, const T* k, const T*
         const T* p = P + t * Tn;
         T* g = dS + t * Tn;
         double dot = 0;
+#pragma omp simd reduction(+ : dot)
         for (int64_t s = 0; s <= t; ++s) dot += double(g[s]) * double(p[s]);
         const T c = T(dot);
         for (int64_t s = 0; s <= t; ++s) g[s] = p[s] * (g[s] - c);

@@ -93,8 +93,10 @@ double cross_entropy(const Tensor& logits_NV, const Tensor& targets_N, double gr
         continue;
       }
       T m = x[0];
+#pragma omp simd reduction(max : m)
       for (int64_t j = 1; j < V; ++j) m = std::max(m, x[j]);
       double s = 0;
+#pragma omp simd reduction(+ : s)
       for (int64_t j = 0; j < V; ++j) s += double(exp_fast(x[j] - m));
       const double lse = double(m) + std::log(s);
       row_loss[n] = lse - double(x[t]);

@@ -155,6 +155,7 @@ void unpermute_backward(const Tensor& dy_ND, const Tensor& yp_MD, const Tensor& 
         if (dg) {
           const T* src = yp + m * D;
           double dot = 0;
+#pragma omp simd reduction(+ : dot)
           for (int64_t j = 0; j < D; ++j) dot += double(d[j]) * double(src[j]);
           dg[n * K + k] = T(dot);
         }

@@ -28,6 +28,7 @@ void rmsnorm_forward(const Tensor& x_ND, const Tensor& w_D, double eps, Tensor& 
     for (int64_t n = 0; n < N; ++n) {
       const T* xr = x + n * D;
       double ss = 0;
+#pragma omp simd reduction(+ : ss)
       for (int64_t j = 0; j < D; ++j) ss += double(xr[j]) * double(xr[j]);
       const T r = T(1.0 / std::sqrt(ss / double(D) + eps));
       if (rs) rs[n] = r;
@@ -61,6 +62,7 @@ void rmsnorm_backward(const Tensor& dy_ND, const Tensor& x_ND, const Tensor& w_D
         const T* dyr = dy + n * D;
         T* dxr = dx + n * D;
         double dot = 0;
+#pragma omp simd reduction(+ : dot)
         for (int64_t j = 0; j < D; ++j) dot += double(dyr[j]) * double(w[j]) * double(xr[j]);
         const double r = rs[n];
         const T a = T(r), c = T(dot * r * r * r / double(D));
