@@ -78,6 +78,10 @@ def main():
     print(f"| moet (fp32) | {mt:.0f} | {mg:.1f} | {100 * mg / peak:.0f}% |")
     print(f"| PyTorch reference (fp32) | {pt:.0f} | {pg:.1f} | {100 * pg / peak:.0f}% |")
     print(f"| **moet / PyTorch** | **{mt / pt:.2f}×** | | |")
+    ratios = [m["tokens_per_s"] / t["tokens_per_s"] for m, t in zip(moet, torch)]
+    print("\nper round (moet run, then PyTorch run): " + ", ".join(
+        f"{m['tokens_per_s']:.0f} vs {t['tokens_per_s']:.0f} tok/s = {r:.2f}×"
+        for m, t, r in zip(moet, torch, ratios)))
     print(f"\nmedian of {a.rounds} alternating rounds; {a.model}, micro-batch {a.micro_batch}, "
           f"seq {a.seq}, {a.threads} threads, {a.steps - a.warmup} timed steps after "
           f"{a.warmup} warm-up")
