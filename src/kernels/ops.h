@@ -40,14 +40,18 @@ void linear_forward(const Tensor& x_ND, const Tensor& w_OD, Tensor& y_NO);
 void linear_backward(const Tensor& dy_NO, const Tensor& x_ND, const Tensor& w_OD, Tensor& dx_ND,
                      bool accumulate_dx, Tensor& dw_OD);
 
-// Grouped GEMM over experts. Rows [offsets[e], offsets[e+1]) of x belong to expert e
-// (offsets_E1 is I32 with E+1 entries); w_EOD holds the experts' [O, D] weights back to back.
-// y[rows of e] = x[rows of e] · w[e]ᵀ.
+// Grouped GEMM over experts. Rows are in E*S segments, S per expert (expert-major; under expert
+// parallelism segment s of an expert holds the rows from source rank s); rows
+// [offsets[g], offsets[g+1]) form segment g of expert g / S (offsets_E1 is I32 with E*S+1
+// entries); w_EOD holds the experts' [O, D] weights back to back.
+// y[rows of g] = x[rows of g] · w[g / S]ᵀ, one GEMM per non-empty segment.
 void grouped_linear_forward(const Tensor& x_MD, const Tensor& offsets_E1, const Tensor& w_EOD,
-                            Tensor& y_MO);
-// dx = dy · w[e] per expert (overwrite); dw[e] += dy[rows of e]ᵀ · x[rows of e].
+                            Tensor& y_MO, int64_t segments_per_expert = 1);
+// dx = dy · w[e] per segment (overwrite); dw[e] += Σ_s dy[rows of s]ᵀ · x[rows of s], the S
+// segment gradients summed in the canonical tree order (tree_sum in parallel/communicator.h).
 void grouped_linear_backward(const Tensor& dy_MO, const Tensor& x_MD, const Tensor& offsets_E1,
-                             const Tensor& w_EOD, Tensor& dx_MD, Tensor& dw_EOD);
+                             const Tensor& w_EOD, Tensor& dx_MD, Tensor& dw_EOD,
+                             int64_t segments_per_expert = 1);
 
 // ---------------------------------------------------------------- normalisation / activation
 // y = x / sqrt(mean(x²) + eps) * w per row; rstd_N = 1/sqrt(mean(x²) + eps) saved for backward.

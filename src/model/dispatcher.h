@@ -18,8 +18,15 @@ class TokenDispatcher {
   virtual void plan(Workspace& ws, int64_t D, int64_t K) = 0;
   // Most expert-side rows a call can produce (buffers of the experts are sized by it).
   virtual int64_t max_expert_rows() const = 0;
+  // The experts whose weights live in this process: global ids [first, first + count).
+  virtual int64_t first_local_expert() const = 0;
+  virtual int64_t num_local_experts() const = 0;
+  // Row segments per local expert in expert_rows(): one per source rank of the expert-parallel
+  // group (1 for the local dispatcher); expert_offsets() has num_local * segments + 1 entries.
+  virtual int64_t segments_per_expert() const = 0;
 
-  // x_ND, idx_NK -> expert_rows() (rows grouped by local expert, expert_offsets() I32 [E+1]).
+  // x_ND, idx_NK (global expert ids) -> expert_rows(): rows grouped by local expert, then by
+  // source rank, then in token order; expert_offsets() gives the segment boundaries.
   virtual void dispatch(const Tensor& x_ND, const Tensor& idx_NK) = 0;
   virtual Tensor expert_rows() const = 0;
   virtual Tensor expert_offsets() const = 0;

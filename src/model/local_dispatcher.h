@@ -10,6 +10,9 @@ class LocalDispatcher final : public TokenDispatcher {
   explicit LocalDispatcher(int64_t n_experts) : E_(n_experts) {}
   void plan(Workspace& ws, int64_t D, int64_t K) override;
   int64_t max_expert_rows() const override { return xp_MD_.size(0); }
+  int64_t first_local_expert() const override { return 0; }
+  int64_t num_local_experts() const override { return E_; }
+  int64_t segments_per_expert() const override { return 1; }
   void dispatch(const Tensor& x_ND, const Tensor& idx_NK) override;
   Tensor expert_rows() const override { return xp_MD_; }
   Tensor expert_offsets() const override { return offsets_E1_; }

@@ -69,9 +69,10 @@ void MoeLayer::forward(const Tensor& x_ND, Tensor& y_ND) {
   Tensor xp = dispatcher_->expert_rows(), off = dispatcher_->expert_offsets();
   const int64_t M = xp.size(0);
   Tensor gu = gu_M2F_.rows(0, M), h = h_MF_.rows(0, M), yp = yp_MD_.rows(0, M);
-  ops::grouped_linear_forward(xp, off, w_gate_up_->value, gu);
+  const int64_t S = dispatcher_->segments_per_expert();
+  ops::grouped_linear_forward(xp, off, w_gate_up_->value, gu, S);
   ops::swiglu_forward(gu, h);
-  ops::grouped_linear_forward(h, off, w_down_->value, yp);
+  ops::grouped_linear_forward(h, off, w_down_->value, yp, S);
   dispatcher_->combine(yp, gates_NK_, y_ND, false);
   if (shared_) shared_->forward(x_ND, y_ND, true);
 }
@@ -88,9 +89,10 @@ void MoeLayer::backward(const Tensor& dy_ND, const Tensor& x_ND, Tensor& dx_ND,
   Tensor dyp = dyp_MD_.rows(0, M), dh = dh_MF_.rows(0, M), dgu = dgu_M2F_.rows(0, M),
          dxp = dxp_MD_.rows(0, M);
   dispatcher_->combine_backward(dy_ND, yp, gates_NK_, dyp, dgates_NK_);
-  ops::grouped_linear_backward(dyp, h, off, w_down_->value, dh, w_down_->grad);
+  const int64_t S = dispatcher_->segments_per_expert();
+  ops::grouped_linear_backward(dyp, h, off, w_down_->value, dh, w_down_->grad, S);
   ops::swiglu_backward(dh, gu, dgu);
-  ops::grouped_linear_backward(dgu, xp, off, w_gate_up_->value, dxp, w_gate_up_->grad);
+  ops::grouped_linear_backward(dgu, xp, off, w_gate_up_->value, dxp, w_gate_up_->grad, S);
   dispatcher_->dispatch_backward(dxp, dx_ND);
   // router: gates, then the auxiliary losses, then the gate projection
   ops::router_backward(dgates_NK_, scores_NE_, idx_NK_, spec_, dlogits_NE_);

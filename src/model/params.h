@@ -25,7 +25,11 @@ struct Weight {
   Init init = Init::Normal;
   bool decay = true;      // AdamW weight decay applies (matrices and the embedding)
   bool trainable = true;  // false for buffers such as e_score_correction_bias
+  bool expert = false;    // a routed expert's weight: sharded over expert parallelism
   int64_t offset = 0;     // element offset in the arenas
+  // Index of element 0 in the full (unsharded) weight, so a shard initialises to the same
+  // values as the same rows of the full weight.
+  int64_t init_offset = 0;
 };
 
 // A named view (Hugging Face name) onto rows of one weight.

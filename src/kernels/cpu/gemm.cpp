@@ -58,6 +58,19 @@ void linear_backward(const Tensor& dy_NO, const Tensor& x_ND, const Tensor& w_OD
 }
 
 namespace {
+// part holds S arrays of n values; afterwards part[0..n) is their sum in the canonical pairwise
+// tree order of parallel/communicator.h (split at the largest power of two below the count).
+template <typename T>
+void tree_sum_rows(T* part, int64_t S, int64_t n) {
+  if (S <= 1) return;
+  int64_t half = 1;
+  while (half * 2 < S) half *= 2;
+  tree_sum_rows(part, half, n);
+  tree_sum_rows(part + half * n, S - half, n);
+  const T* b = part + half * n;
+  for (int64_t i = 0; i < n; ++i) part[i] += b[i];
+}
+
 // Validates offsets (I32, E+1 entries, 0 .. M, non-decreasing); returns E.
 int64_t check_offsets(const Tensor& offsets_E1, int64_t M) {
   check_i32(offsets_E1);
@@ -74,9 +87,11 @@ int64_t check_offsets(const Tensor& offsets_E1, int64_t M) {
 
 // One GEMM per non-empty expert on its contiguous row slice; the GEMM itself is multi-threaded.
 void grouped_linear_forward(const Tensor& x_MD, const Tensor& offsets_E1, const Tensor& w_EOD,
-                            Tensor& y_MO) {
+                            Tensor& y_MO, int64_t segments_per_expert) {
   const int64_t M = rows_of(x_MD), D = x_MD.size(-1), O = y_MO.size(-1);
-  const int64_t E = check_offsets(offsets_E1, M);
+  const int64_t S = segments_per_expert, G = check_offsets(offsets_E1, M);
+  MOET_CHECK(S >= 1 && G % S == 0, "grouped linear: ", G, " segments for ", S, " per expert");
+  const int64_t E = G / S;
   MOET_CHECK(rows_of(y_MO) == M && w_EOD.numel() == E * O * D &&
                  (w_EOD.ndim != 3 || (w_EOD.size(1) == O && w_EOD.size(2) == D)),
              "grouped linear: x ", x_MD.shape_str(), " w ", w_EOD.shape_str(), " y ",
@@ -85,8 +100,8 @@ void grouped_linear_forward(const Tensor& x_MD, const Tensor& offsets_E1, const 
   const int32_t* off = offsets_E1.i32();
   dispatch_float(y_MO.dtype, [&](auto t0) {
     using T = decltype(t0);
-    for (int64_t e = 0; e < E; ++e) {
-      const int64_t r0 = off[e], r = off[e + 1] - off[e];
+    for (int64_t g = 0; g < G; ++g) {
+      const int64_t r0 = off[g], r = off[g + 1] - off[g], e = g / S;
       if (r == 0) continue;
       blas_gemm(false, true, r, O, D, T(1), x_MD.data<T>() + r0 * D, D, w_EOD.data<T>() + e * O * D,
                 D, T(0), y_MO.data<T>() + r0 * O, O);
@@ -95,9 +110,12 @@ void grouped_linear_forward(const Tensor& x_MD, const Tensor& offsets_E1, const 
 }
 
 void grouped_linear_backward(const Tensor& dy_MO, const Tensor& x_MD, const Tensor& offsets_E1,
-                             const Tensor& w_EOD, Tensor& dx_MD, Tensor& dw_EOD) {
+                             const Tensor& w_EOD, Tensor& dx_MD, Tensor& dw_EOD,
+                             int64_t segments_per_expert) {
   const int64_t M = rows_of(x_MD), D = x_MD.size(-1), O = dy_MO.size(-1);
-  const int64_t E = check_offsets(offsets_E1, M);
+  const int64_t S = segments_per_expert, G = check_offsets(offsets_E1, M);
+  MOET_CHECK(S >= 1 && G % S == 0, "grouped linear bwd: ", G, " segments for ", S, " per expert");
+  const int64_t E = G / S;
   MOET_CHECK(rows_of(dy_MO) == M && w_EOD.numel() == E * O * D &&
                  (w_EOD.ndim != 3 || (w_EOD.size(1) == O && w_EOD.size(2) == D)),
              "grouped linear bwd: x ", x_MD.shape_str(), " w ", w_EOD.shape_str(), " dy ",
@@ -109,16 +127,36 @@ void grouped_linear_backward(const Tensor& dy_MO, const Tensor& x_MD, const Tens
   const int32_t* off = offsets_E1.i32();
   dispatch_float(dy_MO.dtype, [&](auto t0) {
     using T = decltype(t0);
+    for (int64_t g = 0; g < G; ++g) {
+      const int64_t r0 = off[g], r = off[g + 1] - off[g], e = g / S;
+      if (r == 0 || dx_MD.empty()) continue;
+      blas_gemm(false, false, r, D, O, T(1), dy_MO.data<T>() + r0 * O, O,
+                w_EOD.data<T>() + e * O * D, D, T(0), dx_MD.data<T>() + r0 * D, D);
+    }
+    if (dw_EOD.empty()) return;
+    // Weight gradients: one GEMM per segment; with several segments per expert (one per source
+    // rank under expert parallelism) the segments' gradients are summed in the canonical tree
+    // order, so the result does not depend on how experts are spread over ranks.
+    T* part = S > 1 ? scratch<T>(size_t(S * O * D), 2) : nullptr;
     for (int64_t e = 0; e < E; ++e) {
-      const int64_t r0 = off[e], r = off[e + 1] - off[e];
-      if (r == 0) continue;
-      const T* dy = dy_MO.data<T>() + r0 * O;
-      if (!dx_MD.empty())
-        blas_gemm(false, false, r, D, O, T(1), dy, O, w_EOD.data<T>() + e * O * D, D, T(0),
-                  dx_MD.data<T>() + r0 * D, D);
-      if (!dw_EOD.empty())
-        blas_gemm(true, false, O, D, r, T(1), dy, O, x_MD.data<T>() + r0 * D, D, T(1),
-                  dw_EOD.data<T>() + e * O * D, D);
+      T* dw = dw_EOD.data<T>() + e * O * D;
+      auto segment_grad = [&](int64_t g, T* out, T beta) {
+        const int64_t r0 = off[g], r = off[g + 1] - off[g];
+        if (r == 0) {
+          if (beta == T(0)) std::fill_n(out, O * D, T(0));
+          return;
+        }
+        blas_gemm(true, false, O, D, r, T(1), dy_MO.data<T>() + r0 * O, O,
+                  x_MD.data<T>() + r0 * D, D, beta, out, D);
+      };
+      if (S == 1) {
+        segment_grad(e, dw, T(1));
+        continue;
+      }
+      for (int64_t s = 0; s < S; ++s) segment_grad(e * S + s, part + s * O * D, T(0));
+      tree_sum_rows(part, S, O * D);  // part[0] = canonical sum of the S parts
+      const T* sum = part;
+      for (int64_t i = 0; i < O * D; ++i) dw[i] += sum[i];
     }
   });
 }

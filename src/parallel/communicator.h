@@ -1,0 +1,51 @@
+// Communicator: every collective moet uses, behind one interface — LocalCommunicator (one
+// process), MpiCommunicator (OpenMPI on CPUs); an NCCL one drops in for GPUs. Process groups
+// are communicators made by split().
+//
+// Determinism: allreduce_sum adds the ranks' contributions in one canonical order — a pairwise
+// tree over the ranks of the group in rank order, tree_sum() below — so every rank gets the
+// same bits, and a layout whose groups are aligned power-of-two blocks of the world reproduces
+// the bits of a flat reduction (expert parallelism does not change the numbers).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace moet {
+
+class Communicator {
+public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // x[i] = Σ over ranks of x[i], summed in the canonical tree order, the same bits everywhere.
+  virtual void allreduce_sum(float* x, int64_t n) = 0;
+  virtual void allreduce_sum(double* x, int64_t n) = 0;
+  // recv = the ranks' `bytes` each, in rank order (recv holds size() * bytes).
+  virtual void allgather(const void* send, int64_t bytes, void* recv) = 0;
+  // Personalised exchange: send_bytes[p] bytes from send + send_offsets[p] go to rank p;
+  // recv_bytes[p] bytes from rank p land at recv + recv_offsets[p]. Arrays have size() entries.
+  virtual void alltoallv(const void* send, const int64_t* send_bytes,
+                         const int64_t* send_offsets, void* recv, const int64_t* recv_bytes,
+                         const int64_t* recv_offsets) = 0;
+  // Same-size exchange: `bytes` to and from every rank, blocks in rank order.
+  virtual void alltoall(const void* send, int64_t bytes, void* recv) = 0;
+  virtual void barrier() = 0;
+  // Ranks with the same color form a new communicator, ordered by key (then by rank).
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+  // Ends every process of the job with a message naming this rank and the reason; never returns.
+  [[noreturn]] virtual void abort(const std::string& why) = 0;
+};
+
+// The canonical reduction order: sum(lo, hi) = sum(lo, mid) + sum(mid, hi) with
+// mid = lo + the largest power of two below hi - lo. value(i) gives contribution i.
+template <typename T, typename Get>
+T tree_sum(int lo, int hi, const Get& value) {
+  if (hi - lo == 1) return value(lo);
+  int half = 1;
+  while (half * 2 < hi - lo) half *= 2;
+  return tree_sum<T>(lo, lo + half, value) + tree_sum<T>(lo + half, hi, value);
+}
+
+}  // namespace moet
