@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "parallel/mpi_communicator.h"
 #include "train/trainer.h"
 
 namespace {
@@ -45,7 +46,8 @@ void add_train_command(CLI::App& app, moet::TrainOptions& o) {
   t->add_option("--peak-tflops", o.peak_tflops,
                 "peak that MFU divides by (default: the measured fp32 GEMM peak)");
   t->add_flag("--quiet", o.quiet, "no progress lines");
-  t->callback([&o]() { moet::run_training(o); });
+  t->add_option("--ep", o.ep, "expert-parallel size: ranks per expert group (under mpirun)")
+      ->capture_default_str();
 }
 
 }  // namespace
@@ -66,11 +68,19 @@ int main(int argc, char** argv) {
     if (e.get_exit_code() == 0) return app.exit(e);
     std::fprintf(stderr, "moet: error: %s (see moet --help)\n", e.what());
     return 2;
-  } catch (const moet::Error& e) {
-    std::fprintf(stderr, "moet: error: %s\n", e.what());
-    return 1;
+  }
+  // Under mpirun every rank joins the job; a plain `moet train` never touches MPI.
+  std::unique_ptr<moet::MpiCommunicator> world;
+  try {
+    if (moet::MpiCommunicator::launched_under_mpi())
+      world = moet::MpiCommunicator::world(&argc, &argv);
+    moet::run_training(train, world ? world.get() : nullptr);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "moet: internal error: %s\n", e.what());
+    const bool user = dynamic_cast<const moet::Error*>(&e) != nullptr;
+    std::string msg = std::string(user ? "" : "internal error: ") + e.what();
+    // A failing rank takes the whole job down at once, naming itself: never a hang.
+    if (world && world->size() > 1) world->abort(msg);
+    std::fprintf(stderr, "moet: error: %s\n", msg.c_str());
     return 1;
   }
   return 0;

@@ -14,15 +14,20 @@ MoeLayer::MoeLayer(const ModelConfig& c, ParamStore& ps, const std::string& p,
   spec_.top_k = c.num_experts_per_tok;
   spec_.norm_topk_prob = c.norm_topk_prob;
   spec_.scaling = c.routed_scaling_factor;
-  const int64_t E = spec_.n_experts;
+  const int64_t E = spec_.n_experts, first = dispatcher_->first_local_expert(),
+                El = dispatcher_->num_local_experts();
   gate_ = ps.declare(p + "gate.weight", {E, D_}, Init::Normal, true);
   bias_ = ps.declare(p + "gate.e_score_correction_bias", {E}, Init::Zeros, false, false);
-  // All experts' gate/up weights back to back [E, 2F, D] (one grouped GEMM), down [E, D, F].
+  // This process's experts' gate/up weights back to back [El, 2F, D] (one grouped GEMM), down
+  // [El, D, F]: a shard of the full [E, ...] weights starting at expert `first`.
   w_gate_up_ =
-      ps.declare(p + "experts.gate_up_proj", {E, 2 * F_, D_}, Init::Normal, true, true, false);
-  w_down_ = ps.declare(p + "experts.down_proj", {E, D_, F_}, Init::Normal, true, true, false);
-  for (int64_t e = 0; e < E; ++e) {
-    std::string n = p + "experts." + std::to_string(e) + ".";
+      ps.declare(p + "experts.gate_up_proj", {El, 2 * F_, D_}, Init::Normal, true, true, false);
+  w_down_ = ps.declare(p + "experts.down_proj", {El, D_, F_}, Init::Normal, true, true, false);
+  w_gate_up_->expert = w_down_->expert = true;
+  w_gate_up_->init_offset = first * 2 * F_ * D_;
+  w_down_->init_offset = first * D_ * F_;
+  for (int64_t e = 0; e < El; ++e) {
+    std::string n = p + "experts." + std::to_string(first + e) + ".";
     ps.add_name(n + "gate_proj.weight", w_gate_up_, e * 2 * F_, e * 2 * F_ + F_);
     ps.add_name(n + "up_proj.weight", w_gate_up_, e * 2 * F_ + F_, (e + 1) * 2 * F_);
     ps.add_name(n + "down_proj.weight", w_down_, e * D_, (e + 1) * D_);

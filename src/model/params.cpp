@@ -65,7 +65,8 @@ void ParamStore::initialize(uint64_t seed, double std) {
     switch (w.init) {
       case Init::Normal:
 #pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < n; ++i) p[i] = static_cast<float>(std * rng.normal(w.init_offset + i));
+        for (int64_t i = 0; i < n; ++i)
+          p[i] = static_cast<float>(std * rng.normal(w.init_offset + i));
         break;
       case Init::Ones:
         for (int64_t i = 0; i < n; ++i) p[i] = 1.0f;

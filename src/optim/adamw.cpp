@@ -18,15 +18,19 @@ AdamW::AdamW(ParamStore& ps, AdamWConfig cfg)
       m_all_(m_.base(), DType::F32, {ps.numel()}),
       v_all_(v_.base(), DType::F32, {ps.numel()}) {}
 
-double AdamW::grad_norm() const {
-  double sq = 0;
+void AdamW::grad_square_sums(double& dense, double& expert) const {
+  dense = expert = 0;
   for (const Weight& w : ps_.weights())
-    if (w.trainable) sq += ops::sum_squares(w.grad);
-  return std::sqrt(sq);
+    if (w.trainable) (w.expert ? expert : dense) += ops::sum_squares(w.grad);
 }
 
-double AdamW::step(double lr) {
-  double norm = grad_norm();
+double AdamW::grad_norm() const {
+  double dense, expert;
+  grad_square_sums(dense, expert);
+  return std::sqrt(dense + expert);
+}
+
+double AdamW::step(double lr, double norm) {
   double clip = 1.0;
   if (cfg_.grad_clip > 0) clip = std::min(1.0, cfg_.grad_clip / (norm + 1e-6));
   ++t_;

@@ -17,9 +17,15 @@ class AdamW {
   AdamW(ParamStore& ps, AdamWConfig cfg);
   // sqrt(Σ g²) over trainable parameters.
   double grad_norm() const;
+  // Σ g² over the trainable non-expert and expert weights, each summed weight by weight in
+  // declaration order (the same grouping on one process and under data parallelism, so norms
+  // agree to the bit).
+  void grad_square_sums(double& dense, double& expert) const;
   // Clips (when grad_clip > 0), then one AdamW step at learning rate lr. Returns the norm
   // before clipping.
-  double step(double lr);
+  double step(double lr) { return step(lr, grad_norm()); }
+  // The same with the norm given (data parallelism computes it across ranks).
+  double step(double lr, double grad_norm);
   int64_t steps_taken() const { return t_; }
   void set_steps_taken(int64_t t) { t_ = t; }
   Tensor moment1() const { return m_all_; }

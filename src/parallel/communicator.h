@@ -14,7 +14,7 @@
 namespace moet {
 
 class Communicator {
-public:
+ public:
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
@@ -26,9 +26,8 @@ public:
   virtual void allgather(const void* send, int64_t bytes, void* recv) = 0;
   // Personalised exchange: send_bytes[p] bytes from send + send_offsets[p] go to rank p;
   // recv_bytes[p] bytes from rank p land at recv + recv_offsets[p]. Arrays have size() entries.
-  virtual void alltoallv(const void* send, const int64_t* send_bytes,
-                         const int64_t* send_offsets, void* recv, const int64_t* recv_bytes,
-                         const int64_t* recv_offsets) = 0;
+  virtual void alltoallv(const void* send, const int64_t* send_bytes, const int64_t* send_offsets,
+                         void* recv, const int64_t* recv_bytes, const int64_t* recv_offsets) = 0;
   // Same-size exchange: `bytes` to and from every rank, blocks in rank order.
   virtual void alltoall(const void* send, int64_t bytes, void* recv) = 0;
   virtual void barrier() = 0;

@@ -43,8 +43,8 @@ void tree_reduce_rows(T* buf, int64_t len, int lo, int hi, T* out) {
 }  // namespace
 
 bool MpiCommunicator::launched_under_mpi() {
-  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE",
-                          "MV2_COMM_WORLD_SIZE"}) {
+  for (const char* var :
+       {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "MV2_COMM_WORLD_SIZE"}) {
     if (std::getenv(var) != nullptr) return true;
   }
   return false;
@@ -106,8 +106,8 @@ void MpiCommunicator::set_scratch_limit_bytes(int64_t bytes) {
 }
 
 void MpiCommunicator::set_max_message_bytes(int64_t bytes) {
-  MOET_CHECK(bytes > 0 && bytes <= INT_MAX, "max message bytes must be in [1, ", INT_MAX,
-             "], got ", bytes);
+  MOET_CHECK(bytes > 0 && bytes <= INT_MAX, "max message bytes must be in [1, ", INT_MAX, "], got ",
+             bytes);
   max_message_bytes_ = bytes;
 }
 
@@ -129,8 +129,8 @@ void MpiCommunicator::allreduce_tree(T* x, int64_t n, MPI_Datatype type) {
   if (size_ == 1 || n == 0) return;
   const int64_t p_count = size_;
   // Chunk: a multiple of P elements whose P slices fit the scratch limit and MPI's int.
-  int64_t chunk = std::min<int64_t>(scratch_limit_bytes_ / static_cast<int64_t>(sizeof(T)),
-                                    INT_MAX / 2);
+  int64_t chunk =
+      std::min<int64_t>(scratch_limit_bytes_ / static_cast<int64_t>(sizeof(T)), INT_MAX / 2);
   chunk = std::max<int64_t>(chunk / p_count * p_count, p_count);
   T* buf = static_cast<T*>(scratch(std::min(chunk, n + p_count) * static_cast<int64_t>(sizeof(T))));
   for (int64_t base = 0; base < n; base += chunk) {
@@ -151,8 +151,8 @@ void MpiCommunicator::allreduce_tree(T* x, int64_t n, MPI_Datatype type) {
     MPI_Alltoallv(xc, send_counts_.data(), send_displs_.data(), type, buf, recv_counts_.data(),
                   recv_displs_.data(), type, comm_);
     if (my_len > 0) tree_reduce_rows(buf, my_len, 0, size_, xc + my_lo);
-    MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, xc, send_counts_.data(),
-                   send_displs_.data(), type, comm_);
+    MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, xc, send_counts_.data(), send_displs_.data(),
+                   type, comm_);
   }
 }
 
@@ -200,12 +200,12 @@ void MpiCommunicator::exchange_pairwise(const void* send, const int64_t* send_by
 }
 
 void MpiCommunicator::alltoallv(const void* send, const int64_t* send_bytes,
-                                const int64_t* send_offsets, void* recv,
-                                const int64_t* recv_bytes, const int64_t* recv_offsets) {
+                                const int64_t* send_offsets, void* recv, const int64_t* recv_bytes,
+                                const int64_t* recv_offsets) {
   for (int p = 0; p < size_; ++p) {
-    MOET_CHECK(send_bytes[p] >= 0 && send_offsets[p] >= 0 && recv_bytes[p] >= 0 &&
-                   recv_offsets[p] >= 0,
-               "alltoallv: negative count or offset for rank ", p);
+    MOET_CHECK(
+        send_bytes[p] >= 0 && send_offsets[p] >= 0 && recv_bytes[p] >= 0 && recv_offsets[p] >= 0,
+        "alltoallv: negative count or offset for rank ", p);
   }
   if (!fits_one_call(send_bytes, send_offsets) || !fits_one_call(recv_bytes, recv_offsets)) {
     exchange_pairwise(send, send_bytes, send_offsets, recv, recv_bytes, recv_offsets);
@@ -217,8 +217,8 @@ void MpiCommunicator::alltoallv(const void* send, const int64_t* send_bytes,
     recv_counts_[p] = to_int(recv_bytes[p]);
     recv_displs_[p] = to_int(recv_offsets[p]);
   }
-  MPI_Alltoallv(send, send_counts_.data(), send_displs_.data(), MPI_BYTE, recv,
-                recv_counts_.data(), recv_displs_.data(), MPI_BYTE, comm_);
+  MPI_Alltoallv(send, send_counts_.data(), send_displs_.data(), MPI_BYTE, recv, recv_counts_.data(),
+                recv_displs_.data(), MPI_BYTE, comm_);
 }
 
 void MpiCommunicator::allgather(const void* send, int64_t bytes, void* recv) {

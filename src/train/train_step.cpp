@@ -1,15 +1,17 @@
 #include "train/train_step.h"
 
 #include "optim/expert_bias.h"
+#include "parallel/data_parallel.h"
 
 namespace moet {
 
 StepRunner::StepRunner(Model& model, AdamWConfig adamw, LrSchedule schedule,
-                       double bias_update_rate)
+                       double bias_update_rate, DataParallel* data_parallel)
     : model_(model),
       adamw_(model.params(), adamw),
       schedule_(schedule),
-      bias_rate_(bias_update_rate) {}
+      bias_rate_(bias_update_rate),
+      dp_(data_parallel) {}
 
 StepResult StepRunner::run(int64_t step, int64_t grad_accum,
                            const std::function<const int32_t*(int64_t)>& micro_batch) {
@@ -27,7 +29,14 @@ StepResult StepRunner::run(int64_t step, int64_t grad_accum,
     r.losses.z_loss += l.z_loss / double(grad_accum);
   }
   r.lr = schedule_.at(step);
-  r.grad_norm = adamw_.step(r.lr);
+  if (dp_) {
+    dp_->reduce_gradients();
+    dp_->reduce_losses(r.losses);
+    dp_->reduce_expert_loads(moe);
+    r.grad_norm = adamw_.step(r.lr, dp_->global_grad_norm(adamw_));
+  } else {
+    r.grad_norm = adamw_.step(r.lr);
+  }
   r.max_expert_load = max_expert_load_ratio(moe);
   update_expert_bias(moe, bias_rate_);
   return r;

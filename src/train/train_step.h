@@ -16,9 +16,14 @@ struct StepResult {
   double max_expert_load = 0;  // worst layer's max/mean expert load this step
 };
 
+class DataParallel;
+
 class StepRunner {
  public:
-  StepRunner(Model& model, AdamWConfig adamw, LrSchedule schedule, double bias_update_rate);
+  // data_parallel: null for one process; else gradients, norm, losses and expert loads are
+  // reduced across its ranks.
+  StepRunner(Model& model, AdamWConfig adamw, LrSchedule schedule, double bias_update_rate,
+             DataParallel* data_parallel = nullptr);
   // micro_batch(a) returns micro-batch a's B×(T+1) tokens, a < grad_accum.
   StepResult run(int64_t step, int64_t grad_accum,
                  const std::function<const int32_t*(int64_t)>& micro_batch);
@@ -30,6 +35,7 @@ class StepRunner {
   AdamW adamw_;
   LrSchedule schedule_;
   double bias_rate_;
+  DataParallel* dp_;
 };
 
 }  // namespace moet

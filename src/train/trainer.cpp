@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -16,6 +17,8 @@
 #include "metrics/progress.h"
 #include "model/model.h"
 #include "optim/expert_bias.h"
+#include "parallel/alltoall_dispatcher.h"
+#include "parallel/data_parallel.h"
 #include "train/train_step.h"
 
 namespace moet {
@@ -59,34 +62,60 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-double evaluate(Model& model, const TokenDataset& ds, int64_t batches, std::vector<int32_t>& buf) {
+// Mean held-out LM loss; under data parallelism rank r evaluates batches r, r + W, … and the
+// means are averaged over ranks (every rank takes part in the experts' all-to-alls).
+double evaluate(Model& model, const TokenDataset& ds, int64_t batches, std::vector<int32_t>& buf,
+                Communicator* world) {
   const int64_t B = model.micro_batch(), T = model.seq_len();
-  batches = std::min(batches, ds.num_eval_batches(B, T));
+  const int64_t W = world ? world->size() : 1, r = world ? world->rank() : 0;
+  batches = std::min(batches, ds.num_eval_batches(B, T) / W);
   if (!ds.has_eval() || batches <= 0) return StepMetrics::kNone;
   double sum = 0;
   for (int64_t i = 0; i < batches; ++i) {
-    ds.eval_batch(i, B, T, buf.data());
+    ds.eval_batch(i * W + r, B, T, buf.data());
     sum += model.forward(buf.data()).lm_loss;
   }
   reset_router_stats(model.moe_layers());
-  return sum / double(batches);
+  double mean = sum / double(batches);
+  if (world) {
+    world->allreduce_sum(&mean, 1);
+    mean /= double(W);
+  }
+  return mean;
 }
 
 }  // namespace
 
-double run_training(const TrainOptions& o) {
+double run_training(const TrainOptions& o, Communicator* world) {
   validate(o);
+  MOET_CHECK(o.ep == 1 || world, "--ep ", o.ep,
+             " needs several processes: start moet with mpirun -np N (N divisible by --ep)");
   ModelConfig cfg = load_model_config(o.model_path);
-  ops::set_num_threads(o.threads > 0 ? o.threads
-                                     : int(std::max(1u, std::thread::hardware_concurrency())));
+  const int W = world ? world->size() : 1, rank = world ? world->rank() : 0;
+  const bool root = rank == 0, verbose = root && !o.quiet;
+  int threads = o.threads;
+  if (threads == 0) threads = std::max(1, int(std::thread::hardware_concurrency()) / W);
+  ops::set_num_threads(threads);
   std::unique_ptr<TokenDataset> ds = open_dataset(o, cfg);
   std::unique_ptr<MetricsWriter> metrics;
-  if (!o.metrics_path.empty())
+  if (root && !o.metrics_path.empty())
     metrics = std::make_unique<MetricsWriter>(o.metrics_path, o.overwrite_metrics);
 
+  // Layout: data-parallel over all ranks, experts sharded over groups of --ep ranks.
+  std::optional<ParallelLayout> layout;
+  DispatcherFactory dispatchers;
+  if (world) {
+    layout = make_parallel_layout(*world, int(o.ep));
+    if (o.ep > 1)
+      dispatchers = [&](int64_t E) -> std::unique_ptr<TokenDispatcher> {
+        return std::make_unique<AllToAllDispatcher>(*layout->ep_group, E);
+      };
+  }
   const int64_t B = o.micro_batch, T = o.seq, A = o.grad_accum;
-  Model model(cfg, B, T, LossWeights{o.mtp_lambda, o.balance_alpha, o.z_loss_coef});
+  Model model(cfg, B, T, LossWeights{o.mtp_lambda, o.balance_alpha, o.z_loss_coef}, dispatchers);
   model.init_parameters(o.seed);
+  std::optional<DataParallel> dp;
+  if (layout) dp.emplace(*layout, model.params());
   LrSchedule sched;
   sched.kind = parse_schedule_kind(o.schedule);
   sched.max_lr = o.lr;
@@ -96,15 +125,17 @@ double run_training(const TrainOptions& o) {
   AdamWConfig oc;
   oc.weight_decay = o.weight_decay;
   oc.grad_clip = o.grad_clip;
-  StepRunner runner(model, oc, sched, o.bias_update_rate);
+  StepRunner runner(model, oc, sched, o.bias_update_rate, dp ? &*dp : nullptr);
 
   const double peak = o.peak_tflops > 0 ? o.peak_tflops : measure_gemm_peak_tflops();
   const double fpt = flops_per_token(cfg, T, cfg.num_nextn_predict_layers > 0);
-  const int64_t tokens_per_step = A * B * T;
-  if (!o.quiet) {
-    std::printf("moet train: %s, %.1fM parameters, %.1f MFLOP/token, %d threads\n",
+  const int64_t tokens_per_step = int64_t(W) * A * B * T;  // global batch
+  if (verbose) {
+    std::printf("moet train: %s, %.1fM parameters, %.1f MFLOP/token, %d threads",
                 o.model_path.c_str(), double(count_parameters(cfg)) / 1e6, fpt / 1e6,
                 ops::num_threads());
+    if (world) std::printf(" x %d ranks (ep %lld, data-parallel %d)", W, (long long)o.ep, W);
+    std::printf("\n");
     std::printf(
         "data: %s | batch %lld x %lld tokens x %lld accum | peak (fp32 GEMM) %.3f TFLOP/s\n",
         ds->describe().c_str(), (long long)B, (long long)T, (long long)A, peak);
@@ -116,7 +147,8 @@ double run_training(const TrainOptions& o) {
   double last_loss = 0;
   for (int64_t step = 0; step < o.steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
-    for (int64_t a = 0; a < A; ++a) ds->next_batch(step, a, B, T, tokens.data() + a * B * (T + 1));
+    for (int64_t a = 0; a < A; ++a)  // this rank's B sequences of the global batch
+      ds->fill_sequences(step, a, rank * B, B, T, tokens.data() + a * B * (T + 1));
     StepResult r = runner.run(step, A, [&](int64_t a) { return tokens.data() + a * B * (T + 1); });
     double dt = seconds_since(t0);
     last_loss = r.losses.loss;
@@ -138,7 +170,7 @@ double run_training(const TrainOptions& o) {
     m.lr = r.lr;
     m.grad_norm = r.grad_norm;
     m.tokens_per_s = double(tokens_per_step) / dt;
-    m.tflops = model_tflops(fpt, double(tokens_per_step), dt);
+    m.tflops = model_tflops(fpt, double(tokens_per_step), dt, W);
     m.mfu = m.tflops / peak;
     m.tokens = (step + 1) * tokens_per_step;
     m.step_time_s = dt;
@@ -146,9 +178,9 @@ double run_training(const TrainOptions& o) {
     m.eta_s = m.elapsed_s / double(step + 1) * double(o.steps - step - 1);
     bool last = step + 1 == o.steps;
     if ((o.eval_every > 0 && (step + 1) % o.eval_every == 0) || (last && o.eval_batches > 0))
-      m.eval_loss = evaluate(model, *ds, o.eval_batches, tokens);
+      m.eval_loss = evaluate(model, *ds, o.eval_batches, tokens, world);
     if (metrics) metrics->write(m);
-    if (!o.quiet && ((step + 1) % o.log_every == 0 || last)) {
+    if (verbose && ((step + 1) % o.log_every == 0 || last)) {
       std::printf("%s\n", format_progress_line(m).c_str());
       std::fflush(stdout);
     }

@@ -32,9 +32,14 @@ struct TrainOptions {
   double bias_update_rate = 1e-3;
   double peak_tflops = 0;  // 0: measure the fp32 GEMM peak at start
   bool quiet = false;      // no progress lines (metrics file only)
+  int64_t ep = 1;          // expert-parallel size (ranks per expert group)
 };
 
-// Validates the options (one clear moet::Error per problem) and trains. Returns the final loss.
-double run_training(const TrainOptions& opts);
+class Communicator;
+
+// Validates the options (one clear moet::Error per problem) and trains. world: the processes
+// of an mpirun job (data parallelism, --ep expert parallelism), or null for one process.
+// Returns the final loss.
+double run_training(const TrainOptions& opts, Communicator* world = nullptr);
 
 }  // namespace moet

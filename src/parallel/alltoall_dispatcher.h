@@ -1,0 +1,65 @@
+// AllToAllDispatcher: expert parallelism over a Communicator. The routed experts are split into
+// equal contiguous blocks over the ranks of the expert-parallel group; dispatch sends every
+// (token, k) row to the rank holding its expert (an all-to-all of counts, then of the payload),
+// combine brings the expert outputs back and sums them with the gates at the source. The layout
+// of a call (the "handle") stays in the dispatcher for combine and for backward: the backward of
+// dispatch is a combine of row gradients, the backward of combine a dispatch.
+//
+// Rows reach the experts grouped by local expert, then by source rank, then in token order, and
+// each (expert, source) segment is multiplied on its own, so every row sees exactly the GEMM it
+// would see with all experts local: the numbers do not depend on the expert-parallel size.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "model/dispatcher.h"
+#include "parallel/communicator.h"
+
+namespace moet {
+
+class AllToAllDispatcher final : public TokenDispatcher {
+ public:
+  AllToAllDispatcher(Communicator& ep_group, int64_t n_experts);
+  void plan(Workspace& ws, int64_t D, int64_t K) override;
+  int64_t max_expert_rows() const override { return xp_MD_.size(0); }
+  int64_t first_local_expert() const override { return first_; }
+  int64_t num_local_experts() const override { return local_; }
+  int64_t segments_per_expert() const override { return P_; }
+
+  void dispatch(const Tensor& x_ND, const Tensor& idx_NK) override;
+  Tensor expert_rows() const override { return xp_MD_.rows(0, M_); }
+  Tensor expert_offsets() const override { return offsets_G1_; }
+  void combine(const Tensor& yp_MD, const Tensor& gates_NK, Tensor& y_ND, bool accumulate) override;
+  void combine_backward(const Tensor& dy_ND, const Tensor& yp_MD, const Tensor& gates_NK,
+                        Tensor& dyp_MD, Tensor& dgates_NK) override;
+  void dispatch_backward(const Tensor& dxp_MD, Tensor& dx_ND) override;
+
+  // Payload bytes this rank sent to other ranks in dispatch and combine (forward and backward)
+  // since the last reset.
+  int64_t bytes_sent() const { return bytes_sent_; }
+  void reset_bytes() { bytes_sent_ = 0; }
+
+ private:
+  // Sends rows in send order (grouped by destination) and receives rows in receive order
+  // (grouped by source), or the reverse direction; row width D floats.
+  void exchange(const Tensor& rows_in, Tensor& rows_out, bool forward);
+
+  Communicator& comm_;
+  int64_t E_, P_, local_, first_;
+  int64_t D_ = 0, A_ = 0, M_ = 0;
+  // the layout of the last dispatch, kept for combine and backward
+  std::vector<int64_t> send_counts_, recv_counts_;  // [P * local]: rows per (peer, local expert)
+  std::vector<int64_t> send_bytes_, send_off_, recv_bytes_, recv_off_;  // per peer
+  std::vector<int64_t> cursor_;                                         // counting-sort cursors
+  Tensor slot_NK_;                          // row of assignment (n, k) in send order
+  Tensor send_token_A_;                     // source token of each send row
+  Tensor xp_from_recv_M_, recv_from_xp_M_;  // permutation between receive and expert order
+  Tensor offsets_G1_;                       // segment boundaries in expert order
+  Tensor xp_MD_;                            // rows at the experts
+  Tensor returned_AD_;                      // expert outputs back at the source, send order
+  // temporaries
+  Tensor send_AD_, recv_MD_;
+  int64_t bytes_sent_ = 0;
+};
+
+}  // namespace moet
