@@ -39,6 +39,33 @@ class TokenDispatcher {
                                 Tensor& dyp_MD, Tensor& dgates_NK) = 0;
   // Backward of dispatch: dx_ND += the expert-side row gradients summed back to their tokens.
   virtual void dispatch_backward(const Tensor& dxp_MD, Tensor& dx_ND) = 0;
+
+  // Split phases, used by the MoE layer: *_start issues the communication, *_finish completes
+  // it, and the layer computes what does not depend on it in between (the shared expert, the
+  // router's backward). A dispatcher that communicates asynchronously overrides them; the
+  // defaults run the one-call forms (in *_start, or in *_finish where an output is needed).
+  virtual void dispatch_start(const Tensor& x_ND, const Tensor& idx_NK) { dispatch(x_ND, idx_NK); }
+  virtual void dispatch_finish() {}
+  virtual void combine_start(const Tensor& yp_MD) { pending_ = yp_MD; }
+  virtual void combine_finish(const Tensor& gates_NK, Tensor& y_ND, bool accumulate) {
+    combine(pending_, gates_NK, y_ND, accumulate);
+  }
+  // dgates_NK is written by combine_backward_finish at the latest.
+  virtual void combine_backward_start(const Tensor& dy_ND, const Tensor& yp_MD,
+                                      const Tensor& gates_NK, Tensor& dgates_NK) {
+    pending_dy_ = dy_ND;
+    pending_ = yp_MD;
+    pending_gates_ = gates_NK;
+    pending_dgates_ = dgates_NK;
+  }
+  virtual void combine_backward_finish(Tensor& dyp_MD) {
+    combine_backward(pending_dy_, pending_, pending_gates_, dyp_MD, pending_dgates_);
+  }
+  virtual void dispatch_backward_start(const Tensor& dxp_MD) { pending_ = dxp_MD; }
+  virtual void dispatch_backward_finish(Tensor& dx_ND) { dispatch_backward(pending_, dx_ND); }
+
+ private:
+  Tensor pending_, pending_dy_, pending_gates_, pending_dgates_;  // views held between phases
 };
 
 }  // namespace moet

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "core/tree_sum.h"
+
 namespace moet {
 
 namespace {
@@ -18,16 +20,33 @@ AdamW::AdamW(ParamStore& ps, AdamWConfig cfg)
       m_all_(m_.base(), DType::F32, {ps.numel()}),
       v_all_(v_.base(), DType::F32, {ps.numel()}) {}
 
-void AdamW::grad_square_sums(double& dense, double& expert) const {
-  dense = expert = 0;
-  for (const Weight& w : ps_.weights())
-    if (w.trainable) (w.expert ? expert : dense) += ops::sum_squares(w.grad);
+void AdamW::grad_square_sums(double& dense, std::vector<double>& expert) const {
+  dense = 0;
+  expert.clear();
+  for (const Weight& w : ps_.weights()) {
+    if (!w.trainable) continue;
+    if (!w.expert) {
+      dense += ops::sum_squares(w.grad);
+      continue;
+    }
+    const int64_t experts = w.grad.size(0), per = w.grad.numel() / experts;
+    expert.push_back(tree_sum<double>(0, int(experts), [&](int e) {
+      return ops::sum_squares(Tensor(w.grad.f32() + e * per, DType::F32, {per}));
+    }));
+  }
+}
+
+double AdamW::norm_from(double dense, const std::vector<double>& expert) {
+  double sq = dense;
+  for (double e : expert) sq += e;
+  return std::sqrt(sq);
 }
 
 double AdamW::grad_norm() const {
-  double dense, expert;
+  double dense;
+  std::vector<double> expert;
   grad_square_sums(dense, expert);
-  return std::sqrt(dense + expert);
+  return norm_from(dense, expert);
 }
 
 double AdamW::step(double lr, double norm) {

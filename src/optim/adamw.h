@@ -1,6 +1,8 @@
 // AdamW over a ParamStore: moments in two arenas parallel to the parameters, decoupled weight
 // decay on matrices only, global gradient-norm clipping.
 #pragma once
+#include <vector>
+
 #include "core/arena.h"
 #include "kernels/ops.h"
 #include "model/params.h"
@@ -17,10 +19,13 @@ class AdamW {
   AdamW(ParamStore& ps, AdamWConfig cfg);
   // sqrt(Σ g²) over trainable parameters.
   double grad_norm() const;
-  // Σ g² over the trainable non-expert and expert weights, each summed weight by weight in
-  // declaration order (the same grouping on one process and under data parallelism, so norms
-  // agree to the bit).
-  void grad_square_sums(double& dense, double& expert) const;
+  // Σ g² of the trainable non-expert weights (weight by weight in declaration order), and of
+  // each expert weight (one entry per weight: its experts' sums added in tree_sum order). Under
+  // expert parallelism each rank holds a block of the experts; adding the ranks' entries in
+  // tree_sum order gives the one-process entries bit for bit.
+  void grad_square_sums(double& dense, std::vector<double>& expert_per_weight) const;
+  // sqrt(dense + Σ entries in order).
+  static double norm_from(double dense, const std::vector<double>& expert_per_weight);
   // Clips (when grad_clip > 0), then one AdamW step at learning rate lr. Returns the norm
   // before clipping.
   double step(double lr) { return step(lr, grad_norm()); }

@@ -11,6 +11,8 @@
 #include <memory>
 #include <string>
 
+#include "core/tree_sum.h"
+
 namespace moet {
 
 class Communicator {
@@ -36,15 +38,5 @@ class Communicator {
   // Ends every process of the job with a message naming this rank and the reason; never returns.
   [[noreturn]] virtual void abort(const std::string& why) = 0;
 };
-
-// The canonical reduction order: sum(lo, hi) = sum(lo, mid) + sum(mid, hi) with
-// mid = lo + the largest power of two below hi - lo. value(i) gives contribution i.
-template <typename T, typename Get>
-T tree_sum(int lo, int hi, const Get& value) {
-  if (hi - lo == 1) return value(lo);
-  int half = 1;
-  while (half * 2 < hi - lo) half *= 2;
-  return tree_sum<T>(lo, lo + half, value) + tree_sum<T>(lo + half, hi, value);
-}
 
 }  // namespace moet

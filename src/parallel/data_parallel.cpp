@@ -30,10 +30,11 @@ void DataParallel::reduce_gradients() {
 }
 
 double DataParallel::global_grad_norm(const AdamW& optimizer) {
-  double dense, expert;
-  optimizer.grad_square_sums(dense, expert);
-  layout_.ep_group->allreduce_sum(&expert, 1);
-  return std::sqrt(dense + expert);
+  double dense;
+  optimizer.grad_square_sums(dense, expert_sums_);
+  if (!expert_sums_.empty())
+    layout_.ep_group->allreduce_sum(expert_sums_.data(), int64_t(expert_sums_.size()));
+  return AdamW::norm_from(dense, expert_sums_);
 }
 
 void DataParallel::reduce_losses(LossBreakdown& l) {

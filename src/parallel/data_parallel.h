@@ -33,7 +33,7 @@ class DataParallel {
   ParallelLayout& layout_;
   ParamStore& params_;
   std::vector<Bucket> buckets_;  // runs of consecutive trainable weights of the same group
-  std::vector<double> scratch_;
+  std::vector<double> scratch_, expert_sums_;
 };
 
 }  // namespace moet

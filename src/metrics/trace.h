@@ -1,0 +1,158 @@
+// Timeline trace of one rank in the Chrome/Perfetto JSON "Trace Event Format" (docs/trace.md):
+// named lanes (threads) of timed spans, counters, kept in memory and written once at the end.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+namespace moet {
+
+// The lanes and categories moet records (docs/trace.md). Names are string literals, as every
+// name and category handed to the recorder must be (or come from TraceRecorder::intern).
+namespace trace {
+inline constexpr const char* kComputeLane = "compute";
+inline constexpr const char* kCommLane = "comm";
+inline constexpr const char* kAttention = "attention";
+inline constexpr const char* kExperts = "experts";
+inline constexpr const char* kDispatch = "dispatch";
+inline constexpr const char* kCombine = "combine";
+inline constexpr const char* kGradSync = "grad_sync";
+}  // namespace trace
+
+// Records spans ("X" events) and counters ("C" events) of one process (rank). Thread-safe:
+// any thread may record on any lane. Times are seconds on a steady clock since the recorder was
+// constructed (now_s()); the file holds microseconds. Events live in a buffer reserved at
+// construction, so recording never allocates; past `max_events` they are counted as dropped.
+// A recorder constructed disabled records nothing and allocates nothing: span() is then two
+// stores, complete()/counter() a branch.
+//
+// Event names and categories are `const char*` kept by pointer (not copied): pass string
+// literals, or strings from intern() (which live as long as the recorder).
+class TraceRecorder {
+ public:
+  static constexpr size_t kDefaultMaxEvents = size_t{1} << 18;  // ~10 MiB of events
+
+  // `rank` >= 0 becomes the file's pid rank + 1 (Perfetto treats pid 0 as the kernel's idle
+  // process); `process_name` labels it ("rank 0").
+  TraceRecorder(int rank, std::string process_name, bool enabled = true,
+                size_t max_events = kDefaultMaxEvents);
+  TraceRecorder(const TraceRecorder&) = delete;
+  TraceRecorder& operator=(const TraceRecorder&) = delete;
+
+  // Records [begin, end) on `rec`'s lane from construction to end() or destruction. A null or
+  // disabled recorder makes it a no-op. Movable, not copyable.
+  class Span {
+   public:
+    Span() = default;
+    Span(TraceRecorder* rec, int lane, const char* name, const char* category = nullptr);
+    ~Span() { end(); }
+    Span(Span&& o) noexcept { *this = std::move(o); }
+    Span& operator=(Span&& o) noexcept {
+      if (this != &o) {
+        end();
+        rec_ = std::exchange(o.rec_, nullptr);
+        lane_ = o.lane_;
+        name_ = o.name_;
+        category_ = o.category_;
+        t_begin_s_ = o.t_begin_s_;
+      }
+      return *this;
+    }
+    Span(const Span&) = delete;
+    Span& operator=(const Span&) = delete;
+
+    // Records the span now (once; later calls and the destructor do nothing).
+    void end() noexcept;
+    bool active() const { return rec_ != nullptr; }
+
+   private:
+    TraceRecorder* rec_ = nullptr;
+    int lane_ = 0;
+    const char* name_ = nullptr;
+    const char* category_ = nullptr;
+    double t_begin_s_ = 0;
+  };
+
+  bool enabled() const { return enabled_; }
+  int rank() const { return rank_; }
+  int pid() const { return rank_ + 1; }  // as written in the file
+  const std::string& process_name() const { return process_name_; }
+  size_t max_events() const { return max_events_; }
+
+  // Seconds since construction on the steady clock.
+  double now_s() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+
+  // The lane (thread) called `name`, registered on first use (a thread_name metadata event);
+  // returns its tid (1, 2, ... in order of registration, which is also the display order).
+  // Register lanes before the training loop: registering takes the lock and may allocate.
+  int lane(const std::string& name);
+  // A copy of `s` that lives as long as the recorder, for names built at run time
+  // ("layer 3"). Intern once, outside the step: it locks and may allocate.
+  const char* intern(const std::string& s);
+  // Free-form key/value pairs written under "otherData" (config, world size, ...).
+  void set_info(const std::string& key, const std::string& value);
+
+  // A span [t_begin_s, t_end_s) (seconds since construction; an end before the begin records
+  // a zero duration). `lane` must come from lane() (moet::Error otherwise).
+  void complete(int lane, const char* name, double t_begin_s, double t_end_s,
+                const char* category = nullptr);
+  // A span from now until the returned Span ends: `auto s = rec.span(lane, "dispatch", ...)`.
+  Span span(int lane, const char* name, const char* category = nullptr) {
+    return Span(enabled_ ? this : nullptr, lane, name, category);
+  }
+  // A sample of the counter track `name` (e.g. "bytes_in_flight") at time t_s. Non-finite
+  // values are ignored.
+  void counter(const char* name, double t_s, double value);
+
+  // Events held (spans and counter samples; metadata not counted) and events dropped at the
+  // cap.
+  size_t recorded() const;
+  size_t dropped() const;
+
+  // Writes {"traceEvents":[...],"displayTimeUnit":"ms","otherData":{...}} to `path` (via
+  // path.tmp, then a rename). Refuses (moet::Error) when `path` exists unless `overwrite`.
+  // Recording may continue meanwhile; the file holds the events recorded before the call.
+  void write(const std::string& path, bool overwrite = false) const;
+
+  // "trace.json" -> "trace.rank3.json" (and "trace" -> "trace.rank3") when world > 1;
+  // `path` unchanged when world == 1.
+  static std::string per_rank_path(const std::string& path, int rank, int world);
+
+ private:
+  struct Event {
+    const char* name;
+    const char* category;  // null for none
+    double ts_us;
+    double value;  // 'X': duration in us; 'C': the sample
+    int tid;       // 'X' only
+    char ph;       // 'X' or 'C'
+  };
+
+  void check_lane(int lane) const;
+  void push(const Event& e);
+
+  const int rank_;
+  const std::string process_name_;
+  const bool enabled_;
+  const size_t max_events_;
+  const std::chrono::steady_clock::time_point start_;
+  const int64_t start_unix_us_;
+
+  mutable std::mutex mu_;
+  std::vector<Event> events_;
+  size_t dropped_ = 0;
+  std::vector<std::string> lanes_;  // lanes_[tid - 1]
+  std::atomic<int> lane_count_{0};
+  std::unordered_set<std::string> interned_;  // node-based: c_str() stays valid
+  std::vector<std::pair<std::string, std::string>> info_;
+};
+
+}  // namespace moet

@@ -1,0 +1,90 @@
+#include "parallel/comm_stream.h"
+
+#include <chrono>
+
+namespace moet {
+
+namespace {
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+CommStream::CommStream() : thread_([this] { run(); }) {}
+
+CommStream::~CommStream() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  work_cv_.notify_all();
+  thread_.join();
+}
+
+CommStream::Ticket CommStream::submit(std::function<void()> op, const char* what) {
+  std::lock_guard<std::mutex> lock(mu_);
+  queue_.push_back([op = std::move(op), what] {
+    try {
+      op();
+    } catch (...) {
+      (void)what;
+      throw;
+    }
+  });
+  ++submitted_;
+  work_cv_.notify_one();
+  return submitted_;
+}
+
+double CommStream::wait(Ticket t) {
+  const double t0 = now_s();
+  std::unique_lock<std::mutex> lock(mu_);
+  done_cv_.wait(lock, [&] { return done_ >= t || error_; });
+  if (error_) std::rethrow_exception(error_);
+  const double w = now_s() - t0;
+  waited_s_ += w;
+  return w;
+}
+
+void CommStream::run() {
+  for (;;) {
+    std::function<void()> op;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      work_cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stop requested and nothing left
+      op = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    const double t0 = now_s();
+    try {
+      op();
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mu_);
+      error_ = std::current_exception();
+      done_cv_.notify_all();
+      return;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    busy_s_ += now_s() - t0;
+    ++done_;
+    done_cv_.notify_all();
+  }
+}
+
+double CommStream::busy_seconds() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return busy_s_;
+}
+
+double CommStream::waited_seconds() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return waited_s_;
+}
+
+void CommStream::reset_timers() {
+  std::lock_guard<std::mutex> lock(mu_);
+  busy_s_ = waited_s_ = 0;
+}
+
+}  // namespace moet

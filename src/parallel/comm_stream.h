@@ -1,0 +1,52 @@
+// CommStream: a communication thread. Collectives submitted to it run there one after another,
+// in submission order (the same order on every rank, so they match up), while the submitting
+// thread goes on computing; wait() blocks until a submitted operation has finished. This is how
+// moet hides the expert all-to-alls and the gradient reductions behind compute: the thread
+// drives MPI, so the transfer really progresses during the compute (measured by the time each
+// wait() blocks: the exposed part).
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace moet {
+
+class CommStream {
+ public:
+  using Ticket = int64_t;
+  CommStream();
+  ~CommStream();
+  CommStream(const CommStream&) = delete;
+  CommStream& operator=(const CommStream&) = delete;
+
+  // Queues op; `what` names it in errors. Returns its ticket.
+  Ticket submit(std::function<void()> op, const char* what);
+  // Blocks until the op with this ticket (and every earlier one) has run; rethrows an error an
+  // op raised. Returns the seconds spent blocked.
+  double wait(Ticket t);
+  double wait_all() { return wait(submitted_); }
+
+  // Seconds the thread spent running ops, and the seconds callers spent blocked in wait(),
+  // since the last reset.
+  double busy_seconds() const;
+  double waited_seconds() const;
+  void reset_timers();
+
+ private:
+  void run();
+  mutable std::mutex mu_;
+  std::condition_variable work_cv_, done_cv_;
+  std::deque<std::function<void()>> queue_;
+  Ticket submitted_ = 0, done_ = 0;
+  bool stop_ = false;
+  std::exception_ptr error_;
+  double busy_s_ = 0, waited_s_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace moet
