@@ -48,6 +48,9 @@ void add_train_command(CLI::App& app, moet::TrainOptions& o) {
   t->add_flag("--quiet", o.quiet, "no progress lines");
   t->add_option("--ep", o.ep, "expert-parallel size: ranks per expert group (under mpirun)")
       ->capture_default_str();
+  t->add_flag("!--no-overlap", o.overlap,
+              "run the all-to-alls and gradient reductions in line instead of on the "
+              "communication thread");
 }
 
 }  // namespace

@@ -30,6 +30,13 @@ struct StepMetrics {
   double min_expert_load = kNone;  // min over experts of load / mean load
   int64_t tokens = 0;              // tokens trained on so far
   double step_time_s = kNone;
+  // Communication (under mpirun): seconds in the expert all-to-alls (dispatch + combine, forward
+  // and backward), communication time not hidden behind compute, gradient reduction seconds,
+  // and payload bytes this rank sent to other ranks.
+  double a2a_s = kNone;
+  double exposed_comm_s = kNone;
+  double grad_sync_s = kNone;
+  double comm_bytes = kNone;
   double elapsed_s = kNone;
   double eta_s = kNone;
 };

@@ -125,6 +125,7 @@ void Model::backward(double grad_scale) {
     const Tensor& h_prev = i == 0 ? hidden_.back() : mtp_[i - 1]->output();
     ops::fill(*d_in, 0.0);
     mtp_[i]->backward(h_prev, d_out ? *d_out : none, mtp_w, *d_in, rope_, ls);
+    if (hook_) hook_(cfg_.num_hidden_layers + int64_t(i));
     d_out = d_in;
     d_in = d_in == &dmtp_a_ND_ ? &dmtp_b_ND_ : &dmtp_a_ND_;
   }
@@ -135,6 +136,7 @@ void Model::backward(double grad_scale) {
   if (d_out) ops::add_inplace(*dh, *d_out, 1.0);
   for (size_t l = blocks_.size(); l-- > 0;) {
     blocks_[l]->backward(*dh, hidden_[l], *dprev, false, rope_, ls);
+    if (hook_) hook_(int64_t(l));
     std::swap(dh, dprev);
   }
   ops::embedding_backward(inputs_N_, *dh, embed_->grad);

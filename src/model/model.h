@@ -45,6 +45,10 @@ class Model {
   LossBreakdown forward(const int32_t* tokens_BT1);
   // Backward of the last forward; parameter gradients accumulate, scaled by grad_scale.
   void backward(double grad_scale);
+  // Called during backward as soon as a decoder block's parameter gradients are complete, with
+  // its layer index (MTP module k: num_hidden_layers + k - 1): data parallelism starts reducing
+  // them while the backward goes on.
+  void set_backward_hook(std::function<void(int64_t layer)> hook) { hook_ = std::move(hook); }
 
   const ModelConfig& config() const { return cfg_; }
   ParamStore& params() { return params_; }
@@ -71,6 +75,7 @@ class Model {
   Tensor tokens_BT1_, inputs_N_, targets_N_;
   std::vector<Tensor> hidden_;  // hidden_[l]: input of block l; hidden_[L]: final
   Tensor dh_a_ND_, dh_b_ND_, dmtp_a_ND_, dmtp_b_ND_;
+  std::function<void(int64_t)> hook_;
 };
 
 }  // namespace moet

@@ -1,6 +1,7 @@
 #include "parallel/alltoall_dispatcher.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "core/error.h"
 #include "kernels/ops.h"
@@ -40,6 +41,11 @@ void AllToAllDispatcher::plan(Workspace& ws, int64_t D, int64_t K) {
 }
 
 void AllToAllDispatcher::dispatch(const Tensor& x_ND, const Tensor& idx_NK) {
+  dispatch_start(x_ND, idx_NK);
+  dispatch_finish();
+}
+
+void AllToAllDispatcher::dispatch_start(const Tensor& x_ND, const Tensor& idx_NK) {
   const int64_t K = idx_NK.size(1);
   const int32_t* idx = idx_NK.i32();
   // Send order: by destination rank, then local expert, then assignment (token order).
@@ -59,8 +65,15 @@ void AllToAllDispatcher::dispatch(const Tensor& x_ND, const Tensor& idx_NK) {
     token[pos] = int32_t(a / K);
   }
   ops::gather_rows(x_ND, send_token_A_, send_AD_);
-  // Counts: each peer learns how many rows of each of its local experts come from here.
-  comm_.alltoall(send_counts_.data(), local_ * int64_t(sizeof(int64_t)), recv_counts_.data());
+  // Counts: each peer learns how many rows of each of its local experts come from here (small;
+  // through the stream when there is one, so collectives keep one order).
+  auto counts = [this] {
+    comm_.alltoall(send_counts_.data(), local_ * int64_t(sizeof(int64_t)), recv_counts_.data());
+  };
+  if (stream_)
+    stream_->wait(stream_->submit(counts, "expert token counts"));
+  else
+    counts();
   const int64_t row_bytes = D_ * int64_t(sizeof(float));
   int64_t so = 0, ro = 0;
   for (int64_t p = 0; p < P_; ++p) {
@@ -78,8 +91,12 @@ void AllToAllDispatcher::dispatch(const Tensor& x_ND, const Tensor& idx_NK) {
   }
   M_ = ro / row_bytes;
   MOET_ASSERT(M_ <= xp_MD_.size(0));
+  issue(send_AD_, recv_MD_.rows(0, M_), true);
+}
+
+void AllToAllDispatcher::dispatch_finish() {
+  complete();
   Tensor recv = recv_MD_.rows(0, M_);
-  exchange(send_AD_, recv, true);
   // Expert order: segment g = local expert * P + source rank.
   int32_t* off = offsets_G1_.i32();
   off[0] = 0;
@@ -110,27 +127,74 @@ void AllToAllDispatcher::exchange(const Tensor& rows_in, Tensor& rows_out, bool 
     if (p != comm_.rank()) bytes_sent_ += sb[p];
 }
 
+void AllToAllDispatcher::issue(const Tensor& rows_in, Tensor rows_out, bool forward) {
+  auto op = [this, rows_in, rows_out, forward]() mutable {
+    auto t0 = std::chrono::steady_clock::now();
+    exchange(rows_in, rows_out, forward);
+    a2a_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  if (!stream_) {  // nothing hides it
+    const double before = a2a_s_;
+    op();
+    exposed_s_ += a2a_s_ - before;
+    return;
+  }
+  in_flight_ = stream_->submit(op, "expert all-to-all");
+}
+
+void AllToAllDispatcher::complete() {
+  if (stream_ && in_flight_) exposed_s_ += stream_->wait(in_flight_);
+  in_flight_ = 0;
+}
+
 void AllToAllDispatcher::combine(const Tensor& yp_MD, const Tensor& gates_NK, Tensor& y_ND,
                                  bool accumulate) {
+  combine_start(yp_MD);
+  combine_finish(gates_NK, y_ND, accumulate);
+}
+
+void AllToAllDispatcher::combine_start(const Tensor& yp_MD) {
   Tensor back = recv_MD_.rows(0, M_);
   ops::gather_rows(yp_MD, xp_from_recv_M_.rows(0, M_), back);  // expert order → receive order
-  exchange(back, returned_AD_, false);
+  issue(back, returned_AD_, false);
+}
+
+void AllToAllDispatcher::combine_finish(const Tensor& gates_NK, Tensor& y_ND, bool accumulate) {
+  complete();
   ops::unpermute_forward(returned_AD_, slot_NK_, gates_NK, y_ND, accumulate);
 }
 
-void AllToAllDispatcher::combine_backward(const Tensor& dy_ND, const Tensor&,
+void AllToAllDispatcher::combine_backward(const Tensor& dy_ND, const Tensor& yp_MD,
                                           const Tensor& gates_NK, Tensor& dyp_MD,
                                           Tensor& dgates_NK) {
+  combine_backward_start(dy_ND, yp_MD, gates_NK, dgates_NK);
+  combine_backward_finish(dyp_MD);
+}
+
+void AllToAllDispatcher::combine_backward_start(const Tensor& dy_ND, const Tensor&,
+                                                const Tensor& gates_NK, Tensor& dgates_NK) {
   ops::unpermute_backward(dy_ND, returned_AD_, slot_NK_, gates_NK, send_AD_, dgates_NK);
-  Tensor recv = recv_MD_.rows(0, M_);
-  exchange(send_AD_, recv, true);
-  ops::gather_rows(recv, recv_from_xp_M_.rows(0, M_), dyp_MD);  // receive order → expert order
+  issue(send_AD_, recv_MD_.rows(0, M_), true);
+}
+
+void AllToAllDispatcher::combine_backward_finish(Tensor& dyp_MD) {
+  complete();
+  ops::gather_rows(recv_MD_.rows(0, M_), recv_from_xp_M_.rows(0, M_), dyp_MD);
 }
 
 void AllToAllDispatcher::dispatch_backward(const Tensor& dxp_MD, Tensor& dx_ND) {
+  dispatch_backward_start(dxp_MD);
+  dispatch_backward_finish(dx_ND);
+}
+
+void AllToAllDispatcher::dispatch_backward_start(const Tensor& dxp_MD) {
   Tensor back = recv_MD_.rows(0, M_);
   ops::gather_rows(dxp_MD, xp_from_recv_M_.rows(0, M_), back);
-  exchange(back, send_AD_, false);
+  issue(back, send_AD_, false);
+}
+
+void AllToAllDispatcher::dispatch_backward_finish(Tensor& dx_ND) {
+  complete();
   ops::gather_rows_backward(send_AD_, slot_NK_, dx_ND);
 }
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "model/dispatcher.h"
+#include "parallel/comm_stream.h"
 #include "parallel/communicator.h"
 
 namespace moet {
@@ -34,6 +35,25 @@ class AllToAllDispatcher final : public TokenDispatcher {
                         Tensor& dyp_MD, Tensor& dgates_NK) override;
   void dispatch_backward(const Tensor& dxp_MD, Tensor& dx_ND) override;
 
+  // With a stream, the payload exchanges run on its communication thread between *_start and
+  // *_finish, under the layer's independent compute; without one they run in *_start.
+  void set_stream(CommStream* stream) { stream_ = stream; }
+  void dispatch_start(const Tensor& x_ND, const Tensor& idx_NK) override;
+  void dispatch_finish() override;
+  void combine_start(const Tensor& yp_MD) override;
+  void combine_finish(const Tensor& gates_NK, Tensor& y_ND, bool accumulate) override;
+  void combine_backward_start(const Tensor& dy_ND, const Tensor& yp_MD, const Tensor& gates_NK,
+                              Tensor& dgates_NK) override;
+  void combine_backward_finish(Tensor& dyp_MD) override;
+  void dispatch_backward_start(const Tensor& dxp_MD) override;
+  void dispatch_backward_finish(Tensor& dx_ND) override;
+
+  // Seconds spent in the payload exchanges, and the part the caller waited for (not hidden
+  // behind compute), since the last reset.
+  double a2a_seconds() const { return a2a_s_; }
+  double exposed_seconds() const { return exposed_s_; }
+  void reset_timers() { a2a_s_ = exposed_s_ = 0; }
+
   // Payload bytes this rank sent to other ranks in dispatch and combine (forward and backward)
   // since the last reset.
   int64_t bytes_sent() const { return bytes_sent_; }
@@ -43,6 +63,9 @@ class AllToAllDispatcher final : public TokenDispatcher {
   // Sends rows in send order (grouped by destination) and receives rows in receive order
   // (grouped by source), or the reverse direction; row width D floats.
   void exchange(const Tensor& rows_in, Tensor& rows_out, bool forward);
+  // Runs exchange(...) now or on the stream; complete() waits for it.
+  void issue(const Tensor& rows_in, Tensor rows_out, bool forward);
+  void complete();
 
   Communicator& comm_;
   int64_t E_, P_, local_, first_;
@@ -60,6 +83,9 @@ class AllToAllDispatcher final : public TokenDispatcher {
   // temporaries
   Tensor send_AD_, recv_MD_;
   int64_t bytes_sent_ = 0;
+  CommStream* stream_ = nullptr;
+  CommStream::Ticket in_flight_ = 0;
+  double a2a_s_ = 0, exposed_s_ = 0;
 };
 
 }  // namespace moet

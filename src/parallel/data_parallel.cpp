@@ -1,32 +1,78 @@
 #include "parallel/data_parallel.h"
 
+#include <chrono>
 #include <cmath>
+#include <string>
 
 #include "kernels/ops.h"
 
 namespace moet {
 
-DataParallel::DataParallel(ParallelLayout& layout, ParamStore& params)
-    : layout_(layout), params_(params) {
+namespace {
+// "model.layers.{i}.…" → i; anything else → -1.
+int64_t layer_of(const std::string& name) {
+  const std::string p = "model.layers.";
+  if (name.rfind(p, 0) != 0) return -1;
+  return std::stoll(name.substr(p.size()));
+}
+}  // namespace
+
+DataParallel::DataParallel(ParallelLayout& layout, ParamStore& params, CommStream* stream)
+    : layout_(layout), params_(params), stream_(stream) {
   for (const Weight& w : params.weights()) {
     if (!w.trainable) continue;
     float* p = w.grad.f32();
-    if (!buckets_.empty() && buckets_.back().expert == w.expert &&
-        buckets_.back().ptr + buckets_.back().n == p)
-      buckets_.back().n += w.grad.numel();
+    const int64_t layer = layer_of(w.name);
+    Bucket* last = buckets_.empty() ? nullptr : &buckets_.back();
+    if (last && last->expert == w.expert && last->layer == layer && last->ptr + last->n == p)
+      last->n += w.grad.numel();
     else
-      buckets_.push_back({p, w.grad.numel(), w.expert});
+      buckets_.push_back({p, w.grad.numel(), w.expert, layer, false});
   }
 }
 
-void DataParallel::reduce_gradients() {
-  const double inv = 1.0 / double(layout_.size());
-  for (const Bucket& b : buckets_) {
+void DataParallel::issue(Bucket& b) {
+  b.issued = true;
+  auto op = [this, &b] {
+    auto t0 = std::chrono::steady_clock::now();
     Communicator& c = b.expert ? *layout_.edp_group : *layout_.world;
     c.allreduce_sum(b.ptr, b.n);
+    sync_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  if (stream_)
+    stream_->submit(op, "gradient reduction");
+  else
+    op();
+}
+
+void DataParallel::on_layer_done(int64_t layer) {
+  if (!armed_ || !stream_) return;
+  for (Bucket& b : buckets_)
+    if (b.layer == layer && !b.issued) issue(b);
+}
+
+void DataParallel::reduce_gradients() {
+  const double before = sync_s_;
+  for (Bucket& b : buckets_)
+    if (!b.issued) issue(b);
+  if (stream_)
+    exposed_s_ += stream_->wait_all();
+  else
+    exposed_s_ += sync_s_ - before;
+  const double inv = 1.0 / double(layout_.size());
+  for (Bucket& b : buckets_) {
     Tensor t(b.ptr, DType::F32, {b.n});
     ops::scale_inplace(t, inv);
+    b.issued = false;
   }
+  armed_ = false;
+}
+
+double DataParallel::take_sync_seconds(double* exposed) {
+  double s = sync_s_;
+  if (exposed) *exposed = exposed_s_;
+  sync_s_ = exposed_s_ = 0;
+  return s;
 }
 
 double DataParallel::global_grad_norm(const AdamW& optimizer) {

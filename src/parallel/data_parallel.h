@@ -6,16 +6,26 @@
 
 #include "model/model.h"
 #include "optim/adamw.h"
+#include "parallel/comm_stream.h"
 #include "parallel/layout.h"
 
 namespace moet {
 
 class DataParallel {
  public:
-  DataParallel(ParallelLayout& layout, ParamStore& params);
-  // Sums every gradient over its group and divides by the world size (the loss is a mean over
-  // all ranks' tokens).
+  // stream: where the reductions run (a communication thread, so they overlap the backward);
+  // null: they run in reduce_gradients().
+  DataParallel(ParallelLayout& layout, ParamStore& params, CommStream* stream = nullptr);
+  // Arms the bucket reductions for the coming backward (the step's last micro-batch): each
+  // decoder block's gradients start reducing as soon as on_layer_done() reports the block.
+  void arm() { armed_ = true; }
+  void on_layer_done(int64_t layer);
+  // Reduces what is left, waits for every bucket, and divides by the world size (the loss is a
+  // mean over all ranks' tokens): gradients are then summed over their group (expert weights
+  // over the expert-data-parallel group, the rest over the world).
   void reduce_gradients();
+  // Seconds the reductions took, and seconds the step waited for them, since the last call.
+  double take_sync_seconds(double* exposed);
   // sqrt(Σ g²) over all parameters of the model (expert shards of the whole ep group counted
   // once); the same on every rank.
   double global_grad_norm(const AdamW& optimizer);
@@ -29,10 +39,17 @@ class DataParallel {
     float* ptr;
     int64_t n;
     bool expert;
+    int64_t layer;  // decoder block (its layer index), or -1: embedding, final norm, head
+    bool issued;
   };
+  void issue(Bucket& b);
+
   ParallelLayout& layout_;
   ParamStore& params_;
-  std::vector<Bucket> buckets_;  // runs of consecutive trainable weights of the same group
+  CommStream* stream_;
+  bool armed_ = false;
+  std::vector<Bucket> buckets_;  // runs of consecutive trainable weights of one group and block
+  double sync_s_ = 0, exposed_s_ = 0;
   std::vector<double> scratch_, expert_sums_;
 };
 

@@ -21,6 +21,7 @@ StepResult StepRunner::run(int64_t step, int64_t grad_accum,
   StepResult r;
   for (int64_t a = 0; a < grad_accum; ++a) {
     LossBreakdown l = model_.forward(micro_batch(a));
+    if (dp_ && a + 1 == grad_accum) dp_->arm();  // gradients final: reduce during backward
     model_.backward(1.0 / double(grad_accum));
     r.losses.loss += l.loss / double(grad_accum);
     r.losses.lm_loss += l.lm_loss / double(grad_accum);

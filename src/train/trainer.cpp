@@ -18,6 +18,7 @@
 #include "model/model.h"
 #include "optim/expert_bias.h"
 #include "parallel/alltoall_dispatcher.h"
+#include "parallel/comm_stream.h"
 #include "parallel/data_parallel.h"
 #include "train/train_step.h"
 
@@ -102,20 +103,32 @@ double run_training(const TrainOptions& o, Communicator* world) {
     metrics = std::make_unique<MetricsWriter>(o.metrics_path, o.overwrite_metrics);
 
   // Layout: data-parallel over all ranks, experts sharded over groups of --ep ranks.
+  // With overlap, one communication thread runs every collective of the step in order: the
+  // experts' all-to-alls (under the shared expert and the router's backward) and the gradient
+  // reductions (each decoder block's as soon as its backward is done).
   std::optional<ParallelLayout> layout;
+  std::unique_ptr<CommStream> stream;
+  std::vector<AllToAllDispatcher*> a2a;
   DispatcherFactory dispatchers;
   if (world) {
     layout = make_parallel_layout(*world, int(o.ep));
+    if (o.overlap && W > 1) stream = std::make_unique<CommStream>();
     if (o.ep > 1)
       dispatchers = [&](int64_t E) -> std::unique_ptr<TokenDispatcher> {
-        return std::make_unique<AllToAllDispatcher>(*layout->ep_group, E);
+        auto d = std::make_unique<AllToAllDispatcher>(*layout->ep_group, E);
+        d->set_stream(stream.get());
+        a2a.push_back(d.get());
+        return d;
       };
   }
   const int64_t B = o.micro_batch, T = o.seq, A = o.grad_accum;
   Model model(cfg, B, T, LossWeights{o.mtp_lambda, o.balance_alpha, o.z_loss_coef}, dispatchers);
   model.init_parameters(o.seed);
   std::optional<DataParallel> dp;
-  if (layout) dp.emplace(*layout, model.params());
+  if (layout) {
+    dp.emplace(*layout, model.params(), stream.get());
+    model.set_backward_hook([&](int64_t layer) { dp->on_layer_done(layer); });
+  }
   LrSchedule sched;
   sched.kind = parse_schedule_kind(o.schedule);
   sched.max_lr = o.lr;
@@ -174,6 +187,20 @@ double run_training(const TrainOptions& o, Communicator* world) {
     m.mfu = m.tflops / peak;
     m.tokens = (step + 1) * tokens_per_step;
     m.step_time_s = dt;
+    if (dp) {
+      double a2a_s = 0, a2a_exposed = 0, bytes = 0, grad_exposed = 0;
+      for (AllToAllDispatcher* d : a2a) {
+        a2a_s += d->a2a_seconds();
+        a2a_exposed += d->exposed_seconds();
+        bytes += double(d->bytes_sent());
+        d->reset_timers();
+        d->reset_bytes();
+      }
+      m.grad_sync_s = dp->take_sync_seconds(&grad_exposed);
+      m.a2a_s = a2a_s;
+      m.exposed_comm_s = a2a_exposed + grad_exposed;
+      m.comm_bytes = bytes;
+    }
     m.elapsed_s = seconds_since(t_start);
     m.eta_s = m.elapsed_s / double(step + 1) * double(o.steps - step - 1);
     bool last = step + 1 == o.steps;

@@ -33,6 +33,7 @@ struct TrainOptions {
   double peak_tflops = 0;  // 0: measure the fp32 GEMM peak at start
   bool quiet = false;      // no progress lines (metrics file only)
   int64_t ep = 1;          // expert-parallel size (ranks per expert group)
+  bool overlap = true;     // communication on its own thread, hidden behind compute
 };
 
 class Communicator;
