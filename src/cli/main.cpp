@@ -48,9 +48,14 @@ void add_train_command(CLI::App& app, moet::TrainOptions& o) {
   t->add_flag("--quiet", o.quiet, "no progress lines");
   t->add_option("--ep", o.ep, "expert-parallel size: ranks per expert group (under mpirun)")
       ->capture_default_str();
-  t->add_flag("!--no-overlap", o.overlap,
-              "run the all-to-alls and gradient reductions in line instead of on the "
-              "communication thread");
+  t->add_option("--dispatcher", o.dispatcher,
+                "expert token exchange with --ep > 1: alltoall or allgather")
+      ->check(CLI::IsMember({"alltoall", "allgather"}))
+      ->capture_default_str();
+  t->add_option("--overlap", o.overlap,
+                "run the all-to-alls and gradient reductions on a communication thread behind "
+                "compute: auto (when a core is free for it), on, off")
+      ->capture_default_str();
 }
 
 }  // namespace

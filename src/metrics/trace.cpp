@@ -85,10 +85,11 @@ int TraceRecorder::lane(const std::string& name) {
   MOET_CHECK(!name.empty(), "trace: lane name is empty");
   std::lock_guard<std::mutex> lock(mu_);
   for (size_t i = 0; i < lanes_.size(); ++i)
-    if (lanes_[i] == name) return static_cast<int>(i) + 1;
+    if (lanes_[i] == name) return lane_tid(i);
+  MOET_CHECK(lanes_.size() < kMaxLanes, "trace: more than ", kMaxLanes, " lanes");
   lanes_.push_back(name);
   lane_count_.store(static_cast<int>(lanes_.size()), std::memory_order_release);
-  return static_cast<int>(lanes_.size());
+  return lane_tid(lanes_.size() - 1);
 }
 
 const char* TraceRecorder::intern(const std::string& s) {
@@ -108,8 +109,8 @@ void TraceRecorder::set_info(const std::string& key, const std::string& value) {
 
 void TraceRecorder::check_lane(int lane) const {
   const int n = lane_count_.load(std::memory_order_acquire);
-  MOET_CHECK(lane >= 1 && lane <= n, "trace: unknown lane ", lane, " (", n,
-             " registered); get lanes from TraceRecorder::lane(name)");
+  MOET_CHECK(lane >= lane_tid(0) && lane < lane_tid(static_cast<size_t>(n)), "trace: unknown lane ",
+             lane, " (", n, " registered); get lanes from TraceRecorder::lane(name)");
 }
 
 void TraceRecorder::push(const Event& e) {
@@ -192,7 +193,7 @@ void TraceRecorder::write(const std::string& path, bool overwrite) const {
   append_int(out, rank_);
   out += "}}";
   for (size_t i = 0; i < lanes.size(); ++i) {
-    const int tid = static_cast<int>(i) + 1;
+    const int tid = lane_tid(i);
     out += ",\n";
     begin_event("M", "thread_name");
     out += ",\"tid\":";
@@ -205,7 +206,7 @@ void TraceRecorder::write(const std::string& path, bool overwrite) const {
     out += ",\"tid\":";
     append_int(out, tid);
     out += ",\"args\":{\"sort_index\":";
-    append_int(out, tid);
+    append_int(out, static_cast<long long>(i) + 1);
     out += "}}";
   }
   for (const Event& e : events) {

@@ -91,8 +91,10 @@ class TraceRecorder {
   }
 
   // The lane (thread) called `name`, registered on first use (a thread_name metadata event);
-  // returns its tid (1, 2, ... in order of registration, which is also the display order).
-  // Register lanes before the training loop: registering takes the lock and may allocate.
+  // returns its tid as written in the file: pid * 1000 + 1, + 2, ... in order of registration
+  // (also the display order), so tids stay distinct when the ranks' files are merged. At most
+  // kMaxLanes lanes. Register lanes before the training loop: it locks and may allocate.
+  static constexpr int kMaxLanes = 999;
   int lane(const std::string& name);
   // A copy of `s` that lives as long as the recorder, for names built at run time
   // ("layer 3"). Intern once, outside the step: it locks and may allocate.
@@ -149,7 +151,9 @@ class TraceRecorder {
   mutable std::mutex mu_;
   std::vector<Event> events_;
   size_t dropped_ = 0;
-  std::vector<std::string> lanes_;  // lanes_[tid - 1]
+  int lane_tid(size_t index) const { return pid() * 1000 + static_cast<int>(index) + 1; }
+
+  std::vector<std::string> lanes_;  // lanes_[i] has tid lane_tid(i)
   std::atomic<int> lane_count_{0};
   std::unordered_set<std::string> interned_;  // node-based: c_str() stays valid
   std::vector<std::pair<std::string, std::string>> info_;

@@ -1,6 +1,7 @@
 #include "parallel/allgather_dispatcher.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "core/error.h"
 #include "kernels/ops.h"
@@ -47,18 +48,27 @@ void AllGatherDispatcher::plan(Workspace& ws, int64_t D, int64_t K) {
 }
 
 void AllGatherDispatcher::dispatch(const Tensor& x_ND, const Tensor& idx_NK) {
+  dispatch_start(x_ND, idx_NK);
+  dispatch_finish();
+}
+
+void AllGatherDispatcher::dispatch_start(const Tensor& x_ND, const Tensor& idx_NK) {
   MOET_ASSERT(x_ND.size(0) == N_ && x_ND.size(1) == D_);
   MOET_ASSERT(idx_NK.size(0) == N_ && idx_NK.size(1) == K_);
-  // Gather: the group's tokens and routing, in rank order.
-  const int64_t row_bytes = D_ * int64_t(sizeof(float));
-  const int64_t x_bytes = N_ * row_bytes, idx_bytes = A_ * int64_t(sizeof(int32_t));
-  comm_.allgather(idx_NK.ptr, idx_bytes, idx_all_PNK_.ptr);
-  comm_.allgather(x_ND.ptr, x_bytes, x_all_PND_.ptr);
-  bytes_sent_ += x_bytes * (P_ - 1);
-  routing_bytes_sent_ += idx_bytes * (P_ - 1);
-
-  // Source side (this rank's own tokens): source order = by global expert (so by destination
-  // rank, then local expert), then assignment — where the outputs come back in combine.
+  // Gather: the group's routing and tokens, in rank order.
+  issue(
+      [this, x_ND, idx_NK] {
+        const int64_t x_bytes = N_ * D_ * int64_t(sizeof(float));
+        const int64_t idx_bytes = A_ * int64_t(sizeof(int32_t));
+        comm_.allgather(idx_NK.ptr, idx_bytes, idx_all_PNK_.ptr);
+        comm_.allgather(x_ND.ptr, x_bytes, x_all_PND_.ptr);
+        bytes_sent_ += x_bytes * (P_ - 1);
+        routing_bytes_sent_ += idx_bytes * (P_ - 1);
+      },
+      "expert all-gather");
+  // Source side (this rank's own tokens), while the gather runs: source order = by global
+  // expert (so by destination rank, then local expert), then assignment — where the outputs
+  // come back in combine.
   const int32_t* idx = idx_NK.i32();
   std::fill(src_counts_.begin(), src_counts_.end(), 0);
   for (int64_t a = 0; a < A_; ++a) {
@@ -69,7 +79,10 @@ void AllGatherDispatcher::dispatch(const Tensor& x_ND, const Tensor& idx_NK) {
   for (int64_t e = 0; e < E_; ++e) cursor_[e + 1] = cursor_[e] + src_counts_[e];
   int32_t* slot = slot_NK_.i32();
   for (int64_t a = 0; a < A_; ++a) slot[a] = int32_t(cursor_[idx[a]]++);
+}
 
+void AllGatherDispatcher::dispatch_finish() {
+  complete();
   // Expert side: the rows of the group routed to this rank's experts, per (expert, source).
   const int32_t* idx_all = idx_all_PNK_.i32();
   std::fill(seg_counts_.begin(), seg_counts_.end(), 0);
@@ -110,7 +123,8 @@ void AllGatherDispatcher::dispatch(const Tensor& x_ND, const Tensor& idx_NK) {
   Tensor xp = xp_MD_.rows(0, M_);
   ops::gather_rows(x_all_PND_, row_M_.rows(0, M_), xp);
 
-  // The alltoallv layout between sources and experts (bytes, offsets), from the experts' view.
+  // The alltoallv layout between sources and experts (bytes, offsets), to_experts direction.
+  const int64_t row_bytes = D_ * int64_t(sizeof(float));
   int64_t so = 0, ro = 0;
   for (int64_t q = 0; q < P_; ++q) {
     int64_t s = 0, rr = 0;
@@ -137,27 +151,81 @@ void AllGatherDispatcher::exchange(const Tensor& rows_in, Tensor& rows_out, bool
     if (p != comm_.rank()) bytes_sent_ += sb[p];
 }
 
+void AllGatherDispatcher::issue(std::function<void()> op, const char* what) {
+  auto timed = [this, op = std::move(op)] {
+    auto t0 = std::chrono::steady_clock::now();
+    op();
+    comm_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  if (!stream_) {  // nothing hides it
+    const double before = comm_s_;
+    timed();
+    exposed_s_ += comm_s_ - before;
+    return;
+  }
+  in_flight_ = stream_->submit(std::move(timed), what);
+}
+
+void AllGatherDispatcher::complete() {
+  if (stream_ && in_flight_) exposed_s_ += stream_->wait(in_flight_);
+  in_flight_ = 0;
+}
+
 void AllGatherDispatcher::combine(const Tensor& yp_MD, const Tensor& gates_NK, Tensor& y_ND,
                                   bool accumulate) {
+  combine_start(yp_MD);
+  combine_finish(gates_NK, y_ND, accumulate);
+}
+
+void AllGatherDispatcher::combine_start(const Tensor& yp_MD) {
   Tensor back = back_MD_.rows(0, M_);
   ops::gather_rows(yp_MD, xp_of_back_M_.rows(0, M_), back);  // expert order → back order
-  exchange(back, returned_AD_, false);                       // each output to its source
+  // each output to its source rank only
+  issue([this, back] { exchange(back, returned_AD_, false); }, "expert outputs to sources");
+}
+
+void AllGatherDispatcher::combine_finish(const Tensor& gates_NK, Tensor& y_ND, bool accumulate) {
+  complete();
   ops::unpermute_forward(returned_AD_, slot_NK_, gates_NK, y_ND, accumulate);
 }
 
-void AllGatherDispatcher::combine_backward(const Tensor& dy_ND, const Tensor&,
+void AllGatherDispatcher::combine_backward(const Tensor& dy_ND, const Tensor& yp_MD,
                                            const Tensor& gates_NK, Tensor& dyp_MD,
                                            Tensor& dgates_NK) {
+  combine_backward_start(dy_ND, yp_MD, gates_NK, dgates_NK);
+  combine_backward_finish(dyp_MD);
+}
+
+void AllGatherDispatcher::combine_backward_start(const Tensor& dy_ND, const Tensor&,
+                                                 const Tensor& gates_NK, Tensor& dgates_NK) {
   ops::unpermute_backward(dy_ND, returned_AD_, slot_NK_, gates_NK, src_AD_, dgates_NK);
-  Tensor back = back_MD_.rows(0, M_);
-  exchange(src_AD_, back, true);
-  ops::gather_rows(back, back_of_xp_M_.rows(0, M_), dyp_MD);  // back order → expert order
+  issue(
+      [this] {
+        Tensor back = back_MD_.rows(0, M_);
+        exchange(src_AD_, back, true);
+      },
+      "output gradients to experts");
+}
+
+void AllGatherDispatcher::combine_backward_finish(Tensor& dyp_MD) {
+  complete();
+  ops::gather_rows(back_MD_.rows(0, M_), back_of_xp_M_.rows(0, M_), dyp_MD);  // → expert order
 }
 
 void AllGatherDispatcher::dispatch_backward(const Tensor& dxp_MD, Tensor& dx_ND) {
+  dispatch_backward_start(dxp_MD);
+  dispatch_backward_finish(dx_ND);
+}
+
+void AllGatherDispatcher::dispatch_backward_start(const Tensor& dxp_MD) {
   Tensor back = back_MD_.rows(0, M_);
   ops::gather_rows(dxp_MD, xp_of_back_M_.rows(0, M_), back);
-  exchange(back, src_AD_, false);  // each row gradient to its source
+  // each row gradient to its source rank (the transpose of gather + select)
+  issue([this, back] { exchange(back, src_AD_, false); }, "input gradients to sources");
+}
+
+void AllGatherDispatcher::dispatch_backward_finish(Tensor& dx_ND) {
+  complete();
   ops::gather_rows_backward(src_AD_, slot_NK_, dx_ND);
 }
 

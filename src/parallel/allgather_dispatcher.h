@@ -17,9 +17,11 @@
 // segments_per_expert() = P.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "model/dispatcher.h"
+#include "parallel/comm_stream.h"
 #include "parallel/communicator.h"
 
 namespace moet {
@@ -41,11 +43,32 @@ class AllGatherDispatcher final : public TokenDispatcher {
                         Tensor& dyp_MD, Tensor& dgates_NK) override;
   void dispatch_backward(const Tensor& dxp_MD, Tensor& dx_ND) override;
 
-  // Payload bytes (x rows, expert outputs, row gradients) this rank sent to other ranks in
-  // dispatch and combine (forward and backward) since the last reset, counted like
-  // AllToAllDispatcher::bytes_sent(): an all-gather of b bytes counts b · (P - 1).
-  int64_t bytes_sent() const { return bytes_sent_; }
-  // Routing bytes (the all-gathered idx, N·K·4 · (P - 1) per dispatch) since the last reset.
+  // With a stream, the exchanges (the all-gathers, the alltoallv's) run on its communication
+  // thread between *_start and *_finish, under the layer's independent compute; without one they
+  // run in *_start.
+  void set_stream(CommStream* stream) { stream_ = stream; }
+  void dispatch_start(const Tensor& x_ND, const Tensor& idx_NK) override;
+  void dispatch_finish() override;
+  void combine_start(const Tensor& yp_MD) override;
+  void combine_finish(const Tensor& gates_NK, Tensor& y_ND, bool accumulate) override;
+  void combine_backward_start(const Tensor& dy_ND, const Tensor& yp_MD, const Tensor& gates_NK,
+                              Tensor& dgates_NK) override;
+  void combine_backward_finish(Tensor& dyp_MD) override;
+  void dispatch_backward_start(const Tensor& dxp_MD) override;
+  void dispatch_backward_finish(Tensor& dx_ND) override;
+
+  // Seconds spent in the exchanges, and the part the caller waited for (not hidden behind
+  // compute), since the last reset. Named like AllToAllDispatcher's, so a caller reads both alike.
+  double a2a_seconds() const { return comm_s_; }
+  double exposed_seconds() const { return exposed_s_; }
+  void reset_timers() { comm_s_ = exposed_s_ = 0; }
+
+  // Bytes this rank sent to other ranks in dispatch and combine (forward and backward) since the
+  // last reset, counted like AllToAllDispatcher::bytes_sent() (an all-gather of b bytes counts
+  // b · (P - 1)): the x rows, expert outputs and row gradients, plus the gathered routing.
+  int64_t bytes_sent() const { return bytes_sent_ + routing_bytes_sent_; }
+  // The routing part of bytes_sent(): the all-gathered idx, N·K·4 · (P - 1) per dispatch (the
+  // all-to-all's count exchange, which its bytes_sent() leaves out, is E·8 · (P - 1)/P).
   int64_t routing_bytes_sent() const { return routing_bytes_sent_; }
   void reset_bytes() { bytes_sent_ = routing_bytes_sent_ = 0; }
 
@@ -54,6 +77,9 @@ class AllGatherDispatcher final : public TokenDispatcher {
   // by destination rank, then expert, then assignment) and receives them grouped by source rank,
   // then local expert, then assignment ("back order"); !to_experts is the return direction.
   void exchange(const Tensor& rows_in, Tensor& rows_out, bool to_experts);
+  // Runs op now or on the stream (timed); complete() waits for it.
+  void issue(std::function<void()> op, const char* what);
+  void complete();
 
   Communicator& comm_;
   int64_t E_, P_, local_, first_;
@@ -75,6 +101,9 @@ class AllGatherDispatcher final : public TokenDispatcher {
   Tensor row_M_;                    // row of x_all of each expert row
   Tensor back_MD_, src_AD_;         // exchange buffers: back order, source order
   int64_t bytes_sent_ = 0, routing_bytes_sent_ = 0;
+  CommStream* stream_ = nullptr;
+  CommStream::Ticket in_flight_ = 0;
+  double comm_s_ = 0, exposed_s_ = 0;
 };
 
 }  // namespace moet

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -17,6 +18,7 @@
 #include "metrics/progress.h"
 #include "model/model.h"
 #include "optim/expert_bias.h"
+#include "parallel/allgather_dispatcher.h"
 #include "parallel/alltoall_dispatcher.h"
 #include "parallel/comm_stream.h"
 #include "parallel/data_parallel.h"
@@ -37,6 +39,8 @@ void validate(const TrainOptions& o) {
   MOET_CHECK(o.threads >= 0, "--threads must be >= 0, got ", o.threads);
   MOET_CHECK(o.precision == "fp32", "--precision '", o.precision,
              "' is not available yet (fp32 only; bf16 comes with the speed work)");
+  MOET_CHECK(o.dispatcher == "alltoall" || o.dispatcher == "allgather", "--dispatcher '",
+             o.dispatcher, "' is not known: alltoall or allgather");
   MOET_CHECK(o.eval_every >= 0 && o.eval_batches >= 0, "--eval-every/--eval-batches must be >= 0");
 }
 
@@ -57,6 +61,17 @@ std::unique_ptr<TokenDataset> open_dataset(const TrainOptions& o, const ModelCon
   MOET_CHECK(ds->vocab_size() <= cfg.vocab_size, "the data needs a vocabulary of ",
              ds->vocab_size(), " tokens but the model's vocab_size is ", cfg.vocab_size);
   return ds;
+}
+
+// "auto": a communication thread only pays when it has a core of its own; a thread spinning
+// in MPI on a core that compute needs slows the step (docs/benchmarks.md).
+bool use_overlap(const std::string& mode, int threads_per_rank) {
+  if (mode == "on") return true;
+  if (mode == "off") return false;
+  MOET_CHECK(mode == "auto", "--overlap '", mode, "' is not one of auto, on, off");
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  const int ranks_here = local ? std::max(1, std::atoi(local)) : 1;
+  return int(std::thread::hardware_concurrency()) >= ranks_here * (threads_per_rank + 1);
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -109,12 +124,19 @@ double run_training(const TrainOptions& o, Communicator* world) {
   std::optional<ParallelLayout> layout;
   std::unique_ptr<CommStream> stream;
   std::vector<AllToAllDispatcher*> a2a;
+  std::vector<AllGatherDispatcher*> ag;
   DispatcherFactory dispatchers;
   if (world) {
     layout = make_parallel_layout(*world, int(o.ep));
-    if (o.overlap && W > 1) stream = std::make_unique<CommStream>();
+    if (use_overlap(o.overlap, threads) && W > 1) stream = std::make_unique<CommStream>();
     if (o.ep > 1)
       dispatchers = [&](int64_t E) -> std::unique_ptr<TokenDispatcher> {
+        if (o.dispatcher == "allgather") {
+          auto d = std::make_unique<AllGatherDispatcher>(*layout->ep_group, E);
+          d->set_stream(stream.get());
+          ag.push_back(d.get());
+          return d;
+        }
         auto d = std::make_unique<AllToAllDispatcher>(*layout->ep_group, E);
         d->set_stream(stream.get());
         a2a.push_back(d.get());
@@ -189,13 +211,15 @@ double run_training(const TrainOptions& o, Communicator* world) {
     m.step_time_s = dt;
     if (dp) {
       double a2a_s = 0, a2a_exposed = 0, bytes = 0, grad_exposed = 0;
-      for (AllToAllDispatcher* d : a2a) {
+      auto take = [&](auto* d) {
         a2a_s += d->a2a_seconds();
         a2a_exposed += d->exposed_seconds();
         bytes += double(d->bytes_sent());
         d->reset_timers();
         d->reset_bytes();
-      }
+      };
+      for (AllToAllDispatcher* d : a2a) take(d);
+      for (AllGatherDispatcher* d : ag) take(d);
       m.grad_sync_s = dp->take_sync_seconds(&grad_exposed);
       m.a2a_s = a2a_s;
       m.exposed_comm_s = a2a_exposed + grad_exposed;

@@ -33,7 +33,10 @@ struct TrainOptions {
   double peak_tflops = 0;  // 0: measure the fp32 GEMM peak at start
   bool quiet = false;      // no progress lines (metrics file only)
   int64_t ep = 1;          // expert-parallel size (ranks per expert group)
-  bool overlap = true;     // communication on its own thread, hidden behind compute
+  // Communication on its own thread, hidden behind compute: "on", "off", or "auto" (on when
+  // the node has a core to spare for each rank's communication thread).
+  std::string overlap = "auto";
+  std::string dispatcher = "alltoall";  // expert token exchange with ep > 1: alltoall, allgather
 };
 
 class Communicator;

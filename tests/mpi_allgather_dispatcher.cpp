@@ -1,0 +1,310 @@
+// The all-gather token dispatcher under mpirun: dispatch∘combine is the identity (and so is its
+// backward) on even, skewed and empty-expert routings; it gives bitwise the rows, offsets,
+// outputs and gradients of the all-to-all dispatcher on random routings; and training with it at
+// ep = 2..world gives bitwise the losses of one expert-parallel rank (the local dispatcher).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "data/dataset.h"
+#include "kernels/ops.h"
+#include "model/local_dispatcher.h"
+#include "model/model.h"
+#include "mpi_test_util.h"
+#include "parallel/allgather_dispatcher.h"
+#include "parallel/alltoall_dispatcher.h"
+#include "parallel/data_parallel.h"
+#include "train/train_step.h"
+
+namespace moet {
+namespace {
+
+const std::string kRoot = MOET_SOURCE_DIR;
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.numel() == b.numel() && a.dtype == b.dtype &&
+         (a.numel() == 0 || std::memcmp(a.ptr, b.ptr, a.bytes()) == 0);
+}
+
+// dispatch → identity experts → combine with unit gates gives K·x; backward gives K·dy. Rows
+// carry their source rank and token (x = rank·1000 + token + column/4). idx_all: every rank's
+// [N, K] routing, in rank order.
+void check_identity(const std::vector<int32_t>& idx_all, int64_t E, int64_t N, int64_t K) {
+  Communicator& world = test::world();
+  const int64_t D = 3, r = world.rank(), P = world.size();
+  Arena act(4 << 20), scratch(4 << 20);
+  Workspace ws{act, scratch, 1, N};
+  AllGatherDispatcher d(world, E);
+  d.plan(ws, D, K);
+  ASSERT_EQ(d.segments_per_expert(), P);
+  ASSERT_EQ(d.num_local_experts(), E / P);
+  ASSERT_EQ(d.first_local_expert(), r * (E / P));
+  Tensor x = act.alloc_f32({N, D}), idx = act.alloc_i32({N, K}), gates = act.alloc_f32({N, K});
+  Tensor y = act.alloc_f32({N, D}), dx = act.alloc_f32({N, D}), dg = act.alloc_f32({N, K});
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t j = 0; j < D; ++j) x.f32()[n * D + j] = float(r * 1000 + n + 0.25 * j);
+  for (int64_t i = 0; i < N * K; ++i) idx.i32()[i] = idx_all[r * N * K + i];
+  ops::fill(gates, 1.0);
+  d.dispatch(x, idx);
+  // The gather moves this rank's N rows and routing to each peer, nothing else.
+  EXPECT_EQ(d.bytes_sent(), (P - 1) * N * (D * int64_t(sizeof(float)) + K * 4));
+  EXPECT_EQ(d.routing_bytes_sent(), (P - 1) * N * K * int64_t(sizeof(int32_t)));
+  Tensor xp = d.expert_rows(), off = d.expert_offsets();
+  ASSERT_EQ(off.numel(), d.num_local_experts() * P + 1);
+  ASSERT_EQ(off.i32()[0], 0);
+  ASSERT_EQ(off.i32()[off.numel() - 1], xp.size(0));
+  // Segment (local expert l, source rank p): the rows of p routed to l, in token then k order.
+  const int64_t L = d.num_local_experts();
+  for (int64_t l = 0; l < L; ++l)
+    for (int64_t p = 0; p < P; ++p) {
+      std::vector<float> want;
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t k = 0; k < K; ++k)
+          if (idx_all[(p * N + n) * K + k] == d.first_local_expert() + l)
+            want.push_back(float(p * 1000 + n));
+      const int32_t b = off.i32()[l * P + p], e = off.i32()[l * P + p + 1];
+      ASSERT_EQ(e - b, int64_t(want.size())) << "segment (" << l << ", " << p << ")";
+      for (int32_t m = b; m < e; ++m)
+        for (int64_t j = 0; j < D; ++j)
+          EXPECT_EQ(xp.f32()[m * D + j], want[m - b] + float(0.25 * j))
+              << "segment (" << l << ", " << p << ") row " << m - b;
+    }
+  Tensor yp = xp;  // identity experts
+  d.combine(yp, gates, y, false);
+  for (int64_t i = 0; i < N * D; ++i) ASSERT_EQ(y.f32()[i], float(K) * x.f32()[i]);
+  Tensor dyp = scratch.alloc_f32({d.max_expert_rows(), D}).rows(0, xp.size(0));
+  d.combine_backward(x, yp, gates, dyp, dg);
+  // dyp = gates · dy at the experts: the expert rows themselves.
+  EXPECT_TRUE(same_bits(dyp, xp));
+  ops::fill(dx, 0.0);
+  d.dispatch_backward(dyp, dx);
+  for (int64_t i = 0; i < N * D; ++i) ASSERT_EQ(dx.f32()[i], float(K) * x.f32()[i]);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t k = 0; k < K; ++k) {
+      double dot = 0;
+      for (int64_t j = 0; j < D; ++j) dot += double(x.f32()[n * D + j]) * x.f32()[n * D + j];
+      EXPECT_NEAR(dg.f32()[n * K + k], dot, 1e-3 * dot);
+    }
+}
+
+TEST(AllGatherDispatcher, DispatchThenCombineIsTheIdentity) {
+  const int64_t P = test::world().size(), E = 4 * P, N = 7, K = 3;
+  std::vector<int32_t> idx(P * N * K);
+  // spread over every expert, uneven
+  for (size_t i = 0; i < idx.size(); ++i) idx[i] = int32_t((i * 7 + i / 5) % E);
+  check_identity(idx, E, N, K);
+  // skewed: every assignment to experts 0..K-1 (all on rank 0); other experts empty
+  for (size_t i = 0; i < idx.size(); ++i) idx[i] = int32_t(i % K);
+  check_identity(idx, E, N, K);
+  // skewed to the last rank's last expert, repeated within a token
+  for (size_t i = 0; i < idx.size(); ++i) idx[i] = int32_t(E - 1);
+  check_identity(idx, E, N, K);
+  // rank p routes only to rank (p + 1) % P's experts, token-dependent; odd experts empty
+  for (int64_t p = 0; p < P; ++p)
+    for (int64_t a = 0; a < N * K; ++a)
+      idx[p * N * K + a] = int32_t(((p + 1) % P) * 4 + 2 * ((a / K + a % K) % 2));
+  check_identity(idx, E, N, K);
+  // one expert per rank
+  for (size_t i = 0; i < idx.size(); ++i) idx[i] = int32_t((i / 3 + i % 2) % P);
+  check_identity(idx, P, N, K);
+}
+
+// Fills t with uniform values in [lo, hi).
+void fill_uniform(Tensor& t, std::mt19937& g, float lo, float hi) {
+  std::uniform_real_distribution<float> u(lo, hi);
+  for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = u(g);
+}
+
+// Random x, routing (repeats within a token allowed), gates and gradients: both dispatchers see
+// the same inputs and must give the same bits everywhere.
+// With `overlap`, both run their exchanges on a communication thread (split phases).
+void check_same_as_alltoall(uint32_t seed, int64_t E, int64_t N, int64_t K, int64_t D,
+                            bool overlap) {
+  Communicator& world = test::world();
+  const int64_t r = world.rank(), P = world.size();
+  Arena act(4 << 20), scratch(4 << 20), act2(4 << 20), scratch2(4 << 20), io(4 << 20);
+  Workspace ws_ag{act, scratch, 1, N}, ws_a2a{act2, scratch2, 1, N};
+  AllGatherDispatcher ag(world, E);
+  AllToAllDispatcher a2a(world, E);
+  ag.plan(ws_ag, D, K);
+  a2a.plan(ws_a2a, D, K);
+  std::unique_ptr<CommStream> stream;
+  if (overlap) stream = std::make_unique<CommStream>();
+  ag.set_stream(stream.get());
+  a2a.set_stream(stream.get());
+  ASSERT_EQ(ag.max_expert_rows(), a2a.max_expert_rows());
+  std::mt19937 g(seed * 7919u + uint32_t(r));
+  Tensor x = io.alloc_f32({N, D}), idx = io.alloc_i32({N, K}), gates = io.alloc_f32({N, K});
+  Tensor dy = io.alloc_f32({N, D});
+  fill_uniform(x, g, -1, 1);
+  fill_uniform(gates, g, 0, 1);
+  fill_uniform(dy, g, -1, 1);
+  // Skewed towards low experts: some experts may get nothing.
+  std::uniform_int_distribution<int32_t> ue(0, int32_t(E - 1));
+  for (int64_t i = 0; i < N * K; ++i) idx.i32()[i] = std::min(ue(g), ue(g));
+
+  ag.dispatch(x, idx);
+  a2a.dispatch(x, idx);
+  Tensor xp = ag.expert_rows();
+  ASSERT_EQ(xp.size(0), a2a.expert_rows().size(0));
+  ASSERT_TRUE(same_bits(ag.expert_offsets(), a2a.expert_offsets()));
+  ASSERT_TRUE(same_bits(xp, a2a.expert_rows()));
+  const int64_t M = xp.size(0), ag_dispatch = ag.bytes_sent(), a2a_dispatch = a2a.bytes_sent();
+
+  // Experts: yp = x² - x/3 (the same bits on both sides).
+  Tensor yp = io.alloc_f32({ag.max_expert_rows(), D}).rows(0, M);
+  for (int64_t i = 0; i < M * D; ++i) yp.f32()[i] = xp.f32()[i] * xp.f32()[i] - xp.f32()[i] / 3;
+  Tensor y1 = io.alloc_f32({N, D}), y2 = io.alloc_f32({N, D});
+  ag.combine(yp, gates, y1, false);
+  a2a.combine(yp, gates, y2, false);
+  EXPECT_TRUE(same_bits(y1, y2)) << "combine";
+  // The return path moves exactly what the all-to-all's does.
+  EXPECT_EQ(ag.bytes_sent() - ag_dispatch, a2a.bytes_sent() - a2a_dispatch);
+  std::memcpy(y1.ptr, dy.ptr, dy.bytes());
+  std::memcpy(y2.ptr, dy.ptr, dy.bytes());
+  ag.combine(yp, gates, y1, true);
+  a2a.combine(yp, gates, y2, true);
+  EXPECT_TRUE(same_bits(y1, y2)) << "combine, accumulating";
+
+  Tensor dyp1 = io.alloc_f32({ag.max_expert_rows(), D}).rows(0, M);
+  Tensor dyp2 = io.alloc_f32({ag.max_expert_rows(), D}).rows(0, M);
+  Tensor dg1 = io.alloc_f32({N, K}), dg2 = io.alloc_f32({N, K});
+  ag.combine_backward(dy, yp, gates, dyp1, dg1);
+  a2a.combine_backward(dy, yp, gates, dyp2, dg2);
+  EXPECT_TRUE(same_bits(dyp1, dyp2)) << "combine_backward: dyp";
+  EXPECT_TRUE(same_bits(dg1, dg2)) << "combine_backward: dgates";
+
+  Tensor dxp = io.alloc_f32({ag.max_expert_rows(), D}).rows(0, M);
+  for (int64_t i = 0; i < M * D; ++i) dxp.f32()[i] = dyp1.f32()[i] * 1.7f - yp.f32()[i];
+  Tensor dx1 = io.alloc_f32({N, D}), dx2 = io.alloc_f32({N, D});
+  std::memcpy(dx1.ptr, x.ptr, x.bytes());
+  std::memcpy(dx2.ptr, x.ptr, x.bytes());
+  ag.dispatch_backward(dxp, dx1);
+  a2a.dispatch_backward(dxp, dx2);
+  EXPECT_TRUE(same_bits(dx1, dx2)) << "dispatch_backward";
+  // Besides the dispatch itself, both move the same rows.
+  EXPECT_EQ(ag.bytes_sent() - ag_dispatch, a2a.bytes_sent() - a2a_dispatch);
+  EXPECT_EQ(ag_dispatch, (P - 1) * N * (D * int64_t(sizeof(float)) + K * 4));
+  EXPECT_EQ(ag.routing_bytes_sent(), (P - 1) * N * K * 4);
+}
+
+TEST(AllGatherDispatcher, BitwiseSameAsAllToAll) {
+  const int64_t P = test::world().size();
+  for (uint32_t seed = 1; seed <= 6; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    check_same_as_alltoall(seed, 4 * P, 11 + seed, 1 + seed % 4, 5 + seed, seed % 2 == 0);
+  }
+  check_same_as_alltoall(99, P, 5, 2, 8, false);        // one expert per rank
+  check_same_as_alltoall(100, 8 * P, 33, 8, 16, true);  // K > P, on a communication thread
+}
+
+// ---------------------------------------------------------------- training
+
+enum class Kind { Local, AllGather, AllToAll };
+
+struct TrainRun {
+  std::vector<double> losses, norms;
+  int64_t dispatchers = 0;         // MoE layers (dispatch calls per micro-batch)
+  int64_t bytes = 0, routing = 0;  // this rank's bytes_sent() over the run, its routing part
+};
+
+constexpr int64_t kT = 16;
+
+// Trains configs/tiny.json on this rank's share of a global batch of world × B sequences, with
+// experts over groups of `ep` ranks exchanged by the dispatcher `kind` (with `overlap`, on a
+// communication thread).
+TrainRun train(int ep, Kind kind, int64_t B, int steps, bool overlap = false) {
+  Communicator& world = test::world();
+  ParallelLayout layout = make_parallel_layout(world, ep);
+  ModelConfig cfg = load_model_config(kRoot + "/configs/tiny.json");
+  const int64_t T = kT;
+  std::unique_ptr<CommStream> stream;
+  if (overlap) stream = std::make_unique<CommStream>();
+  std::vector<AllGatherDispatcher*> ags;
+  std::vector<AllToAllDispatcher*> a2as;
+  DispatcherFactory factory = [&](int64_t E) -> std::unique_ptr<TokenDispatcher> {
+    if (kind == Kind::Local) return std::make_unique<LocalDispatcher>(E);
+    if (kind == Kind::AllGather) {
+      auto d = std::make_unique<AllGatherDispatcher>(*layout.ep_group, E);
+      d->set_stream(stream.get());
+      ags.push_back(d.get());
+      return d;
+    }
+    auto d = std::make_unique<AllToAllDispatcher>(*layout.ep_group, E);
+    d->set_stream(stream.get());
+    a2as.push_back(d.get());
+    return d;
+  };
+  Model m(cfg, B, T, LossWeights{0.3, 1e-2, 1e-3}, factory);
+  m.init_parameters(7);
+  // As in the trainer: with overlap, the gradient reductions share the dispatchers' stream.
+  DataParallel dp(layout, m.params(), stream.get());
+  m.set_backward_hook([&](int64_t layer) { dp.on_layer_done(layer); });
+  LrSchedule sched;
+  sched.max_lr = 3e-3;
+  sched.min_lr = 3e-4;
+  sched.warmup = 2;
+  sched.total = steps;
+  StepRunner runner(m, AdamWConfig{}, sched, 1e-2, &dp);
+  MockDataset data(cfg.vocab_size, 3);
+  std::vector<int32_t> tok(B * (T + 1));
+  TrainRun out;
+  for (int s = 0; s < steps; ++s) {
+    data.fill_sequences(s, 0, world.rank() * B, B, T, tok.data());
+    StepResult r = runner.run(s, 1, [&](int64_t) { return tok.data(); });
+    out.losses.push_back(r.losses.loss);
+    out.norms.push_back(r.grad_norm);
+  }
+  for (AllGatherDispatcher* d : ags) {
+    out.bytes += d->bytes_sent();
+    out.routing += d->routing_bytes_sent();
+  }
+  for (AllToAllDispatcher* d : a2as) out.bytes += d->bytes_sent();
+  out.dispatchers = int64_t(ags.size() + a2as.size());
+  return out;
+}
+
+void expect_same_run(const TrainRun& r, const TrainRun& base, const std::string& what) {
+  ASSERT_EQ(r.losses.size(), base.losses.size());
+  for (size_t s = 0; s < base.losses.size(); ++s) {
+    EXPECT_EQ(r.losses[s], base.losses[s]) << what << " step " << s;
+    EXPECT_EQ(r.norms[s], base.norms[s]) << what << " step " << s;
+  }
+}
+
+TEST(AllGatherDispatcher, TrainingEqualsOneExpertRankBitwise) {
+  const int P = test::world().size(), steps = 10;
+  const int64_t B = 2, D = load_model_config(kRoot + "/configs/tiny.json").hidden_size;
+  TrainRun base = train(1, Kind::Local, B, steps);
+  for (int ep = 2; ep <= P; ep *= 2) {
+    const std::string tag = "ep " + std::to_string(ep);
+    TrainRun ag = train(ep, Kind::AllGather, B, steps);
+    expect_same_run(ag, base, "allgather " + tag);
+    expect_same_run(train(ep, Kind::AllGather, B, steps, true), base, "allgather overlap " + tag);
+    // Traffic beside the all-to-all's on the same data (rank 0's bytes per MoE layer per step).
+    // The routing is the same, so combine and the backwards move the same rows in both.
+    TrainRun a2a = train(ep, Kind::AllToAll, B, steps);
+    expect_same_run(a2a, base, "alltoall " + tag);
+    ASSERT_GT(ag.dispatchers, 0);
+    ASSERT_EQ(ag.dispatchers, a2a.dispatchers);
+    const double calls = double(ag.dispatchers) * steps;
+    const double gather = double((ep - 1) * B * kT * D * int64_t(sizeof(float)));
+    const double routing = double(ag.routing) / calls;
+    const double rest = double(ag.bytes) / calls - gather - routing;  // combine + backwards
+    if (test::world().rank() == 0)
+      std::printf(
+          "[ tiny.json, ep %d, N %lld per rank ] bytes sent by rank 0 per MoE layer per step: "
+          "allgather %.0f (dispatch %.0f + routing %.0f + combine/backward %.0f), "
+          "alltoall %.0f (dispatch %.0f + combine/backward %.0f)\n",
+          ep, (long long)(B * kT), double(ag.bytes) / calls, gather, routing, rest,
+          double(a2a.bytes) / calls, double(a2a.bytes) / calls - rest, rest);
+  }
+}
+
+}  // namespace
+}  // namespace moet
