@@ -67,4 +67,20 @@ TEST(Cli, TrainsTinyOnMockData) {
   EXPECT_EQ(r.code, 0) << r.err;
 }
 
+TEST(Cli, WritesATraceAndNeverOverwritesOne) {
+  std::string path = std::filesystem::temp_directory_path() / "moet_cli_trace.json";
+  std::filesystem::remove(path);
+  const std::string args = "train" + tiny + "--data mock --steps 2 --threads 1 --trace " + path;
+  CliResult r = moet(args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::ifstream in(path);
+  std::string content((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_NE(content.find("\"traceEvents\""), std::string::npos);
+  EXPECT_NE(content.find("layer 0 forward"), std::string::npos);
+  EXPECT_NE(content.find("layer 0 backward"), std::string::npos);
+  EXPECT_NE(content.find("\"step\""), std::string::npos);
+  expect_one_line_error(args, "already exists");
+  std::filesystem::remove(path);
+}
+
 }  // namespace

@@ -48,6 +48,8 @@ void add_train_command(CLI::App& app, moet::TrainOptions& o) {
   t->add_flag("--quiet", o.quiet, "no progress lines");
   t->add_option("--ep", o.ep, "expert-parallel size: ranks per expert group (under mpirun)")
       ->capture_default_str();
+  t->add_option("--trace", o.trace_path,
+                "write a Perfetto/Chrome trace (compute and comm lanes), FILE.rankN.json per rank");
   t->add_option("--dispatcher", o.dispatcher,
                 "expert token exchange with --ep > 1: alltoall or allgather")
       ->check(CLI::IsMember({"alltoall", "allgather"}))

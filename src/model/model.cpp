@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "kernels/ops.h"
+#include "metrics/trace.h"
 #include "model/local_dispatcher.h"
 #include "model/rope.h"
 
@@ -78,6 +79,20 @@ void Model::plan_all(Arena& act, Arena& scratch) {
   }
 }
 
+void Model::set_trace(TraceRecorder* rec) {
+  trace_ = rec;
+  if (!rec) return;
+  trace_lane_ = rec->lane(trace::kComputeLane);
+  fwd_names_.clear();
+  bwd_names_.clear();
+  for (size_t l = 0; l < blocks_.size() + mtp_.size(); ++l) {
+    std::string what = l < blocks_.size() ? "layer " + std::to_string(l)
+                                          : "mtp " + std::to_string(l - blocks_.size() + 1);
+    fwd_names_.push_back(rec->intern(what + " forward"));
+    bwd_names_.push_back(rec->intern(what + " backward"));
+  }
+}
+
 void Model::init_parameters(uint64_t seed) { params_.initialize(seed, cfg_.initializer_range); }
 
 LossBreakdown Model::forward(const int32_t* seq) {
@@ -95,12 +110,17 @@ LossBreakdown Model::forward(const int32_t* seq) {
     }
   (void)N;
   ops::embedding_forward(inputs_N_, embed_->value, hidden_[0]);
-  for (size_t l = 0; l < blocks_.size(); ++l)
+  for (size_t l = 0; l < blocks_.size(); ++l) {
+    TraceRecorder::Span span(trace_, trace_lane_, trace_ ? fwd_names_[l] : nullptr);
     blocks_[l]->forward(hidden_[l], hidden_[l + 1], rope_);
+  }
   LossBreakdown r;
   r.lm_loss = head_->forward(hidden_.back(), targets_N_);
   const Tensor* h_prev = &hidden_.back();
-  for (auto& m : mtp_) {
+  for (size_t k = 0; k < mtp_.size(); ++k) {
+    auto& m = mtp_[k];
+    TraceRecorder::Span span(trace_, trace_lane_,
+                             trace_ ? fwd_names_[blocks_.size() + k] : nullptr);
     r.mtp_loss += m->forward(*h_prev, tokens_BT1_.i32(), rope_);
     h_prev = &m->output();
   }
@@ -124,6 +144,8 @@ void Model::backward(double grad_scale) {
   for (size_t i = mtp_.size(); i-- > 0;) {
     const Tensor& h_prev = i == 0 ? hidden_.back() : mtp_[i - 1]->output();
     ops::fill(*d_in, 0.0);
+    TraceRecorder::Span span(trace_, trace_lane_,
+                             trace_ ? bwd_names_[blocks_.size() + i] : nullptr);
     mtp_[i]->backward(h_prev, d_out ? *d_out : none, mtp_w, *d_in, rope_, ls);
     if (hook_) hook_(cfg_.num_hidden_layers + int64_t(i));
     d_out = d_in;
@@ -135,6 +157,7 @@ void Model::backward(double grad_scale) {
   head_->backward(hidden_.back(), targets_N_, grad_scale, *dh, false);
   if (d_out) ops::add_inplace(*dh, *d_out, 1.0);
   for (size_t l = blocks_.size(); l-- > 0;) {
+    TraceRecorder::Span span(trace_, trace_lane_, trace_ ? bwd_names_[l] : nullptr);
     blocks_[l]->backward(*dh, hidden_[l], *dprev, false, rope_, ls);
     if (hook_) hook_(int64_t(l));
     std::swap(dh, dprev);

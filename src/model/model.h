@@ -13,6 +13,8 @@
 
 namespace moet {
 
+class TraceRecorder;
+
 struct LossWeights {
   double mtp_lambda = 0.3;
   double balance_alpha = 1e-4;
@@ -49,6 +51,8 @@ class Model {
   // its layer index (MTP module k: num_hidden_layers + k - 1): data parallelism starts reducing
   // them while the backward goes on.
   void set_backward_hook(std::function<void(int64_t layer)> hook) { hook_ = std::move(hook); }
+  // Records each block's forward and backward as spans on the recorder's "compute" lane.
+  void set_trace(TraceRecorder* rec);
 
   const ModelConfig& config() const { return cfg_; }
   ParamStore& params() { return params_; }
@@ -76,6 +80,9 @@ class Model {
   std::vector<Tensor> hidden_;  // hidden_[l]: input of block l; hidden_[L]: final
   Tensor dh_a_ND_, dh_b_ND_, dmtp_a_ND_, dmtp_b_ND_;
   std::function<void(int64_t)> hook_;
+  TraceRecorder* trace_ = nullptr;
+  int trace_lane_ = 0;
+  std::vector<const char*> fwd_names_, bwd_names_;  // per block, then per MTP module
 };
 
 }  // namespace moet

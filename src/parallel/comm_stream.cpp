@@ -2,6 +2,8 @@
 
 #include <chrono>
 
+#include "metrics/trace.h"
+
 namespace moet {
 
 namespace {
@@ -23,14 +25,7 @@ CommStream::~CommStream() {
 
 CommStream::Ticket CommStream::submit(std::function<void()> op, const char* what) {
   std::lock_guard<std::mutex> lock(mu_);
-  queue_.push_back([op = std::move(op), what] {
-    try {
-      op();
-    } catch (...) {
-      (void)what;
-      throw;
-    }
-  });
+  queue_.push_back({std::move(op), what});
   ++submitted_;
   work_cv_.notify_one();
   return submitted_;
@@ -48,7 +43,7 @@ double CommStream::wait(Ticket t) {
 
 void CommStream::run() {
   for (;;) {
-    std::function<void()> op;
+    Op op;
     {
       std::unique_lock<std::mutex> lock(mu_);
       work_cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
@@ -57,8 +52,10 @@ void CommStream::run() {
       queue_.pop_front();
     }
     const double t0 = now_s();
+    const double tr0 = trace_ ? trace_->now_s() : 0;
     try {
-      op();
+      op.fn();
+      if (trace_) trace_->complete(trace_lane_, op.what, tr0, trace_->now_s(), trace::kCommLane);
     } catch (...) {
       std::lock_guard<std::mutex> lock(mu_);
       error_ = std::current_exception();
@@ -80,6 +77,11 @@ double CommStream::busy_seconds() const {
 double CommStream::waited_seconds() const {
   std::lock_guard<std::mutex> lock(mu_);
   return waited_s_;
+}
+
+void CommStream::set_trace(TraceRecorder* rec) {
+  trace_ = rec;
+  if (rec) trace_lane_ = rec->lane(trace::kCommLane);
 }
 
 void CommStream::reset_timers() {

@@ -16,6 +16,8 @@
 
 namespace moet {
 
+class TraceRecorder;
+
 class CommStream {
  public:
   using Ticket = int64_t;
@@ -36,16 +38,24 @@ class CommStream {
   double busy_seconds() const;
   double waited_seconds() const;
   void reset_timers();
+  // Records every op as a span on the recorder's "comm" lane (null: no tracing).
+  void set_trace(TraceRecorder* rec);
 
  private:
   void run();
   mutable std::mutex mu_;
   std::condition_variable work_cv_, done_cv_;
-  std::deque<std::function<void()>> queue_;
+  struct Op {
+    std::function<void()> fn;
+    const char* what;
+  };
+  std::deque<Op> queue_;
   Ticket submitted_ = 0, done_ = 0;
   bool stop_ = false;
   std::exception_ptr error_;
   double busy_s_ = 0, waited_s_ = 0;
+  TraceRecorder* trace_ = nullptr;
+  int trace_lane_ = 0;
   std::thread thread_;
 };
 

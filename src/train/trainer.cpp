@@ -16,6 +16,7 @@
 #include "metrics/flops.h"
 #include "metrics/gemm_peak.h"
 #include "metrics/progress.h"
+#include "metrics/trace.h"
 #include "model/model.h"
 #include "optim/expert_bias.h"
 #include "parallel/allgather_dispatcher.h"
@@ -117,6 +118,15 @@ double run_training(const TrainOptions& o, Communicator* world) {
   if (root && !o.metrics_path.empty())
     metrics = std::make_unique<MetricsWriter>(o.metrics_path, o.overwrite_metrics);
 
+  // A trace per rank (refused up front if the file exists, not after the run).
+  std::unique_ptr<TraceRecorder> trace;
+  std::string trace_file;
+  if (!o.trace_path.empty()) {
+    trace_file = TraceRecorder::per_rank_path(o.trace_path, rank, W);
+    MOET_CHECK(!std::filesystem::exists(trace_file), "trace file '", trace_file,
+               "' already exists; refusing to overwrite it");
+    trace = std::make_unique<TraceRecorder>(rank, "rank " + std::to_string(rank));
+  }
   // Layout: data-parallel over all ranks, experts sharded over groups of --ep ranks.
   // With overlap, one communication thread runs every collective of the step in order: the
   // experts' all-to-alls (under the shared expert and the router's backward) and the gradient
@@ -128,7 +138,10 @@ double run_training(const TrainOptions& o, Communicator* world) {
   DispatcherFactory dispatchers;
   if (world) {
     layout = make_parallel_layout(*world, int(o.ep));
-    if (use_overlap(o.overlap, threads) && W > 1) stream = std::make_unique<CommStream>();
+    if (use_overlap(o.overlap, threads) && W > 1) {
+      stream = std::make_unique<CommStream>();
+      stream->set_trace(trace.get());
+    }
     if (o.ep > 1)
       dispatchers = [&](int64_t E) -> std::unique_ptr<TokenDispatcher> {
         if (o.dispatcher == "allgather") {
@@ -146,6 +159,8 @@ double run_training(const TrainOptions& o, Communicator* world) {
   const int64_t B = o.micro_batch, T = o.seq, A = o.grad_accum;
   Model model(cfg, B, T, LossWeights{o.mtp_lambda, o.balance_alpha, o.z_loss_coef}, dispatchers);
   model.init_parameters(o.seed);
+  model.set_trace(trace.get());
+  const int step_lane = trace ? trace->lane("steps") : 0;
   std::optional<DataParallel> dp;
   if (layout) {
     dp.emplace(*layout, model.params(), stream.get());
@@ -184,7 +199,9 @@ double run_training(const TrainOptions& o, Communicator* world) {
     auto t0 = std::chrono::steady_clock::now();
     for (int64_t a = 0; a < A; ++a)  // this rank's B sequences of the global batch
       ds->fill_sequences(step, a, rank * B, B, T, tokens.data() + a * B * (T + 1));
+    TraceRecorder::Span step_span(trace.get(), step_lane, "step");
     StepResult r = runner.run(step, A, [&](int64_t a) { return tokens.data() + a * B * (T + 1); });
+    step_span.end();
     double dt = seconds_since(t0);
     last_loss = r.losses.loss;
     MOET_CHECK(std::isfinite(r.losses.loss), "training diverged at step ", step + 1, " (loss is ",
@@ -236,6 +253,7 @@ double run_training(const TrainOptions& o, Communicator* world) {
       std::fflush(stdout);
     }
   }
+  if (trace) trace->write(trace_file, false);
   return last_loss;
 }
 

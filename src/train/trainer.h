@@ -36,6 +36,7 @@ struct TrainOptions {
   // Communication on its own thread, hidden behind compute: "on", "off", or "auto" (on when
   // the node has a core to spare for each rank's communication thread).
   std::string overlap = "auto";
+  std::string trace_path;               // Perfetto/Chrome trace, one file per rank ("" = none)
   std::string dispatcher = "alltoall";  // expert token exchange with ep > 1: alltoall, allgather
 };
 
