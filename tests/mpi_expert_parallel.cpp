@@ -171,6 +171,46 @@ TEST(ExpertParallel, OverlapOnAndOffGiveBitwiseIdenticalTraining) {
   }
 }
 
+// With n_group = the number of nodes, group-limited routing is node-limited routing: a token's
+// experts sit on at most topk_group nodes; bytes that leave the node are counted apart.
+TEST(ExpertParallel, GroupLimitedRoutingLimitsTheNodesATokenReaches) {
+  Communicator& world = test::world();
+  const int P = world.size();
+  ParallelLayout layout = make_parallel_layout(world, P);
+  for (int64_t topk_group : {1, 2}) {
+    ModelConfig cfg = load_model_config(kRoot + "/configs/tiny.json");
+    cfg.n_group = 2;  // two "nodes" of P/2 ranks each hold one group of experts
+    cfg.topk_group = topk_group;
+    std::vector<AllToAllDispatcher*> ds;
+    DispatcherFactory factory = [&](int64_t E) -> std::unique_ptr<TokenDispatcher> {
+      auto d = std::make_unique<AllToAllDispatcher>(*layout.ep_group, E);
+      d->set_ranks_per_node(P / 2);
+      ds.push_back(d.get());
+      return d;
+    };
+    const int64_t B = 2;
+    Model m(cfg, B, kT, LossWeights{}, factory);
+    m.init_parameters(5);
+    MockDataset data(cfg.vocab_size, 9);
+    std::vector<int32_t> tok(B * (kT + 1));
+    data.fill_sequences(0, 0, world.rank() * B, B, kT, tok.data());
+    m.forward(tok.data());
+    m.backward(1.0);
+    for (AllToAllDispatcher* d : ds) {
+      EXPECT_LE(d->max_nodes_per_token(), topk_group);
+      EXPECT_LE(d->bytes_sent_other_nodes(), d->bytes_sent());
+      if (P > 2) {
+        EXPECT_LT(d->bytes_sent_other_nodes(), d->bytes_sent()) << "some stay on the node";
+      }
+    }
+    if (topk_group == 2) {
+      int64_t most = 0;
+      for (AllToAllDispatcher* d : ds) most = std::max(most, d->max_nodes_per_token());
+      EXPECT_EQ(most, 2) << "with two groups kept, some token reaches both nodes";
+    }
+  }
+}
+
 TEST(DataParallel, EqualsOneProcess) {
   const int P = test::world().size();
   TrainRun dp = train(1, 2, 1, 10);

@@ -37,6 +37,7 @@ struct StepMetrics {
   double exposed_comm_s = kNone;
   double grad_sync_s = kNone;
   double comm_bytes = kNone;
+  double comm_bytes_other_nodes = kNone;  // the part of comm_bytes that left the node
   double elapsed_s = kNone;
   double eta_s = kNone;
 };

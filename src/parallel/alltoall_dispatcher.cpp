@@ -14,6 +14,7 @@ AllToAllDispatcher::AllToAllDispatcher(Communicator& ep_group, int64_t n_experts
              ") must be divisible by the expert-parallel size (", P_, ")");
   local_ = E_ / P_;
   first_ = int64_t(comm_.rank()) * local_;
+  ranks_per_node_ = P_;
   send_counts_.assign(P_ * local_, 0);
   recv_counts_.assign(P_ * local_, 0);
   send_bytes_.assign(P_, 0);
@@ -57,6 +58,19 @@ void AllToAllDispatcher::dispatch_start(const Tensor& x_ND, const Tensor& idx_NK
   std::vector<int64_t>& cursor = cursor_;
   cursor[0] = 0;
   for (int64_t e = 0; e < E_; ++e) cursor[e + 1] = cursor[e] + send_counts_[e];
+  // nodes reached per token (for node-limited routing)
+  max_nodes_per_token_ = 0;
+  const int64_t experts_per_node = local_ * ranks_per_node_;
+  for (int64_t n = 0; n < A_ / K; ++n) {
+    int64_t nodes = 0;
+    for (int64_t k = 0; k < K; ++k) {
+      bool seen = false;
+      for (int64_t j = 0; j < k; ++j)
+        seen |= idx[n * K + j] / experts_per_node == idx[n * K + k] / experts_per_node;
+      nodes += !seen;
+    }
+    max_nodes_per_token_ = std::max(max_nodes_per_token_, nodes);
+  }
   int32_t* slot = slot_NK_.i32();
   int32_t* token = send_token_A_.i32();
   for (int64_t a = 0; a < A_; ++a) {
@@ -123,8 +137,18 @@ void AllToAllDispatcher::exchange(const Tensor& rows_in, Tensor& rows_out, bool 
   const std::vector<int64_t>& rb = forward ? recv_bytes_ : send_bytes_;
   const std::vector<int64_t>& ro = forward ? recv_off_ : send_off_;
   comm_.alltoallv(rows_in.ptr, sb.data(), so.data(), rows_out.ptr, rb.data(), ro.data());
-  for (int64_t p = 0; p < P_; ++p)
-    if (p != comm_.rank()) bytes_sent_ += sb[p];
+  const int64_t me = comm_.rank();
+  for (int64_t p = 0; p < P_; ++p) {
+    if (p == me) continue;
+    bytes_sent_ += sb[p];
+    if (p / ranks_per_node_ != me / ranks_per_node_) bytes_sent_other_nodes_ += sb[p];
+  }
+}
+
+void AllToAllDispatcher::set_ranks_per_node(int64_t r) {
+  MOET_CHECK(r >= 1 && P_ % r == 0, "--ep-ranks-per-node ", r,
+             " must divide the expert-parallel size ", P_);
+  ranks_per_node_ = r;
 }
 
 void AllToAllDispatcher::issue(const Tensor& rows_in, Tensor rows_out, bool forward) {

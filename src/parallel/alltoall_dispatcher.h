@@ -57,7 +57,16 @@ class AllToAllDispatcher final : public TokenDispatcher {
   // Payload bytes this rank sent to other ranks in dispatch and combine (forward and backward)
   // since the last reset.
   int64_t bytes_sent() const { return bytes_sent_; }
-  void reset_bytes() { bytes_sent_ = 0; }
+  void reset_bytes() { bytes_sent_ = bytes_sent_other_nodes_ = 0; }
+
+  // Ranks of the expert-parallel group that share a node (consecutive ranks; default: all), so
+  // that traffic can be told apart: bytes_sent_other_nodes() is the part of bytes_sent() that
+  // left the node. With n_group equal to the number of nodes, group-limited routing is
+  // node-limited routing: a token reaches at most topk_group nodes (max_nodes_per_token()).
+  void set_ranks_per_node(int64_t r);
+  int64_t bytes_sent_other_nodes() const { return bytes_sent_other_nodes_; }
+  // The most nodes any token of the last dispatch was sent to.
+  int64_t max_nodes_per_token() const { return max_nodes_per_token_; }
 
  private:
   // Sends rows in send order (grouped by destination) and receives rows in receive order
@@ -82,7 +91,8 @@ class AllToAllDispatcher final : public TokenDispatcher {
   Tensor returned_AD_;                      // expert outputs back at the source, send order
   // temporaries
   Tensor send_AD_, recv_MD_;
-  int64_t bytes_sent_ = 0;
+  int64_t bytes_sent_ = 0, bytes_sent_other_nodes_ = 0;
+  int64_t ranks_per_node_ = 0, max_nodes_per_token_ = 0;
   CommStream* stream_ = nullptr;
   CommStream::Ticket in_flight_ = 0;
   double a2a_s_ = 0, exposed_s_ = 0;

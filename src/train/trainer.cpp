@@ -152,6 +152,7 @@ double run_training(const TrainOptions& o, Communicator* world) {
         }
         auto d = std::make_unique<AllToAllDispatcher>(*layout->ep_group, E);
         d->set_stream(stream.get());
+        if (o.ep_ranks_per_node > 0) d->set_ranks_per_node(o.ep_ranks_per_node);
         a2a.push_back(d.get());
         return d;
       };
@@ -235,7 +236,12 @@ double run_training(const TrainOptions& o, Communicator* world) {
         d->reset_timers();
         d->reset_bytes();
       };
-      for (AllToAllDispatcher* d : a2a) take(d);
+      double other_nodes = 0;
+      for (AllToAllDispatcher* d : a2a) {
+        other_nodes += double(d->bytes_sent_other_nodes());
+        take(d);
+      }
+      if (o.ep_ranks_per_node > 0) m.comm_bytes_other_nodes = other_nodes;
       for (AllGatherDispatcher* d : ag) take(d);
       m.grad_sync_s = dp->take_sync_seconds(&grad_exposed);
       m.a2a_s = a2a_s;

@@ -30,9 +30,10 @@ struct TrainOptions {
   double balance_alpha = 1e-4;
   double z_loss_coef = 0.0;
   double bias_update_rate = 1e-3;
-  double peak_tflops = 0;  // 0: measure the fp32 GEMM peak at start
-  bool quiet = false;      // no progress lines (metrics file only)
-  int64_t ep = 1;          // expert-parallel size (ranks per expert group)
+  double peak_tflops = 0;         // 0: measure the fp32 GEMM peak at start
+  bool quiet = false;             // no progress lines (metrics file only)
+  int64_t ep = 1;                 // expert-parallel size (ranks per expert group)
+  int64_t ep_ranks_per_node = 0;  // consecutive ranks of an EP group on one node (0: all)
   // Communication on its own thread, hidden behind compute: "on", "off", or "auto" (on when
   // the node has a core to spare for each rank's communication thread).
   std::string overlap = "auto";
