@@ -48,6 +48,9 @@ void add_train_command(CLI::App& app, moet::TrainOptions& o) {
   t->add_flag("--quiet", o.quiet, "no progress lines");
   t->add_option("--ep", o.ep, "expert-parallel size: ranks per expert group (under mpirun)")
       ->capture_default_str();
+  t->add_flag("--zero1", o.zero1,
+              "ZeRO-1: shard the AdamW moments over the data-parallel ranks (bitwise the same "
+              "training)");
   t->add_option("--ep-ranks-per-node", o.ep_ranks_per_node,
                 "ranks of an expert-parallel group that share a node (for bytes across nodes; "
                 "n_group = nodes makes routing node-limited)");

@@ -1,7 +1,9 @@
 #include "optim/adamw.h"
 
+#include <algorithm>
 #include <cmath>
 
+#include "core/error.h"
 #include "core/tree_sum.h"
 
 namespace moet {
@@ -12,11 +14,17 @@ Tensor flat_at(const Tensor& all, int64_t offset, int64_t n) {
 }
 }  // namespace
 
-AdamW::AdamW(ParamStore& ps, AdamWConfig cfg)
+namespace {
+Arena moment_arena(const ParamStore& ps, bool allocate) {
+  return allocate ? Arena(ps.numel() * sizeof(float)) : Arena::planning();
+}
+}  // namespace
+
+AdamW::AdamW(ParamStore& ps, AdamWConfig cfg, bool allocate_moments)
     : ps_(ps),
       cfg_(cfg),
-      m_(ps.numel() * sizeof(float)),
-      v_(ps.numel() * sizeof(float)),
+      m_(moment_arena(ps, allocate_moments)),
+      v_(moment_arena(ps, allocate_moments)),
       m_all_(m_.base(), DType::F32, {ps.numel()}),
       v_all_(v_.base(), DType::F32, {ps.numel()}) {}
 
@@ -49,9 +57,14 @@ double AdamW::grad_norm() const {
   return norm_from(dense, expert);
 }
 
+double AdamW::clip_factor(double norm) const {
+  if (cfg_.grad_clip <= 0) return 1.0;
+  return std::min(1.0, cfg_.grad_clip / (norm + 1e-6));
+}
+
 double AdamW::step(double lr, double norm) {
-  double clip = 1.0;
-  if (cfg_.grad_clip > 0) clip = std::min(1.0, cfg_.grad_clip / (norm + 1e-6));
+  MOET_CHECK(has_moments(), "AdamW::step: this optimizer has no moments (ZeRO-1 steps instead)");
+  const double clip = clip_factor(norm);
   ++t_;
   for (Weight& w : ps_.weights()) {
     if (!w.trainable) continue;

@@ -16,7 +16,9 @@ struct AdamWConfig {
 
 class AdamW {
  public:
-  AdamW(ParamStore& ps, AdamWConfig cfg);
+  // allocate_moments = false: no moment arenas (ZeRO-1 keeps the moments of its shard itself,
+  // src/parallel/zero1.h); step() is then an error, the rest works.
+  AdamW(ParamStore& ps, AdamWConfig cfg, bool allocate_moments = true);
   // sqrt(Σ g²) over trainable parameters.
   double grad_norm() const;
   // Σ g² of the trainable non-expert weights (weight by weight in declaration order), and of
@@ -31,6 +33,10 @@ class AdamW {
   double step(double lr) { return step(lr, grad_norm()); }
   // The same with the norm given (data parallelism computes it across ranks).
   double step(double lr, double grad_norm);
+  // The factor clipping scales gradients by for this norm (1 without clipping).
+  double clip_factor(double grad_norm) const;
+  const AdamWConfig& config() const { return cfg_; }
+  bool has_moments() const { return !m_.is_planning(); }
   int64_t steps_taken() const { return t_; }
   void set_steps_taken(int64_t t) { t_ = t; }
   Tensor moment1() const { return m_all_; }

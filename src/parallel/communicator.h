@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/tree_sum.h"
 
@@ -24,6 +25,17 @@ class Communicator {
   // x[i] = Σ over ranks of x[i], summed in the canonical tree order, the same bits everywhere.
   virtual void allreduce_sum(float* x, int64_t n) = 0;
   virtual void allreduce_sum(double* x, int64_t n) = 0;
+  // Reduce-scatter in the canonical order. offsets has size() + 1 non-decreasing entries, the
+  // same on every rank: afterwards x[offsets[r], offsets[r+1]) on rank r holds the sum over ranks,
+  // bit for bit what allreduce_sum leaves there (each element's copies are added in tree_sum
+  // order whatever the slicing); the rest of x is unchanged.
+  virtual void reduce_scatter_sum_ranges(float* x, const int64_t* offsets) = 0;
+  // The same with the even split: this rank's slice [n·r/P, n·(r+1)/P), reported in *begin and
+  // *count.
+  void reduce_scatter_sum(float* x, int64_t n, int64_t* begin, int64_t* count);
+  // In-place allgather of ranges: x[offsets[p], offsets[p+1]) of rank p lands at the same place
+  // on every rank (offsets as above).
+  virtual void allgather_ranges(float* x, const int64_t* offsets) = 0;
   // recv = the ranks' `bytes` each, in rank order (recv holds size() * bytes).
   virtual void allgather(const void* send, int64_t bytes, void* recv) = 0;
   // Personalised exchange: send_bytes[p] bytes from send + send_offsets[p] go to rank p;
@@ -38,5 +50,8 @@ class Communicator {
   // Ends every process of the job with a message naming this rank and the reason; never returns.
   [[noreturn]] virtual void abort(const std::string& why) = 0;
 };
+
+// The even split of n elements over p ranks: offsets[r] = n·r/p, r = 0..p.
+std::vector<int64_t> even_offsets(int64_t n, int p);
 
 }  // namespace moet

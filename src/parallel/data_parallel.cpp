@@ -17,7 +17,8 @@ int64_t layer_of(const std::string& name) {
 }
 }  // namespace
 
-DataParallel::DataParallel(ParallelLayout& layout, ParamStore& params, CommStream* stream)
+DataParallel::DataParallel(ParallelLayout& layout, ParamStore& params, CommStream* stream,
+                           bool zero1)
     : layout_(layout), params_(params), stream_(stream) {
   for (const Weight& w : params.weights()) {
     if (!w.trainable) continue;
@@ -27,7 +28,12 @@ DataParallel::DataParallel(ParallelLayout& layout, ParamStore& params, CommStrea
     if (last && last->expert == w.expert && last->layer == layer && last->ptr + last->n == p)
       last->n += w.grad.numel();
     else
-      buckets_.push_back({p, w.grad.numel(), w.expert, layer, false});
+      buckets_.push_back({p, w.grad.numel(), w.expert, layer, false, w.offset});
+  }
+  if (zero1) {
+    std::vector<Zero1::Run> runs;
+    for (const Bucket& b : buckets_) runs.push_back({b.offset, b.n, b.expert});
+    zero1_ = std::make_unique<Zero1>(layout, params, runs);
   }
 }
 
@@ -36,7 +42,10 @@ void DataParallel::issue(Bucket& b) {
   auto op = [this, &b] {
     auto t0 = std::chrono::steady_clock::now();
     Communicator& c = b.expert ? *layout_.edp_group : *layout_.world;
-    c.allreduce_sum(b.ptr, b.n);
+    if (zero1_)
+      c.reduce_scatter_sum_ranges(b.ptr, zero1_->bounds(size_t(&b - buckets_.data())));
+    else
+      c.allreduce_sum(b.ptr, b.n);
     sync_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
   if (stream_)
@@ -61,8 +70,10 @@ void DataParallel::reduce_gradients() {
     exposed_s_ += sync_s_ - before;
   const double inv = 1.0 / double(layout_.size());
   for (Bucket& b : buckets_) {
-    Tensor t(b.ptr, DType::F32, {b.n});
-    ops::scale_inplace(t, inv);
+    const size_t i = size_t(&b - buckets_.data());
+    const int64_t lo = zero1_ ? zero1_->begin(i) : 0, hi = zero1_ ? zero1_->end(i) : b.n;
+    Tensor t(b.ptr + lo, DType::F32, {hi - lo});
+    if (hi > lo) ops::scale_inplace(t, inv);
     b.issued = false;
   }
   armed_ = false;
@@ -76,11 +87,17 @@ double DataParallel::take_sync_seconds(double* exposed) {
 }
 
 double DataParallel::global_grad_norm(const AdamW& optimizer) {
+  if (zero1_) return zero1_->grad_norm();
   double dense;
   optimizer.grad_square_sums(dense, expert_sums_);
   if (!expert_sums_.empty())
     layout_.ep_group->allreduce_sum(expert_sums_.data(), int64_t(expert_sums_.size()));
   return AdamW::norm_from(dense, expert_sums_);
+}
+
+double DataParallel::optimizer_step(AdamW& optimizer, double lr) {
+  if (zero1_) return zero1_->step(optimizer, lr);
+  return optimizer.step(lr, global_grad_norm(optimizer));
 }
 
 void DataParallel::reduce_losses(LossBreakdown& l) {

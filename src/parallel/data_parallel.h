@@ -1,13 +1,19 @@
 // DataParallel: what a training step does across ranks — gradient reduction (expert weights
 // over the expert-data-parallel group, everything else over the world, each in the canonical
 // order), the global gradient norm, and the global losses and expert loads.
+//
+// With ZeRO-1 (zero1 = true, docs/parallel.md) the buckets are reduce-scattered instead: each
+// rank ends up with the reduced gradient of its own range only, and optimizer_step() updates
+// those ranges with moments only this rank keeps and all-gathers the parameters.
 #pragma once
+#include <memory>
 #include <vector>
 
 #include "model/model.h"
 #include "optim/adamw.h"
 #include "parallel/comm_stream.h"
 #include "parallel/layout.h"
+#include "parallel/zero1.h"
 
 namespace moet {
 
@@ -15,20 +21,29 @@ class DataParallel {
  public:
   // stream: where the reductions run (a communication thread, so they overlap the backward);
   // null: they run in reduce_gradients().
-  DataParallel(ParallelLayout& layout, ParamStore& params, CommStream* stream = nullptr);
+  // zero1: shard the optimizer state (the StepRunner then makes an AdamW without moments).
+  DataParallel(ParallelLayout& layout, ParamStore& params, CommStream* stream = nullptr,
+               bool zero1 = false);
   // Arms the bucket reductions for the coming backward (the step's last micro-batch): each
   // decoder block's gradients start reducing as soon as on_layer_done() reports the block.
   void arm() { armed_ = true; }
   void on_layer_done(int64_t layer);
   // Reduces what is left, waits for every bucket, and divides by the world size (the loss is a
   // mean over all ranks' tokens): gradients are then summed over their group (expert weights
-  // over the expert-data-parallel group, the rest over the world).
+  // over the expert-data-parallel group, the rest over the world). With ZeRO-1 only this
+  // rank's ranges hold reduced gradients (the rest of the arena is left as it was).
   void reduce_gradients();
   // Seconds the reductions took, and seconds the step waited for them, since the last call.
   double take_sync_seconds(double* exposed);
   // sqrt(Σ g²) over all parameters of the model (expert shards of the whole ep group counted
   // once); the same on every rank.
   double global_grad_norm(const AdamW& optimizer);
+  // ZeRO-1: clipping and AdamW on this rank's ranges, then the parameters all-gathered; bitwise
+  // optimizer.step(lr, global_grad_norm(optimizer)) without ZeRO-1. Returns the norm.
+  double optimizer_step(AdamW& optimizer, double lr);
+  bool zero1() const { return zero1_ != nullptr; }
+  // AdamW moment bytes this rank holds under ZeRO-1 (0 without it).
+  int64_t zero1_moment_bytes() const { return zero1_ ? zero1_->moment_bytes() : 0; }
   // Mean over ranks of each loss; sum over ranks of the expert loads.
   void reduce_losses(LossBreakdown& l);
   void reduce_expert_loads(const std::vector<MoeLayer*>& layers);
@@ -41,6 +56,7 @@ class DataParallel {
     bool expert;
     int64_t layer;  // decoder block (its layer index), or -1: embedding, final norm, head
     bool issued;
+    int64_t offset;  // in the parameter arena
   };
   void issue(Bucket& b);
 
@@ -51,6 +67,7 @@ class DataParallel {
   std::vector<Bucket> buckets_;  // runs of consecutive trainable weights of one group and block
   double sync_s_ = 0, exposed_s_ = 0;
   std::vector<double> scratch_, expert_sums_;
+  std::unique_ptr<Zero1> zero1_;  // null without ZeRO-1; its run i is buckets_[i]
 };
 
 }  // namespace moet

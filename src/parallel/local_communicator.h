@@ -12,6 +12,8 @@ class LocalCommunicator final : public Communicator {
 
   void allreduce_sum(float*, int64_t) override {}
   void allreduce_sum(double*, int64_t) override {}
+  void reduce_scatter_sum_ranges(float*, const int64_t*) override {}
+  void allgather_ranges(float*, const int64_t*) override {}
   void allgather(const void* send, int64_t bytes, void* recv) override;
   void alltoallv(const void* send, const int64_t* send_bytes, const int64_t* send_offsets,
                  void* recv, const int64_t* recv_bytes, const int64_t* recv_offsets) override;

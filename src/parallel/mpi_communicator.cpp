@@ -84,6 +84,7 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, bool finalizes, int thread_level
   i64_a_.resize(p);
   i64_b_.resize(p);
   i64_c_.resize(p);
+  i64_d_.resize(p);
   requests_.resize(2 * p);
 }
 
@@ -158,6 +159,66 @@ void MpiCommunicator::allreduce_tree(T* x, int64_t n, MPI_Datatype type) {
 
 void MpiCommunicator::allreduce_sum(float* x, int64_t n) { allreduce_tree(x, n, MPI_FLOAT); }
 void MpiCommunicator::allreduce_sum(double* x, int64_t n) { allreduce_tree(x, n, MPI_DOUBLE); }
+
+namespace {
+void check_offsets(const int64_t* offsets, int size, const char* what) {
+  MOET_CHECK(offsets[0] >= 0, what, ": negative offset ", offsets[0]);
+  for (int p = 0; p < size; ++p)
+    MOET_CHECK(offsets[p + 1] >= offsets[p], what, ": offsets decrease at rank ", p);
+}
+int64_t clamp_len(int64_t left, int64_t piece) { return std::clamp<int64_t>(left, 0, piece); }
+}  // namespace
+
+// Rank p's range goes in pieces of at most `piece` elements: in each round every rank sends
+// its copy of piece k of p's range to p (one alltoallv), and p adds the P copies with the same
+// tree_reduce_rows as allreduce_tree, so every element sees the same additions in the same order.
+void MpiCommunicator::reduce_scatter_sum_ranges(float* x, const int64_t* offsets) {
+  check_offsets(offsets, size_, "reduce_scatter_sum");
+  if (size_ == 1) return;
+  const int64_t sz = sizeof(float);
+  int64_t longest = 0;
+  for (int p = 0; p < size_; ++p) longest = std::max(longest, offsets[p + 1] - offsets[p]);
+  if (longest == 0) return;
+  const int64_t piece = std::min(longest, std::max<int64_t>(scratch_limit_bytes_ / sz / size_, 1));
+  float* buf = static_cast<float*>(scratch(piece * size_ * sz));
+  const int64_t my_lo = offsets[rank_], my_len = offsets[rank_ + 1] - my_lo;
+  for (int64_t done = 0; done < longest; done += piece) {
+    const int64_t mine = clamp_len(my_len - done, piece);
+    for (int p = 0; p < size_; ++p) {
+      i64_a_[p] = clamp_len(offsets[p + 1] - offsets[p] - done, piece) * sz;
+      i64_b_[p] = (offsets[p] + done) * sz;
+      i64_c_[p] = mine * sz;
+      i64_d_[p] = mine * p * sz;
+    }
+    alltoallv(x, i64_a_.data(), i64_b_.data(), buf, i64_c_.data(), i64_d_.data());
+    if (mine > 0) tree_reduce_rows(buf, mine, 0, size_, x + my_lo + done);
+  }
+}
+
+// Each round, this rank's next piece goes through scratch (send and receive buffers of an
+// alltoallv must not overlap) to every rank.
+void MpiCommunicator::allgather_ranges(float* x, const int64_t* offsets) {
+  check_offsets(offsets, size_, "allgather_ranges");
+  if (size_ == 1) return;
+  const int64_t sz = sizeof(float);
+  int64_t longest = 0;
+  for (int p = 0; p < size_; ++p) longest = std::max(longest, offsets[p + 1] - offsets[p]);
+  if (longest == 0) return;
+  const int64_t piece = std::min(longest, std::max<int64_t>(scratch_limit_bytes_ / sz, 1));
+  float* buf = static_cast<float*>(scratch(piece * sz));
+  const int64_t my_lo = offsets[rank_], my_len = offsets[rank_ + 1] - my_lo;
+  for (int64_t done = 0; done < longest; done += piece) {
+    const int64_t mine = clamp_len(my_len - done, piece);
+    if (mine > 0) std::memcpy(buf, x + my_lo + done, static_cast<size_t>(mine * sz));
+    for (int p = 0; p < size_; ++p) {
+      i64_a_[p] = mine * sz;
+      i64_b_[p] = 0;
+      i64_c_[p] = clamp_len(offsets[p + 1] - offsets[p] - done, piece) * sz;
+      i64_d_[p] = (offsets[p] + done) * sz;
+    }
+    alltoallv(buf, i64_a_.data(), i64_b_.data(), x, i64_c_.data(), i64_d_.data());
+  }
+}
 
 bool MpiCommunicator::fits_one_call(const int64_t* a, const int64_t* b) const {
   for (int p = 0; p < size_; ++p) {

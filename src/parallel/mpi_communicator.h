@@ -33,6 +33,9 @@ class MpiCommunicator final : public Communicator {
   int size() const override { return size_; }
   void allreduce_sum(float* x, int64_t n) override;
   void allreduce_sum(double* x, int64_t n) override;
+  // Both move at most the scratch limit per round (the ranges go in pieces) through alltoallv.
+  void reduce_scatter_sum_ranges(float* x, const int64_t* offsets) override;
+  void allgather_ranges(float* x, const int64_t* offsets) override;
   void allgather(const void* send, int64_t bytes, void* recv) override;
   // Buffers must not overlap. Counts and offsets must agree between the pairs of ranks.
   void alltoallv(const void* send, const int64_t* send_bytes, const int64_t* send_offsets,
@@ -79,7 +82,7 @@ class MpiCommunicator final : public Communicator {
   std::vector<std::byte> scratch_;  // grow-only
   // Per-rank argument arrays for MPI calls, sized once.
   std::vector<int> send_counts_, send_displs_, recv_counts_, recv_displs_;
-  std::vector<int64_t> i64_a_, i64_b_, i64_c_;
+  std::vector<int64_t> i64_a_, i64_b_, i64_c_, i64_d_;
   std::vector<MPI_Request> requests_;
 };
 

@@ -8,7 +8,7 @@ namespace moet {
 StepRunner::StepRunner(Model& model, AdamWConfig adamw, LrSchedule schedule,
                        double bias_update_rate, DataParallel* data_parallel)
     : model_(model),
-      adamw_(model.params(), adamw),
+      adamw_(model.params(), adamw, !(data_parallel && data_parallel->zero1())),
       schedule_(schedule),
       bias_rate_(bias_update_rate),
       dp_(data_parallel) {}
@@ -34,7 +34,7 @@ StepResult StepRunner::run(int64_t step, int64_t grad_accum,
     dp_->reduce_gradients();
     dp_->reduce_losses(r.losses);
     dp_->reduce_expert_loads(moe);
-    r.grad_norm = adamw_.step(r.lr, dp_->global_grad_norm(adamw_));
+    r.grad_norm = dp_->optimizer_step(adamw_, r.lr);
   } else {
     r.grad_norm = adamw_.step(r.lr);
   }

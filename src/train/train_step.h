@@ -21,7 +21,8 @@ class DataParallel;
 class StepRunner {
  public:
   // data_parallel: null for one process; else gradients, norm, losses and expert loads are
-  // reduced across its ranks.
+  // reduced across its ranks. With ZeRO-1 (data_parallel->zero1()) the optimizer keeps no
+  // moments of its own: DataParallel steps this rank's shard.
   StepRunner(Model& model, AdamWConfig adamw, LrSchedule schedule, double bias_update_rate,
              DataParallel* data_parallel = nullptr);
   // micro_batch(a) returns micro-batch a's B×(T+1) tokens, a < grad_accum.

@@ -107,6 +107,8 @@ double run_training(const TrainOptions& o, Communicator* world) {
   validate(o);
   MOET_CHECK(o.ep == 1 || world, "--ep ", o.ep,
              " needs several processes: start moet with mpirun -np N (N divisible by --ep)");
+  MOET_CHECK(!o.zero1 || world,
+             "--zero1 shards over data-parallel ranks: start moet with mpirun -np N");
   ModelConfig cfg = load_model_config(o.model_path);
   const int W = world ? world->size() : 1, rank = world ? world->rank() : 0;
   const bool root = rank == 0, verbose = root && !o.quiet;
@@ -164,7 +166,7 @@ double run_training(const TrainOptions& o, Communicator* world) {
   const int step_lane = trace ? trace->lane("steps") : 0;
   std::optional<DataParallel> dp;
   if (layout) {
-    dp.emplace(*layout, model.params(), stream.get());
+    dp.emplace(*layout, model.params(), stream.get(), o.zero1);
     model.set_backward_hook([&](int64_t layer) { dp->on_layer_done(layer); });
   }
   LrSchedule sched;

@@ -37,8 +37,10 @@ struct TrainOptions {
   // Communication on its own thread, hidden behind compute: "on", "off", or "auto" (on when
   // the node has a core to spare for each rank's communication thread).
   std::string overlap = "auto";
-  std::string trace_path;               // Perfetto/Chrome trace, one file per rank ("" = none)
-  std::string dispatcher = "alltoall";  // expert token exchange with ep > 1: alltoall, allgather
+  std::string trace_path;  // Perfetto/Chrome trace, one file per rank ("" = none)
+  std::string dispatcher = "alltoall";
+  bool zero1 = false;  // ZeRO-1: shard the AdamW moments over the data-parallel ranks  // expert
+                       // token exchange with ep > 1: alltoall, allgather
 };
 
 class Communicator;
