@@ -56,7 +56,7 @@ void AllGatherDispatcher::dispatch_start(const Tensor& x_ND, const Tensor& idx_N
   MOET_ASSERT(x_ND.size(0) == N_ && x_ND.size(1) == D_);
   MOET_ASSERT(idx_NK.size(0) == N_ && idx_NK.size(1) == K_);
   // Gather: the group's routing and tokens, in rank order.
-  issue(
+  xch_.issue(
       [this, x_ND, idx_NK] {
         const int64_t x_bytes = N_ * D_ * int64_t(sizeof(float));
         const int64_t idx_bytes = A_ * int64_t(sizeof(int32_t));
@@ -82,7 +82,7 @@ void AllGatherDispatcher::dispatch_start(const Tensor& x_ND, const Tensor& idx_N
 }
 
 void AllGatherDispatcher::dispatch_finish() {
-  complete();
+  xch_.complete();
   // Expert side: the rows of the group routed to this rank's experts, per (expert, source).
   const int32_t* idx_all = idx_all_PNK_.i32();
   std::fill(seg_counts_.begin(), seg_counts_.end(), 0);
@@ -151,26 +151,6 @@ void AllGatherDispatcher::exchange(const Tensor& rows_in, Tensor& rows_out, bool
     if (p != comm_.rank()) bytes_sent_ += sb[p];
 }
 
-void AllGatherDispatcher::issue(std::function<void()> op, const char* what) {
-  auto timed = [this, op = std::move(op)] {
-    auto t0 = std::chrono::steady_clock::now();
-    op();
-    comm_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  };
-  if (!stream_) {  // nothing hides it
-    const double before = comm_s_;
-    timed();
-    exposed_s_ += comm_s_ - before;
-    return;
-  }
-  in_flight_ = stream_->submit(std::move(timed), what);
-}
-
-void AllGatherDispatcher::complete() {
-  if (stream_ && in_flight_) exposed_s_ += stream_->wait(in_flight_);
-  in_flight_ = 0;
-}
-
 void AllGatherDispatcher::combine(const Tensor& yp_MD, const Tensor& gates_NK, Tensor& y_ND,
                                   bool accumulate) {
   combine_start(yp_MD);
@@ -181,11 +161,11 @@ void AllGatherDispatcher::combine_start(const Tensor& yp_MD) {
   Tensor back = back_MD_.rows(0, M_);
   ops::gather_rows(yp_MD, xp_of_back_M_.rows(0, M_), back);  // expert order → back order
   // each output to its source rank only
-  issue([this, back] { exchange(back, returned_AD_, false); }, "expert outputs to sources");
+  xch_.issue([this, back] { exchange(back, returned_AD_, false); }, "expert outputs to sources");
 }
 
 void AllGatherDispatcher::combine_finish(const Tensor& gates_NK, Tensor& y_ND, bool accumulate) {
-  complete();
+  xch_.complete();
   ops::unpermute_forward(returned_AD_, slot_NK_, gates_NK, y_ND, accumulate);
 }
 
@@ -199,7 +179,7 @@ void AllGatherDispatcher::combine_backward(const Tensor& dy_ND, const Tensor& yp
 void AllGatherDispatcher::combine_backward_start(const Tensor& dy_ND, const Tensor&,
                                                  const Tensor& gates_NK, Tensor& dgates_NK) {
   ops::unpermute_backward(dy_ND, returned_AD_, slot_NK_, gates_NK, src_AD_, dgates_NK);
-  issue(
+  xch_.issue(
       [this] {
         Tensor back = back_MD_.rows(0, M_);
         exchange(src_AD_, back, true);
@@ -208,7 +188,7 @@ void AllGatherDispatcher::combine_backward_start(const Tensor& dy_ND, const Tens
 }
 
 void AllGatherDispatcher::combine_backward_finish(Tensor& dyp_MD) {
-  complete();
+  xch_.complete();
   ops::gather_rows(back_MD_.rows(0, M_), back_of_xp_M_.rows(0, M_), dyp_MD);  // → expert order
 }
 
@@ -221,11 +201,11 @@ void AllGatherDispatcher::dispatch_backward_start(const Tensor& dxp_MD) {
   Tensor back = back_MD_.rows(0, M_);
   ops::gather_rows(dxp_MD, xp_of_back_M_.rows(0, M_), back);
   // each row gradient to its source rank (the transpose of gather + select)
-  issue([this, back] { exchange(back, src_AD_, false); }, "input gradients to sources");
+  xch_.issue([this, back] { exchange(back, src_AD_, false); }, "input gradients to sources");
 }
 
 void AllGatherDispatcher::dispatch_backward_finish(Tensor& dx_ND) {
-  complete();
+  xch_.complete();
   ops::gather_rows_backward(src_AD_, slot_NK_, dx_ND);
 }
 

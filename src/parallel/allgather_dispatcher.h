@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "model/dispatcher.h"
-#include "parallel/comm_stream.h"
+#include "parallel/async_exchange.h"
 #include "parallel/communicator.h"
 
 namespace moet {
@@ -46,7 +46,7 @@ class AllGatherDispatcher final : public TokenDispatcher {
   // With a stream, the exchanges (the all-gathers, the alltoallv's) run on its communication
   // thread between *_start and *_finish, under the layer's independent compute; without one they
   // run in *_start.
-  void set_stream(CommStream* stream) { stream_ = stream; }
+  void set_stream(CommStream* stream) { xch_.set_stream(stream); }
   void dispatch_start(const Tensor& x_ND, const Tensor& idx_NK) override;
   void dispatch_finish() override;
   void combine_start(const Tensor& yp_MD) override;
@@ -59,9 +59,9 @@ class AllGatherDispatcher final : public TokenDispatcher {
 
   // Seconds spent in the exchanges, and the part the caller waited for (not hidden behind
   // compute), since the last reset. Named like AllToAllDispatcher's, so a caller reads both alike.
-  double a2a_seconds() const { return comm_s_; }
-  double exposed_seconds() const { return exposed_s_; }
-  void reset_timers() { comm_s_ = exposed_s_ = 0; }
+  double a2a_seconds() const { return xch_.seconds(); }
+  double exposed_seconds() const { return xch_.exposed_seconds(); }
+  void reset_timers() { xch_.reset_timers(); }
 
   // Bytes this rank sent to other ranks in dispatch and combine (forward and backward) since the
   // last reset, counted like AllToAllDispatcher::bytes_sent() (an all-gather of b bytes counts
@@ -77,9 +77,6 @@ class AllGatherDispatcher final : public TokenDispatcher {
   // by destination rank, then expert, then assignment) and receives them grouped by source rank,
   // then local expert, then assignment ("back order"); !to_experts is the return direction.
   void exchange(const Tensor& rows_in, Tensor& rows_out, bool to_experts);
-  // Runs op now or on the stream (timed); complete() waits for it.
-  void issue(std::function<void()> op, const char* what);
-  void complete();
 
   Communicator& comm_;
   int64_t E_, P_, local_, first_;
@@ -101,9 +98,7 @@ class AllGatherDispatcher final : public TokenDispatcher {
   Tensor row_M_;                    // row of x_all of each expert row
   Tensor back_MD_, src_AD_;         // exchange buffers: back order, source order
   int64_t bytes_sent_ = 0, routing_bytes_sent_ = 0;
-  CommStream* stream_ = nullptr;
-  CommStream::Ticket in_flight_ = 0;
-  double comm_s_ = 0, exposed_s_ = 0;
+  AsyncExchange xch_;
 };
 
 }  // namespace moet

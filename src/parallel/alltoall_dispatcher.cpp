@@ -84,10 +84,7 @@ void AllToAllDispatcher::dispatch_start(const Tensor& x_ND, const Tensor& idx_NK
   auto counts = [this] {
     comm_.alltoall(send_counts_.data(), local_ * int64_t(sizeof(int64_t)), recv_counts_.data());
   };
-  if (stream_)
-    stream_->wait(stream_->submit(counts, "expert token counts"));
-  else
-    counts();
+  xch_.run_now(counts, "expert token counts");
   const int64_t row_bytes = D_ * int64_t(sizeof(float));
   int64_t so = 0, ro = 0;
   for (int64_t p = 0; p < P_; ++p) {
@@ -109,7 +106,7 @@ void AllToAllDispatcher::dispatch_start(const Tensor& x_ND, const Tensor& idx_NK
 }
 
 void AllToAllDispatcher::dispatch_finish() {
-  complete();
+  xch_.complete();
   Tensor recv = recv_MD_.rows(0, M_);
   // Expert order: segment g = local expert * P + source rank.
   int32_t* off = offsets_G1_.i32();
@@ -152,23 +149,8 @@ void AllToAllDispatcher::set_ranks_per_node(int64_t r) {
 }
 
 void AllToAllDispatcher::issue(const Tensor& rows_in, Tensor rows_out, bool forward) {
-  auto op = [this, rows_in, rows_out, forward]() mutable {
-    auto t0 = std::chrono::steady_clock::now();
-    exchange(rows_in, rows_out, forward);
-    a2a_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  };
-  if (!stream_) {  // nothing hides it
-    const double before = a2a_s_;
-    op();
-    exposed_s_ += a2a_s_ - before;
-    return;
-  }
-  in_flight_ = stream_->submit(op, "expert all-to-all");
-}
-
-void AllToAllDispatcher::complete() {
-  if (stream_ && in_flight_) exposed_s_ += stream_->wait(in_flight_);
-  in_flight_ = 0;
+  xch_.issue([this, rows_in, rows_out, forward]() mutable { exchange(rows_in, rows_out, forward); },
+             "expert all-to-all");
 }
 
 void AllToAllDispatcher::combine(const Tensor& yp_MD, const Tensor& gates_NK, Tensor& y_ND,
@@ -184,7 +166,7 @@ void AllToAllDispatcher::combine_start(const Tensor& yp_MD) {
 }
 
 void AllToAllDispatcher::combine_finish(const Tensor& gates_NK, Tensor& y_ND, bool accumulate) {
-  complete();
+  xch_.complete();
   ops::unpermute_forward(returned_AD_, slot_NK_, gates_NK, y_ND, accumulate);
 }
 
@@ -202,7 +184,7 @@ void AllToAllDispatcher::combine_backward_start(const Tensor& dy_ND, const Tenso
 }
 
 void AllToAllDispatcher::combine_backward_finish(Tensor& dyp_MD) {
-  complete();
+  xch_.complete();
   ops::gather_rows(recv_MD_.rows(0, M_), recv_from_xp_M_.rows(0, M_), dyp_MD);
 }
 
@@ -218,7 +200,7 @@ void AllToAllDispatcher::dispatch_backward_start(const Tensor& dxp_MD) {
 }
 
 void AllToAllDispatcher::dispatch_backward_finish(Tensor& dx_ND) {
-  complete();
+  xch_.complete();
   ops::gather_rows_backward(send_AD_, slot_NK_, dx_ND);
 }
 

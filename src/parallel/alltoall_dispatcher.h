@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "model/dispatcher.h"
-#include "parallel/comm_stream.h"
+#include "parallel/async_exchange.h"
 #include "parallel/communicator.h"
 
 namespace moet {
@@ -37,7 +37,7 @@ class AllToAllDispatcher final : public TokenDispatcher {
 
   // With a stream, the payload exchanges run on its communication thread between *_start and
   // *_finish, under the layer's independent compute; without one they run in *_start.
-  void set_stream(CommStream* stream) { stream_ = stream; }
+  void set_stream(CommStream* stream) { xch_.set_stream(stream); }
   void dispatch_start(const Tensor& x_ND, const Tensor& idx_NK) override;
   void dispatch_finish() override;
   void combine_start(const Tensor& yp_MD) override;
@@ -50,9 +50,9 @@ class AllToAllDispatcher final : public TokenDispatcher {
 
   // Seconds spent in the payload exchanges, and the part the caller waited for (not hidden
   // behind compute), since the last reset.
-  double a2a_seconds() const { return a2a_s_; }
-  double exposed_seconds() const { return exposed_s_; }
-  void reset_timers() { a2a_s_ = exposed_s_ = 0; }
+  double a2a_seconds() const { return xch_.seconds(); }
+  double exposed_seconds() const { return xch_.exposed_seconds(); }
+  void reset_timers() { xch_.reset_timers(); }
 
   // Payload bytes this rank sent to other ranks in dispatch and combine (forward and backward)
   // since the last reset.
@@ -72,9 +72,8 @@ class AllToAllDispatcher final : public TokenDispatcher {
   // Sends rows in send order (grouped by destination) and receives rows in receive order
   // (grouped by source), or the reverse direction; row width D floats.
   void exchange(const Tensor& rows_in, Tensor& rows_out, bool forward);
-  // Runs exchange(...) now or on the stream; complete() waits for it.
+  // Starts exchange(rows_in → rows_out) through xch_.
   void issue(const Tensor& rows_in, Tensor rows_out, bool forward);
-  void complete();
 
   Communicator& comm_;
   int64_t E_, P_, local_, first_;
@@ -93,9 +92,7 @@ class AllToAllDispatcher final : public TokenDispatcher {
   Tensor send_AD_, recv_MD_;
   int64_t bytes_sent_ = 0, bytes_sent_other_nodes_ = 0;
   int64_t ranks_per_node_ = 0, max_nodes_per_token_ = 0;
-  CommStream* stream_ = nullptr;
-  CommStream::Ticket in_flight_ = 0;
-  double a2a_s_ = 0, exposed_s_ = 0;
+  AsyncExchange xch_;
 };
 
 }  // namespace moet
