@@ -12,6 +12,8 @@ namespace {
 
 void add_train_command(CLI::App& app, moet::TrainOptions& o) {
   CLI::App* t = app.add_subcommand("train", "train a DeepSeek-V3-style MoE model on the CPU");
+  // A flag given twice takes the last value (scripts add defaults, users override them).
+  t->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   t->add_option("--model", o.model_path, "Hugging Face config.json of the model")->required();
   t->add_option("--data", o.data,
                 "training text file or directory, or 'mock' for random tokens "
