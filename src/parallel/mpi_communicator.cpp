@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <exception>
 
 #include "core/error.h"
@@ -149,11 +150,14 @@ void MpiCommunicator::allreduce_tree(T* x, int64_t n, MPI_Datatype type) {
       recv_counts_[p] = to_int(my_len);
       recv_displs_[p] = to_int(my_len * p);
     }
-    MPI_Alltoallv(xc, send_counts_.data(), send_displs_.data(), type, buf, recv_counts_.data(),
-                  recv_displs_.data(), type, comm_);
+    MPI_Request req;
+    MPI_Ialltoallv(xc, send_counts_.data(), send_displs_.data(), type, buf, recv_counts_.data(),
+                   recv_displs_.data(), type, comm_, &req);
+    wait_politely(&req);
     if (my_len > 0) tree_reduce_rows(buf, my_len, 0, size_, xc + my_lo);
-    MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, xc, send_counts_.data(), send_displs_.data(),
-                   type, comm_);
+    MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, xc, send_counts_.data(),
+                    send_displs_.data(), type, comm_, &req);
+    wait_politely(&req);
   }
 }
 
@@ -278,8 +282,26 @@ void MpiCommunicator::alltoallv(const void* send, const int64_t* send_bytes,
     recv_counts_[p] = to_int(recv_bytes[p]);
     recv_displs_[p] = to_int(recv_offsets[p]);
   }
-  MPI_Alltoallv(send, send_counts_.data(), send_displs_.data(), MPI_BYTE, recv, recv_counts_.data(),
-                recv_displs_.data(), MPI_BYTE, comm_);
+  MPI_Request req;
+  MPI_Ialltoallv(send, send_counts_.data(), send_displs_.data(), MPI_BYTE, recv,
+                 recv_counts_.data(), recv_displs_.data(), MPI_BYTE, comm_, &req);
+  wait_politely(&req);
+}
+
+// Waits for a request without holding a core: MPI's own blocking waits spin in the progress
+// loop, which on a machine with no spare core takes it from compute (the communication thread
+// waits here while the compute thread works). Polls quickly for a short while, then sleeps
+// 20 µs between polls; each poll also progresses the transfer.
+void MpiCommunicator::wait_politely(MPI_Request* req) {
+  int done = 0;
+  for (int i = 0; i < 64 && !done; ++i) MPI_Test(req, &done, MPI_STATUS_IGNORE);
+  while (!done) {
+    struct timespec ts {
+      0, 20000
+    };
+    nanosleep(&ts, nullptr);
+    MPI_Test(req, &done, MPI_STATUS_IGNORE);
+  }
 }
 
 void MpiCommunicator::allgather(const void* send, int64_t bytes, void* recv) {

@@ -63,6 +63,7 @@ class MpiCommunicator final : public Communicator {
 
  private:
   MpiCommunicator(MPI_Comm comm, bool finalizes, int thread_level);
+  static void wait_politely(MPI_Request* req);
   template <typename T>
   void allreduce_tree(T* x, int64_t n, MPI_Datatype type);
   void exchange_pairwise(const void* send, const int64_t* send_bytes, const int64_t* send_offsets,
