@@ -34,24 +34,41 @@ void DecoderBlock::plan(Workspace& ws) {
 }
 
 void DecoderBlock::forward(const Tensor& in_ND, Tensor& out_ND, const RopeCache& rope) {
-  ops::rmsnorm_forward(in_ND, in_norm_->value, eps_, xn_ND_, rstd1_N_);
-  attn_.forward(xn_ND_, a_ND_, rope);
-  ops::add(a_ND_, in_ND, a_ND_);
-  ops::rmsnorm_forward(a_ND_, post_norm_->value, eps_, an_ND_, rstd2_N_);
-  if (moe_)
-    moe_->forward(an_ND_, out_ND);
-  else
+  for (int stage = 0; stage < kStages; ++stage) forward_stage(stage, in_ND, out_ND, rope);
+}
+
+void DecoderBlock::forward_stage(int stage, const Tensor& in_ND, Tensor& out_ND,
+                                 const RopeCache& rope) {
+  if (stage == 0) {
+    ops::rmsnorm_forward(in_ND, in_norm_->value, eps_, xn_ND_, rstd1_N_);
+    attn_.forward(xn_ND_, a_ND_, rope);
+    ops::add(a_ND_, in_ND, a_ND_);
+    ops::rmsnorm_forward(a_ND_, post_norm_->value, eps_, an_ND_, rstd2_N_);
+  }
+  if (moe_) {
+    moe_->forward_stage(stage, an_ND_, out_ND);
+  } else if (stage == 0) {
     mlp_->forward(an_ND_, out_ND, false);
-  ops::add(out_ND, a_ND_, out_ND);
+  }
+  if (stage == kStages - 1) ops::add(out_ND, a_ND_, out_ND);
 }
 
 void DecoderBlock::backward(const Tensor& dout_ND, const Tensor& in_ND, Tensor& din_ND,
                             bool accumulate_din, const RopeCache& rope, const LossScales& ls) {
+  for (int stage = 0; stage < kStages; ++stage)
+    backward_stage(stage, dout_ND, in_ND, din_ND, accumulate_din, rope, ls);
+}
+
+void DecoderBlock::backward_stage(int stage, const Tensor& dout_ND, const Tensor& in_ND,
+                                  Tensor& din_ND, bool accumulate_din, const RopeCache& rope,
+                                  const LossScales& ls) {
   // out = a + ffn(norm(a)): da = dout + norm'ᵀ ffn'ᵀ dout
-  if (moe_)
-    moe_->backward(dout_ND, an_ND_, dxn_ND_, ls);
-  else
+  if (moe_) {
+    moe_->backward_stage(stage, dout_ND, an_ND_, dxn_ND_, ls);
+  } else if (stage == kStages - 1) {
     mlp_->backward(dout_ND, an_ND_, dxn_ND_, false);
+  }
+  if (stage != kStages - 1) return;
   ops::copy(dout_ND, da_ND_);
   ops::rmsnorm_backward(dxn_ND_, a_ND_, post_norm_->value, rstd2_N_, da_ND_, true,
                         post_norm_->grad);

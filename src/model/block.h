@@ -21,6 +21,12 @@ class DecoderBlock {
   // din (= or += when accumulate_din) from dout.
   void backward(const Tensor& dout_ND, const Tensor& in_ND, Tensor& din_ND, bool accumulate_din,
                 const RopeCache& rope, const LossScales& ls);
+  // The same in kStages stages, split where an MoE layer's exchanges are in flight (a dense
+  // block does all its work in stage 0): another micro-batch's stages can run in between.
+  static constexpr int kStages = 3;
+  void forward_stage(int stage, const Tensor& in_ND, Tensor& out_ND, const RopeCache& rope);
+  void backward_stage(int stage, const Tensor& dout_ND, const Tensor& in_ND, Tensor& din_ND,
+                      bool accumulate_din, const RopeCache& rope, const LossScales& ls);
   MoeLayer* moe() { return moe_.get(); }
 
  private:

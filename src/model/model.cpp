@@ -10,8 +10,17 @@
 namespace moet {
 
 Model::Model(const ModelConfig& c, int64_t B, int64_t T, LossWeights lw,
+             DispatcherFactory dispatchers, Model& shared)
+    : Model(c, B, T, lw, std::move(dispatchers), &shared) {}
+
+Model::Model(const ModelConfig& c, int64_t B, int64_t T, LossWeights lw,
              DispatcherFactory dispatchers)
-    : cfg_(c), B_(B), T_(T), lw_(lw) {
+    : Model(c, B, T, lw, std::move(dispatchers), nullptr) {}
+
+Model::Model(const ModelConfig& c, int64_t B, int64_t T, LossWeights lw,
+             DispatcherFactory dispatchers, Model* shared)
+    : cfg_(c), B_(B), T_(T), lw_(lw), shared_(shared) {
+  if (shared_) params_.bind(shared_->params());
   MOET_CHECK(B > 0 && T > 0, "micro-batch and sequence length must be positive");
   MOET_CHECK(T <= c.max_position_embeddings, "sequence length ", T,
              " exceeds max_position_embeddings (", c.max_position_embeddings, ")");
@@ -35,7 +44,7 @@ Model::Model(const ModelConfig& c, int64_t B, int64_t T, LossWeights lw,
                                     c.mtp_is_moe() ? dispatchers(c.n_routed_experts) : nullptr));
     if (c.mtp_is_moe()) moe_layers_.push_back(mtp_.back()->block().moe());
   }
-  params_.allocate();
+  if (!shared_) params_.allocate();
   // Plan once to size the arenas, then again to place every buffer in them.
   Arena act = Arena::planning(), scratch = Arena::planning();
   plan_all(act, scratch);
@@ -96,7 +105,13 @@ void Model::set_trace(TraceRecorder* rec) {
 void Model::init_parameters(uint64_t seed) { params_.initialize(seed, cfg_.initializer_range); }
 
 LossBreakdown Model::forward(const int32_t* seq) {
-  const int64_t N = B_ * T_;
+  forward_begin(seq);
+  for (int64_t l = 0; l < num_layers(); ++l)
+    for (int stage = 0; stage < DecoderBlock::kStages; ++stage) forward_stage(l, stage);
+  return forward_end();
+}
+
+void Model::forward_begin(const int32_t* seq) {
   std::memcpy(tokens_BT1_.ptr, seq, tokens_BT1_.bytes());
   int32_t* in = inputs_N_.i32();
   int32_t* tgt = targets_N_.i32();
@@ -108,12 +123,15 @@ LossBreakdown Model::forward(const int32_t* seq) {
       in[b * T_ + t] = tok;
       tgt[b * T_ + t] = next;
     }
-  (void)N;
   ops::embedding_forward(inputs_N_, embed_->value, hidden_[0]);
-  for (size_t l = 0; l < blocks_.size(); ++l) {
-    TraceRecorder::Span span(trace_, trace_lane_, trace_ ? fwd_names_[l] : nullptr);
-    blocks_[l]->forward(hidden_[l], hidden_[l + 1], rope_);
-  }
+}
+
+void Model::forward_stage(int64_t l, int stage) {
+  TraceRecorder::Span span(trace_, trace_lane_, trace_ ? fwd_names_[l] : nullptr);
+  blocks_[l]->forward_stage(stage, hidden_[l], hidden_[l + 1], rope_);
+}
+
+LossBreakdown Model::forward_end() {
   LossBreakdown r;
   r.lm_loss = head_->forward(hidden_.back(), targets_N_);
   const Tensor* h_prev = &hidden_.back();
@@ -135,7 +153,15 @@ LossBreakdown Model::forward(const int32_t* seq) {
 }
 
 void Model::backward(double grad_scale) {
-  LossScales ls{grad_scale, lw_.balance_alpha, lw_.z_loss_coef};
+  backward_begin(grad_scale);
+  for (int64_t l = num_layers(); l-- > 0;)
+    for (int stage = 0; stage < DecoderBlock::kStages; ++stage) backward_stage(l, stage);
+  backward_end();
+}
+
+void Model::backward_begin(double grad_scale) {
+  ls_ = LossScales{grad_scale, lw_.balance_alpha, lw_.z_loss_coef};
+  const LossScales& ls = ls_;
   double mtp_w = mtp_.empty() ? 0.0 : lw_.mtp_lambda / double(mtp_.size());
   // MTP modules, last to first: module k's input gradient is module k-1's output gradient.
   Tensor* d_out = nullptr;  // gradient into the current module's output from the next one
@@ -152,17 +178,28 @@ void Model::backward(double grad_scale) {
     d_in = d_in == &dmtp_a_ND_ ? &dmtp_b_ND_ : &dmtp_a_ND_;
   }
   // main head; the first MTP module's input gradient joins the final hidden state's.
-  Tensor* dh = &dh_a_ND_;
-  Tensor* dprev = &dh_b_ND_;
-  head_->backward(hidden_.back(), targets_N_, grad_scale, *dh, false);
-  if (d_out) ops::add_inplace(*dh, *d_out, 1.0);
-  for (size_t l = blocks_.size(); l-- > 0;) {
-    TraceRecorder::Span span(trace_, trace_lane_, trace_ ? bwd_names_[l] : nullptr);
-    blocks_[l]->backward(*dh, hidden_[l], *dprev, false, rope_, ls);
-    if (hook_) hook_(int64_t(l));
-    std::swap(dh, dprev);
-  }
-  ops::embedding_backward(inputs_N_, *dh, embed_->grad);
+  Tensor& dh = layer_output_grad(num_layers() - 1);
+  head_->backward(hidden_.back(), targets_N_, ls.grad_scale, dh, false);
+  if (d_out) ops::add_inplace(dh, *d_out, 1.0);
+}
+
+// Gradients of the hidden states alternate between two buffers: layer l reads its output's
+// gradient from one and writes its input's into the other.
+Tensor& Model::layer_output_grad(int64_t l) {
+  return (num_layers() - 1 - l) % 2 == 0 ? dh_a_ND_ : dh_b_ND_;
+}
+
+void Model::backward_stage(int64_t l, int stage) {
+  TraceRecorder::Span span(trace_, trace_lane_, trace_ ? bwd_names_[l] : nullptr);
+  Tensor& dout = layer_output_grad(l);
+  Tensor& din = (num_layers() - 1 - l) % 2 == 0 ? dh_b_ND_ : dh_a_ND_;
+  blocks_[l]->backward_stage(stage, dout, hidden_[l], din, false, rope_, ls_);
+  if (stage == DecoderBlock::kStages - 1 && hook_) hook_(l);
+}
+
+void Model::backward_end() {
+  Tensor& dh = num_layers() % 2 == 1 ? dh_b_ND_ : dh_a_ND_;  // layer 0's input gradient
+  ops::embedding_backward(inputs_N_, dh, embed_->grad);
 }
 
 }  // namespace moet

@@ -38,6 +38,11 @@ class Model {
   // plans activations for micro-batches of B sequences of T tokens.
   Model(const ModelConfig& c, int64_t B, int64_t T, LossWeights lw = {},
         DispatcherFactory dispatchers = nullptr);
+  // A second lane over `shared`'s parameters and gradients (its own activations and
+  // dispatchers): with --a2a-overlap each micro-batch is split over two lanes whose stages
+  // interleave, so one lane's all-to-alls travel under the other lane's compute.
+  Model(const ModelConfig& c, int64_t B, int64_t T, LossWeights lw, DispatcherFactory dispatchers,
+        Model& shared);
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
@@ -47,6 +52,16 @@ class Model {
   LossBreakdown forward(const int32_t* tokens_BT1);
   // Backward of the last forward; parameter gradients accumulate, scaled by grad_scale.
   void backward(double grad_scale);
+
+  // forward() and backward() in pieces, for interleaving two lanes: begin, then every decoder
+  // layer's DecoderBlock::kStages stages (forward: layers up; backward: layers down), then end.
+  void forward_begin(const int32_t* tokens_BT1);
+  void forward_stage(int64_t layer, int stage);
+  LossBreakdown forward_end();
+  void backward_begin(double grad_scale);
+  void backward_stage(int64_t layer, int stage);
+  void backward_end();
+  int64_t num_layers() const { return int64_t(blocks_.size()); }
   // Called during backward as soon as a decoder block's parameter gradients are complete, with
   // its layer index (MTP module k: num_hidden_layers + k - 1): data parallelism starts reducing
   // them while the backward goes on.
@@ -55,7 +70,7 @@ class Model {
   void set_trace(TraceRecorder* rec);
 
   const ModelConfig& config() const { return cfg_; }
-  ParamStore& params() { return params_; }
+  ParamStore& params() { return shared_ ? shared_->params() : params_; }
   const Tensor& logits() const { return head_->logits(); }  // main logits [B*T, V]
   const std::vector<MoeLayer*>& moe_layers() const { return moe_layers_; }
   int64_t micro_batch() const { return B_; }
@@ -63,7 +78,10 @@ class Model {
   size_t activation_bytes() const { return act_.capacity() + scratch_.capacity(); }
 
  private:
+  Model(const ModelConfig& c, int64_t B, int64_t T, LossWeights lw, DispatcherFactory dispatchers,
+        Model* shared);
   void plan_all(Arena& act, Arena& scratch);
+  Tensor& layer_output_grad(int64_t layer);
 
   ModelConfig cfg_;
   int64_t B_, T_;
@@ -80,6 +98,8 @@ class Model {
   std::vector<Tensor> hidden_;  // hidden_[l]: input of block l; hidden_[L]: final
   Tensor dh_a_ND_, dh_b_ND_, dmtp_a_ND_, dmtp_b_ND_;
   std::function<void(int64_t)> hook_;
+  Model* shared_ = nullptr;  // the lane whose parameters this one uses
+  LossScales ls_;            // of the backward in progress
   TraceRecorder* trace_ = nullptr;
   int trace_lane_ = 0;
   std::vector<const char*> fwd_names_, bwd_names_;  // per block, then per MTP module

@@ -60,7 +60,12 @@ void MoeLayer::plan(Workspace& ws) {
 }
 
 void MoeLayer::forward(const Tensor& x_ND, Tensor& y_ND) {
-  // route
+  forward_stage(0, x_ND, y_ND);
+  forward_stage(1, x_ND, y_ND);
+  forward_stage(2, x_ND, y_ND);
+}
+
+void MoeLayer::route(const Tensor& x_ND) {
   ops::linear_forward(x_ND, gate_->value, logits_NE_);
   ops::router_forward(logits_NE_, bias_->value, spec_, scores_NE_, idx_NK_, gates_NK_);
   last_balance_ = ops::balance_loss(scores_NE_, idx_NK_, B_, T_, 0.0, no_grad_);
@@ -69,47 +74,68 @@ void MoeLayer::forward(const Tensor& x_ND, Tensor& y_ND) {
   stats_.z_loss += last_z_;
   const int32_t* idx = idx_NK_.i32();
   for (int64_t i = 0; i < idx_NK_.numel(); ++i) ++stats_.load_E[idx[i]];
-  // dispatch (the shared expert computes while the tokens travel) → experts → combine
-  dispatcher_->dispatch_start(x_ND, idx_NK_);
-  if (shared_) shared_->forward(x_ND, y_ND, false);
-  dispatcher_->dispatch_finish();
-  Tensor xp = dispatcher_->expert_rows(), off = dispatcher_->expert_offsets();
-  const int64_t M = xp.size(0);
-  Tensor gu = gu_M2F_.rows(0, M), h = h_MF_.rows(0, M), yp = yp_MD_.rows(0, M);
-  const int64_t S = dispatcher_->segments_per_expert();
-  ops::grouped_linear_forward(xp, off, w_gate_up_->value, gu, S);
-  ops::swiglu_forward(gu, h);
-  ops::grouped_linear_forward(h, off, w_down_->value, yp, S);
-  dispatcher_->combine_start(yp);
+}
+
+void MoeLayer::forward_stage(int stage, const Tensor& x_ND, Tensor& y_ND) {
+  if (stage == 0) {
+    // route, dispatch (the shared expert computes while the tokens travel)
+    route(x_ND);
+    dispatcher_->dispatch_start(x_ND, idx_NK_);
+    if (shared_) shared_->forward(x_ND, y_ND, false);
+    return;
+  }
+  if (stage == 1) {
+    dispatcher_->dispatch_finish();
+    Tensor xp = dispatcher_->expert_rows(), off = dispatcher_->expert_offsets();
+    const int64_t M = xp.size(0);
+    Tensor gu = gu_M2F_.rows(0, M), h = h_MF_.rows(0, M), yp = yp_MD_.rows(0, M);
+    const int64_t S = dispatcher_->segments_per_expert();
+    ops::grouped_linear_forward(xp, off, w_gate_up_->value, gu, S);
+    ops::swiglu_forward(gu, h);
+    ops::grouped_linear_forward(h, off, w_down_->value, yp, S);
+    dispatcher_->combine_start(yp);
+    return;
+  }
   dispatcher_->combine_finish(gates_NK_, y_ND, shared_ != nullptr);
 }
 
 void MoeLayer::backward(const Tensor& dy_ND, const Tensor& x_ND, Tensor& dx_ND,
                         const LossScales& ls) {
+  for (int stage = 0; stage < 3; ++stage) backward_stage(stage, dy_ND, x_ND, dx_ND, ls);
+}
+
+void MoeLayer::backward_stage(int stage, const Tensor& dy_ND, const Tensor& x_ND, Tensor& dx_ND,
+                              const LossScales& ls) {
   Tensor xp = dispatcher_->expert_rows(), off = dispatcher_->expert_offsets();
   const int64_t M = xp.size(0);
   Tensor gu = gu_M2F_.rows(0, M), h = h_MF_.rows(0, M), yp = yp_MD_.rows(0, M);
   Tensor dyp = dyp_MD_.rows(0, M), dh = dh_MF_.rows(0, M), dgu = dgu_M2F_.rows(0, M),
          dxp = dxp_MD_.rows(0, M);
-  // output gradients travel to the experts while the shared expert's backward runs
-  dispatcher_->combine_backward_start(dy_ND, yp, gates_NK_, dgates_NK_);
-  if (shared_)
-    shared_->backward(dy_ND, x_ND, dx_ND, false);
-  else
-    ops::fill(dx_ND, 0.0);
-  dispatcher_->combine_backward_finish(dyp);
-  const int64_t S = dispatcher_->segments_per_expert();
-  ops::grouped_linear_backward(dyp, h, off, w_down_->value, dh, w_down_->grad, S);
-  ops::swiglu_backward(dh, gu, dgu);
-  ops::grouped_linear_backward(dgu, xp, off, w_gate_up_->value, dxp, w_gate_up_->grad, S);
-  // input gradients travel back while the router's backward runs: gates, then the auxiliary
-  // losses, then the gate projection
-  dispatcher_->dispatch_backward_start(dxp);
-  ops::router_backward(dgates_NK_, scores_NE_, idx_NK_, spec_, dlogits_NE_);
-  if (ls.balance_alpha != 0.0)
-    ops::balance_loss(scores_NE_, idx_NK_, B_, T_, ls.balance_alpha * ls.grad_scale, dlogits_NE_);
-  if (ls.z_loss_coef != 0.0) ops::z_loss(logits_NE_, ls.z_loss_coef * ls.grad_scale, dlogits_NE_);
-  ops::linear_backward(dlogits_NE_, x_ND, gate_->value, dx_ND, true, gate_->grad);
+  if (stage == 0) {
+    // output gradients travel to the experts while the shared expert's backward runs
+    dispatcher_->combine_backward_start(dy_ND, yp, gates_NK_, dgates_NK_);
+    if (shared_)
+      shared_->backward(dy_ND, x_ND, dx_ND, false);
+    else
+      ops::fill(dx_ND, 0.0);
+    return;
+  }
+  if (stage == 1) {
+    dispatcher_->combine_backward_finish(dyp);
+    const int64_t S = dispatcher_->segments_per_expert();
+    ops::grouped_linear_backward(dyp, h, off, w_down_->value, dh, w_down_->grad, S);
+    ops::swiglu_backward(dh, gu, dgu);
+    ops::grouped_linear_backward(dgu, xp, off, w_gate_up_->value, dxp, w_gate_up_->grad, S);
+    // input gradients travel back while the router's backward runs: gates, then the auxiliary
+    // losses, then the gate projection
+    dispatcher_->dispatch_backward_start(dxp);
+    ops::router_backward(dgates_NK_, scores_NE_, idx_NK_, spec_, dlogits_NE_);
+    if (ls.balance_alpha != 0.0)
+      ops::balance_loss(scores_NE_, idx_NK_, B_, T_, ls.balance_alpha * ls.grad_scale, dlogits_NE_);
+    if (ls.z_loss_coef != 0.0) ops::z_loss(logits_NE_, ls.z_loss_coef * ls.grad_scale, dlogits_NE_);
+    ops::linear_backward(dlogits_NE_, x_ND, gate_->value, dx_ND, true, gate_->grad);
+    return;
+  }
   dispatcher_->dispatch_backward_finish(dx_ND);
 }
 

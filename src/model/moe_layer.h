@@ -29,6 +29,15 @@ class MoeLayer {
   // dx_ND overwritten; the balance and z-loss gradients enter the router here.
   void backward(const Tensor& dy_ND, const Tensor& x_ND, Tensor& dx_ND, const LossScales& ls);
 
+  // The same in three stages each, split where the dispatcher's exchanges are in flight, so
+  // another micro-batch's stages can run while they travel (forward() and backward() run the
+  // three in a row). Forward: route + dispatch issued + shared expert; dispatch completed +
+  // experts + combine issued; combine completed. Backward: combine's backward issued + shared
+  // expert; experts + dispatch's backward issued + router; dispatch's backward completed.
+  void forward_stage(int stage, const Tensor& x_ND, Tensor& y_ND);
+  void backward_stage(int stage, const Tensor& dy_ND, const Tensor& x_ND, Tensor& dx_ND,
+                      const LossScales& ls);
+
   // Losses of the last forward (unweighted).
   double last_balance_loss() const { return last_balance_; }
   double last_z_loss() const { return last_z_; }
@@ -37,6 +46,8 @@ class MoeLayer {
   const ops::RouterSpec& router_spec() const { return spec_; }
 
  private:
+  void route(const Tensor& x_ND);  // scores, choices, gates; losses and loads recorded
+
   ops::RouterSpec spec_;
   int64_t D_, F_;
   Weight *gate_, *bias_, *w_gate_up_, *w_down_;

@@ -22,6 +22,15 @@ Tensor NamedSlice::grad() const { return row_slice(weight->grad, row_begin, row_
 
 Weight* ParamStore::declare(const std::string& name, std::initializer_list<int64_t> shape,
                             Init init, bool decay, bool trainable, bool expose_name) {
+  if (owner_) {
+    for (Weight& w : owner_->weights_)
+      if (w.name == name) {
+        Tensor want(nullptr, DType::F32, shape);
+        MOET_ASSERT(want.ndim == w.value.ndim && want.numel() == w.value.numel());
+        return &w;
+      }
+    MOET_FAIL("shared parameters lack '", name, "'");
+  }
   MOET_ASSERT(!allocated());
   Weight& w = weights_.emplace_back();
   w.name = name;
@@ -41,6 +50,7 @@ Weight* ParamStore::declare(const std::string& name, std::initializer_list<int64
 
 void ParamStore::add_name(const std::string& name, const Weight* w, int64_t row_begin,
                           int64_t row_end) {
+  if (owner_) return;  // the owner has the names
   MOET_ASSERT(names_.count(name) == 0);
   names_[name] = NamedSlice{w, row_begin, row_end};
 }

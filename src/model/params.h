@@ -53,6 +53,11 @@ class ParamStore {
   // weight [E, R, C] the rows index the flattened [E*R, C]).
   void add_name(const std::string& name, const Weight* w, int64_t row_begin, int64_t row_end);
 
+  // Bind mode: declare() returns the owner's weight of that name (same shape) instead of making
+  // one, so a second Model (a second micro-batch lane) shares parameters and gradients.
+  void bind(ParamStore& owner) { owner_ = &owner; }
+  bool bound() const { return owner_ != nullptr; }
+
   void allocate();
   bool allocated() const { return !values_.is_planning(); }
 
@@ -74,6 +79,7 @@ class ParamStore {
   std::deque<Weight> weights_;  // deque: declared Weight pointers stay valid
   std::map<std::string, NamedSlice> names_;
   int64_t numel_ = 0;
+  ParamStore* owner_ = nullptr;
   Arena values_ = Arena::planning();
   Arena grads_ = Arena::planning();
 };
