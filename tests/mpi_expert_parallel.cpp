@@ -113,7 +113,11 @@ TrainRun train_single(int64_t B, int64_t parts, bool split, int steps) {
 
 // Trains configs/tiny.json on this rank's share of a global batch of world × B sequences; with
 // overlap, the all-to-alls and gradient reductions run on a communication thread.
-TrainRun train(int ep, int64_t B, int64_t grad_accum, int steps, bool overlap = false) {
+// split: two lanes of B/2 (--a2a-overlap), interleaved or lane by lane.
+enum class Split { kNone, kInterleaved, kLaneByLane };
+
+TrainRun train(int ep, int64_t B, int64_t grad_accum, int steps, bool overlap = false,
+               Split split = Split::kNone) {
   Communicator& world = test::world();
   ParallelLayout layout = make_parallel_layout(world, ep);
   std::unique_ptr<CommStream> stream;
@@ -126,16 +130,21 @@ TrainRun train(int ep, int64_t B, int64_t grad_accum, int steps, bool overlap = 
     d->set_stream(stream.get());
     return d;
   };
-  Model m(cfg, B, T, LossWeights{0.3, 1e-2, 1e-3}, factory);
+  const int64_t lane_b = split == Split::kNone ? B : B / 2;
+  Model m(cfg, lane_b, T, LossWeights{0.3, 1e-2, 1e-3}, factory);
   m.init_parameters(7);
+  std::unique_ptr<Model> lane2;
+  if (split != Split::kNone)
+    lane2 = std::make_unique<Model>(cfg, lane_b, T, LossWeights{0.3, 1e-2, 1e-3}, factory, m);
   DataParallel dp(layout, m.params(), stream.get());
-  m.set_backward_hook([&](int64_t layer) { dp.on_layer_done(layer); });
+  (lane2 ? *lane2 : m).set_backward_hook([&](int64_t layer) { dp.on_layer_done(layer); });
   LrSchedule sched;
   sched.max_lr = 3e-3;
   sched.min_lr = 3e-4;
   sched.warmup = 2;
   sched.total = steps;
   StepRunner runner(m, AdamWConfig{}, sched, 1e-2, &dp);
+  if (lane2) runner.set_second_lane(lane2.get(), split == Split::kInterleaved);
   MockDataset data(cfg.vocab_size, 3);
   std::vector<int32_t> tok(grad_accum * B * (T + 1));
   TrainRun out;
@@ -208,6 +217,20 @@ TEST(ExpertParallel, GroupLimitedRoutingLimitsTheNodesATokenReaches) {
       for (AllToAllDispatcher* d : ds) most = std::max(most, d->max_nodes_per_token());
       EXPECT_EQ(most, 2) << "with two groups kept, some token reaches both nodes";
     }
+  }
+}
+
+// --a2a-overlap: the interleaved lanes compute exactly what lane-by-lane does, and what one
+// unsplit micro-batch does up to the order in which the two halves add into the gradients.
+TEST(ExpertParallel, SplitMicroBatchOverlapIsExact) {
+  const int P = test::world().size();
+  TrainRun inter = train(P, 4, 2, 6, true, Split::kInterleaved);
+  TrainRun lanes = train(P, 4, 2, 6, true, Split::kLaneByLane);
+  TrainRun whole = train(P, 4, 2, 6, true, Split::kNone);
+  for (size_t s = 0; s < inter.losses.size(); ++s) {
+    EXPECT_EQ(inter.losses[s], lanes.losses[s]) << "step " << s;
+    EXPECT_EQ(inter.norms[s], lanes.norms[s]) << "step " << s;
+    EXPECT_NEAR(inter.losses[s], whole.losses[s], 1e-6 * std::abs(whole.losses[s])) << s;
   }
 }
 

@@ -50,6 +50,9 @@ void add_train_command(CLI::App& app, moet::TrainOptions& o) {
   t->add_flag("--quiet", o.quiet, "no progress lines");
   t->add_option("--ep", o.ep, "expert-parallel size: ranks per expert group (under mpirun)")
       ->capture_default_str();
+  t->add_flag("--a2a-overlap", o.a2a_overlap,
+              "split each micro-batch in two halves whose stages interleave, so one half's "
+              "all-to-alls travel under the other half's compute");
   t->add_flag("--zero1", o.zero1,
               "ZeRO-1: shard the AdamW moments over the data-parallel ranks (bitwise the same "
               "training)");

@@ -13,22 +13,62 @@ StepRunner::StepRunner(Model& model, AdamWConfig adamw, LrSchedule schedule,
       bias_rate_(bias_update_rate),
       dp_(data_parallel) {}
 
+namespace {
+void add_losses(LossBreakdown& acc, const LossBreakdown& l, double w) {
+  acc.loss += l.loss * w;
+  acc.lm_loss += l.lm_loss * w;
+  acc.mtp_loss += l.mtp_loss * w;
+  acc.balance_loss += l.balance_loss * w;
+  acc.z_loss += l.z_loss * w;
+}
+}  // namespace
+
+void StepRunner::set_second_lane(Model* lane, bool interleave) {
+  lane2_ = lane;
+  interleave_ = interleave;
+}
+
 StepResult StepRunner::run(int64_t step, int64_t grad_accum,
                            const std::function<const int32_t*(int64_t)>& micro_batch) {
   const auto& moe = model_.moe_layers();
   model_.params().zero_grads();
   reset_router_stats(moe);
+  if (lane2_) reset_router_stats(lane2_->moe_layers());
   StepResult r;
   for (int64_t a = 0; a < grad_accum; ++a) {
-    LossBreakdown l = model_.forward(micro_batch(a));
-    if (dp_ && a + 1 == grad_accum) dp_->arm();  // gradients final: reduce during backward
-    model_.backward(1.0 / double(grad_accum));
-    r.losses.loss += l.loss / double(grad_accum);
-    r.losses.lm_loss += l.lm_loss / double(grad_accum);
-    r.losses.mtp_loss += l.mtp_loss / double(grad_accum);
-    r.losses.balance_loss += l.balance_loss / double(grad_accum);
-    r.losses.z_loss += l.z_loss / double(grad_accum);
+    const bool last = a + 1 == grad_accum;
+    if (!lane2_) {
+      LossBreakdown l = model_.forward(micro_batch(a));
+      if (dp_ && last) dp_->arm();  // gradients final: reduce during backward
+      model_.backward(1.0 / double(grad_accum));
+      add_losses(r.losses, l, 1.0 / double(grad_accum));
+      continue;
+    }
+    // Two lanes, each half of the micro-batch (the first lane the first half of the sequences);
+    // interleaved stage by stage, so one lane's exchanges travel under the other's compute.
+    const int32_t* tokens = micro_batch(a);
+    const int64_t half = model_.micro_batch() * (model_.seq_len() + 1);
+    Model* lanes[2] = {&model_, lane2_};
+    lanes[0]->forward_begin(tokens);
+    lanes[1]->forward_begin(tokens + half);
+    run_stages(lanes, model_.num_layers(), true);
+    LossBreakdown l0 = lanes[0]->forward_end(), l1 = lanes[1]->forward_end();
+    if (dp_ && last) dp_->arm();
+    const double scale = 1.0 / double(2 * grad_accum);
+    lanes[0]->backward_begin(scale);
+    lanes[1]->backward_begin(scale);
+    run_stages(lanes, model_.num_layers(), false);
+    lanes[0]->backward_end();
+    lanes[1]->backward_end();
+    add_losses(r.losses, l0, scale);
+    add_losses(r.losses, l1, scale);
   }
+  if (lane2_)  // one step's loads, both lanes (the bias they update is shared)
+    for (size_t i = 0; i < moe.size(); ++i) {
+      std::vector<int64_t>& to = moe[i]->stats().load_E;
+      const std::vector<int64_t>& from = lane2_->moe_layers()[i]->stats().load_E;
+      for (size_t e = 0; e < to.size(); ++e) to[e] += from[e];
+    }
   r.lr = schedule_.at(step);
   if (dp_) {
     dp_->reduce_gradients();
@@ -41,6 +81,22 @@ StepResult StepRunner::run(int64_t step, int64_t grad_accum,
   r.max_expert_load = max_expert_load_ratio(moe);
   update_expert_bias(moe, bias_rate_);
   return r;
+}
+
+void StepRunner::run_stages(Model* lanes[2], int64_t layers, bool forward) {
+  const int stages = DecoderBlock::kStages;
+  for (int64_t i = 0; i < layers; ++i) {
+    const int64_t l = forward ? i : layers - 1 - i;
+    if (interleave_) {
+      for (int s = 0; s < stages; ++s)
+        for (int k = 0; k < 2; ++k)
+          (forward ? lanes[k]->forward_stage(l, s) : lanes[k]->backward_stage(l, s));
+    } else {
+      for (int k = 0; k < 2; ++k)
+        for (int s = 0; s < stages; ++s)
+          (forward ? lanes[k]->forward_stage(l, s) : lanes[k]->backward_stage(l, s));
+    }
+  }
 }
 
 }  // namespace moet

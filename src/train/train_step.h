@@ -28,6 +28,11 @@ class StepRunner {
   // micro_batch(a) returns micro-batch a's B×(T+1) tokens, a < grad_accum.
   StepResult run(int64_t step, int64_t grad_accum,
                  const std::function<const int32_t*(int64_t)>& micro_batch);
+  // --a2a-overlap: `lane` (built over this model's parameters, Model's sharing constructor)
+  // takes the second half of every micro-batch; with interleave, the two lanes' stages alternate
+  // so each lane's all-to-alls travel under the other lane's compute; without, each layer runs
+  // lane by lane (the same arithmetic, bit for bit).
+  void set_second_lane(Model* lane, bool interleave);
   AdamW& optimizer() { return adamw_; }
   const LrSchedule& schedule() const { return schedule_; }
 
@@ -37,6 +42,9 @@ class StepRunner {
   LrSchedule schedule_;
   double bias_rate_;
   DataParallel* dp_;
+  Model* lane2_ = nullptr;
+  bool interleave_ = true;
+  void run_stages(Model* lanes[2], int64_t layers, bool forward);
 };
 
 }  // namespace moet

@@ -40,6 +40,9 @@ void validate(const TrainOptions& o) {
   MOET_CHECK(o.threads >= 0, "--threads must be >= 0, got ", o.threads);
   MOET_CHECK(o.precision == "fp32", "--precision '", o.precision,
              "' is not available yet (fp32 only; bf16 comes with the speed work)");
+  MOET_CHECK(!o.a2a_overlap || o.micro_batch % 2 == 0,
+             "--a2a-overlap splits each micro-batch in two: --micro-batch must be even, got ",
+             o.micro_batch);
   MOET_CHECK(o.dispatcher == "alltoall" || o.dispatcher == "allgather", "--dispatcher '",
              o.dispatcher, "' is not known: alltoall or allgather");
   MOET_CHECK(o.eval_every >= 0 && o.eval_batches >= 0, "--eval-every/--eval-batches must be >= 0");
@@ -160,14 +163,23 @@ double run_training(const TrainOptions& o, Communicator* world) {
       };
   }
   const int64_t B = o.micro_batch, T = o.seq, A = o.grad_accum;
-  Model model(cfg, B, T, LossWeights{o.mtp_lambda, o.balance_alpha, o.z_loss_coef}, dispatchers);
+  // --a2a-overlap: two lanes of B/2 sequences over one set of parameters.
+  const LossWeights lw{o.mtp_lambda, o.balance_alpha, o.z_loss_coef};
+  const int64_t lane_batch = o.a2a_overlap ? B / 2 : B;
+  Model model(cfg, lane_batch, T, lw, dispatchers);
   model.init_parameters(o.seed);
   model.set_trace(trace.get());
+  std::unique_ptr<Model> lane2;
+  if (o.a2a_overlap) {
+    lane2 = std::make_unique<Model>(cfg, lane_batch, T, lw, dispatchers, model);
+    lane2->set_trace(trace.get());
+  }
   const int step_lane = trace ? trace->lane("steps") : 0;
   std::optional<DataParallel> dp;
   if (layout) {
     dp.emplace(*layout, model.params(), stream.get(), o.zero1);
-    model.set_backward_hook([&](int64_t layer) { dp->on_layer_done(layer); });
+    // gradient buckets start when the last lane to finish a block has finished it
+    (lane2 ? *lane2 : model).set_backward_hook([&](int64_t layer) { dp->on_layer_done(layer); });
   }
   LrSchedule sched;
   sched.kind = parse_schedule_kind(o.schedule);
@@ -179,6 +191,7 @@ double run_training(const TrainOptions& o, Communicator* world) {
   oc.weight_decay = o.weight_decay;
   oc.grad_clip = o.grad_clip;
   StepRunner runner(model, oc, sched, o.bias_update_rate, dp ? &*dp : nullptr);
+  if (lane2) runner.set_second_lane(lane2.get(), true);
 
   const double peak = o.peak_tflops > 0 ? o.peak_tflops : measure_gemm_peak_tflops();
   const double fpt = flops_per_token(cfg, T, cfg.num_nextn_predict_layers > 0);

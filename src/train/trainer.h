@@ -39,6 +39,7 @@ struct TrainOptions {
   std::string overlap = "auto";
   std::string trace_path;  // Perfetto/Chrome trace, one file per rank ("" = none)
   std::string dispatcher = "alltoall";
+  bool a2a_overlap = false;  // split micro-batches in two lanes whose all-to-alls interleave
   bool zero1 = false;  // ZeRO-1: shard the AdamW moments over the data-parallel ranks  // expert
                        // token exchange with ep > 1: alltoall, allgather
 };
