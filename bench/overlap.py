@@ -4,8 +4,8 @@
 usage: bench/overlap.py [--np 2] [--ep 2] [--model configs/small.json] [--micro-batch 4]
                         [--seq 256] [--steps 8] [--warmup 2] [--rounds 2]
 
-Runs `mpirun -np NP moet train --ep EP` with `--overlap on` (the communication thread) and
-`--overlap off`, alternating, and prints per-step means after the warm-up steps: step time, time in
+Runs `mpirun -np NP moet train --ep EP` with `--overlap on --a2a-overlap` (communication thread
+and split micro-batches), `--overlap on` (the thread) and `--overlap off`, alternating, and prints per-step means after the warm-up steps: step time, time in
 the expert all-to-alls (a2a_s), communication not hidden behind compute (exposed_comm_s),
 gradient reduction time, and the share of the all-to-all time hidden.
 """
@@ -19,14 +19,16 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def run(a, overlap):
+def run(a, mode):
+    """mode: "off", "on" (communication thread), "split" (thread + --a2a-overlap)."""
     with tempfile.TemporaryDirectory() as d:
         m = os.path.join(d, "m.jsonl")
         cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(a.np),
                os.path.join(ROOT, "build", "moet"), "train", "--model", a.model, "--data", "mock",
                "--steps", str(a.steps), "--micro-batch", str(a.micro_batch), "--seq", str(a.seq),
                "--ep", str(a.ep), "--threads", "1", "--eval-batches", "0", "--metrics", m,
-               "--peak-tflops", "0.1", "--overlap", "on" if overlap else "off"]
+               "--peak-tflops", "0.1", "--overlap", "off" if mode == "off" else "on"] + (
+                   ["--a2a-overlap"] if mode == "split" else [])
         subprocess.run(cmd, check=True, capture_output=True, text=True)
         rows = [json.loads(l) for l in open(m)][a.warmup:]
     mean = lambda k: statistics.mean(r[k] for r in rows)
@@ -45,16 +47,18 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=2)
     a = ap.parse_args()
-    res = {True: [], False: []}
+    modes = ("split", "on", "off")
+    res = {m: [] for m in modes}
     for _ in range(a.rounds):
-        for ov in (True, False):
-            res[ov].append(run(a, ov))
+        for m in modes:
+            res[m].append(run(a, m))
     print("| overlap | step s | a2a s | exposed comm s | grad sync s | MB sent/step | a2a hidden |")
     print("|---|---|---|---|---|---|---|")
-    for ov in (True, False):
+    names = {"split": "on + --a2a-overlap", "on": "on", "off": "off"}
+    for ov in modes:
         r = {k: statistics.median(x[k] for x in res[ov]) for k in res[ov][0]}
         hidden = max(0.0, 1 - r["exposed_comm_s"] / (r["a2a_s"] + r["grad_sync_s"]))
-        print(f"| {'on' if ov else 'off'} | {r['step_time_s']:.3f} | {r['a2a_s']:.3f} | "
+        print(f"| {names[ov]} | {r['step_time_s']:.3f} | {r['a2a_s']:.3f} | "
               f"{r['exposed_comm_s']:.3f} | {r['grad_sync_s']:.3f} | {r['comm_bytes'] / 1e6:.1f} | "
               f"{100 * hidden:.0f}% |")
     print(f"\nmpirun -np {a.np} --ep {a.ep}, {os.path.basename(a.model)}, micro-batch "
