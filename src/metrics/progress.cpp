@@ -97,6 +97,7 @@ std::string metrics_json_line(const StepMetrics& m) {
   optional("step_time_s", m.step_time_s);
   optional("a2a_s", m.a2a_s);
   optional("exposed_comm_s", m.exposed_comm_s);
+  optional("a2a_exposed_s", m.a2a_exposed_s);
   optional("grad_sync_s", m.grad_sync_s);
   optional("comm_bytes", m.comm_bytes);
   optional("comm_bytes_other_nodes", m.comm_bytes_other_nodes);

@@ -85,18 +85,44 @@ StepResult StepRunner::run(int64_t step, int64_t grad_accum,
 
 void StepRunner::run_stages(Model* lanes[2], int64_t layers, bool forward) {
   const int stages = DecoderBlock::kStages;
-  for (int64_t i = 0; i < layers; ++i) {
-    const int64_t l = forward ? i : layers - 1 - i;
-    if (interleave_) {
-      for (int s = 0; s < stages; ++s)
-        for (int k = 0; k < 2; ++k)
-          (forward ? lanes[k]->forward_stage(l, s) : lanes[k]->backward_stage(l, s));
-    } else {
+  auto stage = [&](int k, int64_t l, int s) {
+    forward ? lanes[k]->forward_stage(l, s) : lanes[k]->backward_stage(l, s);
+  };
+  if (!interleave_) {
+    for (int64_t i = 0; i < layers; ++i)
       for (int k = 0; k < 2; ++k)
-        for (int s = 0; s < stages; ++s)
-          (forward ? lanes[k]->forward_stage(l, s) : lanes[k]->backward_stage(l, s));
-    }
+        for (int s = 0; s < stages; ++s) stage(k, forward ? i : layers - 1 - i, s);
+    return;
   }
+  if (!forward) {
+    // Backward, layers down, the same pattern: B's last exchange of a layer (its input
+    // gradients) travels under A's first stage of the next layer down.
+    for (int64_t l = layers; l-- > 0;) {
+      stage(0, l, 0);
+      if (l + 1 < layers) stage(1, l + 1, stages - 1);
+      stage(1, l, 0);
+      for (int s = 1; s < stages - 1; ++s) {
+        stage(0, l, s);
+        stage(1, l, s);
+      }
+      stage(0, l, stages - 1);
+    }
+    stage(1, 0, stages - 1);
+    return;
+  }
+  // Forward: A's dispatch travels under B's attention, B's under A's experts, A's combine under
+  // B's experts, and B's combine under A's attention of the next layer.
+  for (int64_t l = 0; l < layers; ++l) {
+    stage(0, l, 0);
+    if (l > 0) stage(1, l - 1, stages - 1);
+    stage(1, l, 0);
+    for (int s = 1; s < stages - 1; ++s) {
+      stage(0, l, s);
+      stage(1, l, s);
+    }
+    stage(0, l, stages - 1);
+  }
+  stage(1, layers - 1, stages - 1);
 }
 
 }  // namespace moet

@@ -261,6 +261,7 @@ double run_training(const TrainOptions& o, Communicator* world) {
       m.grad_sync_s = dp->take_sync_seconds(&grad_exposed);
       m.a2a_s = a2a_s;
       m.exposed_comm_s = a2a_exposed + grad_exposed;
+      m.a2a_exposed_s = a2a_exposed;
       m.comm_bytes = bytes;
     }
     m.elapsed_s = seconds_since(t_start);
