@@ -52,9 +52,8 @@ double AdamW::norm_from(double dense, const std::vector<double>& expert) {
 
 double AdamW::grad_norm() const {
   double dense;
-  std::vector<double> expert;
-  grad_square_sums(dense, expert);
-  return norm_from(dense, expert);
+  grad_square_sums(dense, expert_sums_);  // member: no allocation after the first step
+  return norm_from(dense, expert_sums_);
 }
 
 double AdamW::clip_factor(double norm) const {

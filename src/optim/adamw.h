@@ -48,6 +48,7 @@ class AdamW {
   Arena m_, v_;
   Tensor m_all_, v_all_;
   int64_t t_ = 0;
+  mutable std::vector<double> expert_sums_;
 };
 
 }  // namespace moet
