@@ -138,8 +138,7 @@ double run_training(const TrainOptions& o, Communicator* world) {
   // reductions (each decoder block's as soon as its backward is done).
   std::optional<ParallelLayout> layout;
   std::unique_ptr<CommStream> stream;
-  std::vector<AllToAllDispatcher*> a2a;
-  std::vector<AllGatherDispatcher*> ag;
+  std::vector<ExpertExchangeDispatcher*> exchanges;
   DispatcherFactory dispatchers;
   if (world) {
     layout = make_parallel_layout(*world, int(o.ep));
@@ -149,16 +148,14 @@ double run_training(const TrainOptions& o, Communicator* world) {
     }
     if (o.ep > 1)
       dispatchers = [&](int64_t E) -> std::unique_ptr<TokenDispatcher> {
-        if (o.dispatcher == "allgather") {
-          auto d = std::make_unique<AllGatherDispatcher>(*layout->ep_group, E);
-          d->set_stream(stream.get());
-          ag.push_back(d.get());
-          return d;
-        }
-        auto d = std::make_unique<AllToAllDispatcher>(*layout->ep_group, E);
+        std::unique_ptr<ExpertExchangeDispatcher> d;
+        if (o.dispatcher == "allgather")
+          d = std::make_unique<AllGatherDispatcher>(*layout->ep_group, E);
+        else
+          d = std::make_unique<AllToAllDispatcher>(*layout->ep_group, E);
         d->set_stream(stream.get());
         if (o.ep_ranks_per_node > 0) d->set_ranks_per_node(o.ep_ranks_per_node);
-        a2a.push_back(d.get());
+        exchanges.push_back(d.get());
         return d;
       };
   }
@@ -243,21 +240,16 @@ double run_training(const TrainOptions& o, Communicator* world) {
     m.tokens = (step + 1) * tokens_per_step;
     m.step_time_s = dt;
     if (dp) {
-      double a2a_s = 0, a2a_exposed = 0, bytes = 0, grad_exposed = 0;
-      auto take = [&](auto* d) {
+      double a2a_s = 0, a2a_exposed = 0, bytes = 0, other_nodes = 0, grad_exposed = 0;
+      for (ExpertExchangeDispatcher* d : exchanges) {
         a2a_s += d->a2a_seconds();
         a2a_exposed += d->exposed_seconds();
         bytes += double(d->bytes_sent());
+        other_nodes += double(d->bytes_sent_other_nodes());
         d->reset_timers();
         d->reset_bytes();
-      };
-      double other_nodes = 0;
-      for (AllToAllDispatcher* d : a2a) {
-        other_nodes += double(d->bytes_sent_other_nodes());
-        take(d);
       }
       if (o.ep_ranks_per_node > 0) m.comm_bytes_other_nodes = other_nodes;
-      for (AllGatherDispatcher* d : ag) take(d);
       m.grad_sync_s = dp->take_sync_seconds(&grad_exposed);
       m.a2a_s = a2a_s;
       m.exposed_comm_s = a2a_exposed + grad_exposed;
