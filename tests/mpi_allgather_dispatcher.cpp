@@ -16,6 +16,7 @@
 #include "model/local_dispatcher.h"
 #include "model/model.h"
 #include "mpi_test_util.h"
+#include "mpi_train_util.h"
 #include "parallel/allgather_dispatcher.h"
 #include "parallel/alltoall_dispatcher.h"
 #include "parallel/data_parallel.h"
@@ -205,90 +206,37 @@ TEST(AllGatherDispatcher, BitwiseSameAsAllToAll) {
 
 // ---------------------------------------------------------------- training
 
-enum class Kind { Local, AllGather, AllToAll };
-
-struct TrainRun {
-  std::vector<double> losses, norms;
-  int64_t dispatchers = 0;         // MoE layers (dispatch calls per micro-batch)
-  int64_t bytes = 0, routing = 0;  // this rank's bytes_sent() over the run, its routing part
-};
-
+using test::DispatcherKind;
+using test::TrainRun;
 constexpr int64_t kT = 16;
 
-// Trains configs/tiny.json on this rank's share of a global batch of world × B sequences, with
-// experts over groups of `ep` ranks exchanged by the dispatcher `kind` (with `overlap`, on a
-// communication thread).
-TrainRun train(int ep, Kind kind, int64_t B, int steps, bool overlap = false) {
-  Communicator& world = test::world();
-  ParallelLayout layout = make_parallel_layout(world, ep);
-  ModelConfig cfg = load_model_config(kRoot + "/configs/tiny.json");
-  const int64_t T = kT;
-  std::unique_ptr<CommStream> stream;
-  if (overlap) stream = std::make_unique<CommStream>();
-  std::vector<AllGatherDispatcher*> ags;
-  std::vector<AllToAllDispatcher*> a2as;
-  DispatcherFactory factory = [&](int64_t E) -> std::unique_ptr<TokenDispatcher> {
-    if (kind == Kind::Local) return std::make_unique<LocalDispatcher>(E);
-    if (kind == Kind::AllGather) {
-      auto d = std::make_unique<AllGatherDispatcher>(*layout.ep_group, E);
-      d->set_stream(stream.get());
-      ags.push_back(d.get());
-      return d;
-    }
-    auto d = std::make_unique<AllToAllDispatcher>(*layout.ep_group, E);
-    d->set_stream(stream.get());
-    a2as.push_back(d.get());
-    return d;
-  };
-  Model m(cfg, B, T, LossWeights{0.3, 1e-2, 1e-3}, factory);
-  m.init_parameters(7);
-  // As in the trainer: with overlap, the gradient reductions share the dispatchers' stream.
-  DataParallel dp(layout, m.params(), stream.get());
-  m.set_backward_hook([&](int64_t layer) { dp.on_layer_done(layer); });
-  LrSchedule sched;
-  sched.max_lr = 3e-3;
-  sched.min_lr = 3e-4;
-  sched.warmup = 2;
-  sched.total = steps;
-  StepRunner runner(m, AdamWConfig{}, sched, 1e-2, &dp);
-  MockDataset data(cfg.vocab_size, 3);
-  std::vector<int32_t> tok(B * (T + 1));
-  TrainRun out;
-  for (int s = 0; s < steps; ++s) {
-    data.fill_sequences(s, 0, world.rank() * B, B, T, tok.data());
-    StepResult r = runner.run(s, 1, [&](int64_t) { return tok.data(); });
-    out.losses.push_back(r.losses.loss);
-    out.norms.push_back(r.grad_norm);
-  }
-  for (AllGatherDispatcher* d : ags) {
-    out.bytes += d->bytes_sent();
-    out.routing += d->routing_bytes_sent();
-  }
-  for (AllToAllDispatcher* d : a2as) out.bytes += d->bytes_sent();
-  out.dispatchers = int64_t(ags.size() + a2as.size());
-  return out;
+TrainRun train(int ep, DispatcherKind kind, int64_t B, int steps, bool overlap = false) {
+  test::TrainSetup o;
+  o.ep = ep;
+  o.dispatcher = kind;
+  o.B = B;
+  o.steps = steps;
+  o.overlap = overlap;
+  return test::train_tiny(o);
 }
 
 void expect_same_run(const TrainRun& r, const TrainRun& base, const std::string& what) {
-  ASSERT_EQ(r.losses.size(), base.losses.size());
-  for (size_t s = 0; s < base.losses.size(); ++s) {
-    EXPECT_EQ(r.losses[s], base.losses[s]) << what << " step " << s;
-    EXPECT_EQ(r.norms[s], base.norms[s]) << what << " step " << s;
-  }
+  test::expect_same_training(r, base, what, false);
 }
 
 TEST(AllGatherDispatcher, TrainingEqualsOneExpertRankBitwise) {
   const int P = test::world().size(), steps = 10;
   const int64_t B = 2, D = load_model_config(kRoot + "/configs/tiny.json").hidden_size;
-  TrainRun base = train(1, Kind::Local, B, steps);
+  TrainRun base = train(1, DispatcherKind::kLocal, B, steps);
   for (int ep = 2; ep <= P; ep *= 2) {
     const std::string tag = "ep " + std::to_string(ep);
-    TrainRun ag = train(ep, Kind::AllGather, B, steps);
+    TrainRun ag = train(ep, DispatcherKind::kAllGather, B, steps);
     expect_same_run(ag, base, "allgather " + tag);
-    expect_same_run(train(ep, Kind::AllGather, B, steps, true), base, "allgather overlap " + tag);
+    expect_same_run(train(ep, DispatcherKind::kAllGather, B, steps, true), base,
+                    "allgather overlap " + tag);
     // Traffic beside the all-to-all's on the same data (rank 0's bytes per MoE layer per step).
     // The routing is the same, so combine and the backwards move the same rows in both.
-    TrainRun a2a = train(ep, Kind::AllToAll, B, steps);
+    TrainRun a2a = train(ep, DispatcherKind::kAllToAll, B, steps);
     expect_same_run(a2a, base, "alltoall " + tag);
     ASSERT_GT(ag.dispatchers, 0);
     ASSERT_EQ(ag.dispatchers, a2a.dispatchers);

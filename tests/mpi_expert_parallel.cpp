@@ -11,6 +11,7 @@
 #include "model/local_dispatcher.h"
 #include "model/model.h"
 #include "mpi_test_util.h"
+#include "mpi_train_util.h"
 #include "parallel/alltoall_dispatcher.h"
 #include "parallel/data_parallel.h"
 #include "train/train_step.h"
@@ -80,9 +81,8 @@ TEST(ExpertParallel, DispatchThenCombineIsTheIdentity) {
   check_identity(idx, E, N, K);
 }
 
-struct TrainRun {
-  std::vector<double> losses, norms;
-};
+using test::Split;
+using test::TrainRun;
 
 constexpr int64_t kT = 16;
 
@@ -111,52 +111,16 @@ TrainRun train_single(int64_t B, int64_t parts, bool split, int steps) {
   return out;
 }
 
-// Trains configs/tiny.json on this rank's share of a global batch of world × B sequences; with
-// overlap, the all-to-alls and gradient reductions run on a communication thread.
-// split: two lanes of B/2 (--a2a-overlap), interleaved or lane by lane.
-enum class Split { kNone, kInterleaved, kLaneByLane };
-
 TrainRun train(int ep, int64_t B, int64_t grad_accum, int steps, bool overlap = false,
                Split split = Split::kNone) {
-  Communicator& world = test::world();
-  ParallelLayout layout = make_parallel_layout(world, ep);
-  std::unique_ptr<CommStream> stream;
-  if (overlap) stream = std::make_unique<CommStream>();
-  ModelConfig cfg = load_model_config(kRoot + "/configs/tiny.json");
-  const int64_t T = kT;
-  DispatcherFactory factory = [&](int64_t E) -> std::unique_ptr<TokenDispatcher> {
-    if (ep == 1) return std::make_unique<LocalDispatcher>(E);
-    auto d = std::make_unique<AllToAllDispatcher>(*layout.ep_group, E);
-    d->set_stream(stream.get());
-    return d;
-  };
-  const int64_t lane_b = split == Split::kNone ? B : B / 2;
-  Model m(cfg, lane_b, T, LossWeights{0.3, 1e-2, 1e-3}, factory);
-  m.init_parameters(7);
-  std::unique_ptr<Model> lane2;
-  if (split != Split::kNone)
-    lane2 = std::make_unique<Model>(cfg, lane_b, T, LossWeights{0.3, 1e-2, 1e-3}, factory, m);
-  DataParallel dp(layout, m.params(), stream.get());
-  (lane2 ? *lane2 : m).set_backward_hook([&](int64_t layer) { dp.on_layer_done(layer); });
-  LrSchedule sched;
-  sched.max_lr = 3e-3;
-  sched.min_lr = 3e-4;
-  sched.warmup = 2;
-  sched.total = steps;
-  StepRunner runner(m, AdamWConfig{}, sched, 1e-2, &dp);
-  if (lane2) runner.set_second_lane(lane2.get(), split == Split::kInterleaved);
-  MockDataset data(cfg.vocab_size, 3);
-  std::vector<int32_t> tok(grad_accum * B * (T + 1));
-  TrainRun out;
-  for (int s = 0; s < steps; ++s) {
-    for (int64_t a = 0; a < grad_accum; ++a)
-      data.fill_sequences(s, a, world.rank() * B, B, T, tok.data() + a * B * (T + 1));
-    StepResult r =
-        runner.run(s, grad_accum, [&](int64_t a) { return tok.data() + a * B * (T + 1); });
-    out.losses.push_back(r.losses.loss);
-    out.norms.push_back(r.grad_norm);
-  }
-  return out;
+  test::TrainSetup o;
+  o.ep = ep;
+  o.B = B;
+  o.grad_accum = grad_accum;
+  o.steps = steps;
+  o.overlap = overlap;
+  o.split = split;
+  return test::train_tiny(o);
 }
 
 TEST(ExpertParallel, EpSizesGiveBitwiseIdenticalTraining) {

@@ -14,6 +14,7 @@
 #include "model/local_dispatcher.h"
 #include "model/model.h"
 #include "mpi_test_util.h"
+#include "mpi_train_util.h"
 #include "parallel/alltoall_dispatcher.h"
 #include "parallel/data_parallel.h"
 #include "parallel/zero1.h"
@@ -88,64 +89,22 @@ TEST(Zero1, SumSquaresIsChunkSumsInOrder) {
   EXPECT_EQ(std::memcmp(&whole, &t, sizeof t), 0);
 }
 
-struct TrainRun {
-  std::vector<double> losses, norms;
-  std::vector<float> params;
-  int64_t moment_bytes = 0;
-};
+using test::TrainRun;
 
-// As tests/mpi_expert_parallel.cpp's train(): tiny.json on this rank's share of the batch.
 TrainRun train(int ep, bool zero1, bool overlap, int steps) {
-  Communicator& world = test::world();
-  ParallelLayout layout = make_parallel_layout(world, ep);
-  std::unique_ptr<CommStream> stream;
-  if (overlap) stream = std::make_unique<CommStream>();
-  ModelConfig cfg = load_model_config(kRoot + "/configs/tiny.json");
-  const int64_t B = 2, T = 16;
-  DispatcherFactory factory = [&](int64_t E) -> std::unique_ptr<TokenDispatcher> {
-    if (ep == 1) return std::make_unique<LocalDispatcher>(E);
-    auto d = std::make_unique<AllToAllDispatcher>(*layout.ep_group, E);
-    d->set_stream(stream.get());
-    return d;
-  };
-  Model m(cfg, B, T, LossWeights{0.3, 1e-2, 1e-3}, factory);
-  m.init_parameters(7);
-  DataParallel dp(layout, m.params(), stream.get(), zero1);
-  m.set_backward_hook([&](int64_t layer) { dp.on_layer_done(layer); });
-  LrSchedule sched;
-  sched.max_lr = 3e-3;
-  sched.min_lr = 3e-4;
-  sched.warmup = 2;
-  sched.total = steps;
-  AdamWConfig oc;
-  oc.grad_clip = 0.5;  // clipping active on some steps
-  StepRunner runner(m, oc, sched, 1e-2, &dp);
-  EXPECT_EQ(runner.optimizer().has_moments(), !zero1);
-  MockDataset data(cfg.vocab_size, 3);
-  std::vector<int32_t> tok(B * (T + 1));
-  TrainRun out;
-  for (int s = 0; s < steps; ++s) {
-    data.fill_sequences(s, 0, world.rank() * B, B, T, tok.data());
-    StepResult r = runner.run(s, 1, [&](int64_t) { return tok.data(); });
-    out.losses.push_back(r.losses.loss);
-    out.norms.push_back(r.grad_norm);
-  }
-  Tensor v = m.params().all_values();
-  out.params.assign(v.f32(), v.f32() + v.numel());
-  out.moment_bytes =
-      zero1 ? dp.zero1_moment_bytes() : int64_t(2 * m.params().numel() * int64_t(sizeof(float)));
-  return out;
+  test::TrainSetup o;
+  o.ep = ep;
+  o.zero1 = zero1;
+  o.overlap = overlap;
+  o.steps = steps;
+  o.grad_clip = 0.5;  // clipping active on some steps
+  TrainRun r = test::train_tiny(o);
+  EXPECT_EQ(r.has_moments, !zero1);
+  return r;
 }
 
 void expect_same(const TrainRun& a, const TrainRun& b, const std::string& what) {
-  ASSERT_EQ(a.losses.size(), b.losses.size());
-  for (size_t s = 0; s < a.losses.size(); ++s) {
-    EXPECT_EQ(a.losses[s], b.losses[s]) << what << " step " << s;
-    EXPECT_EQ(a.norms[s], b.norms[s]) << what << " step " << s;
-  }
-  ASSERT_EQ(a.params.size(), b.params.size());
-  EXPECT_EQ(std::memcmp(a.params.data(), b.params.data(), a.params.size() * sizeof(float)), 0)
-      << what << ": parameters differ";
+  test::expect_same_training(a, b, what, true);
 }
 
 TEST(Zero1, TrainingIsBitwiseTheUnshardedTraining) {
