@@ -10,6 +10,7 @@
 #include "kernels/ops.h"
 #include "model/local_dispatcher.h"
 #include "model/model.h"
+#include "mpi_dispatch_check.h"
 #include "mpi_test_util.h"
 #include "mpi_train_util.h"
 #include "parallel/alltoall_dispatcher.h"
@@ -21,64 +22,8 @@ namespace {
 
 const std::string kRoot = MOET_SOURCE_DIR;
 
-// dispatch → identity experts → combine with unit gates gives K·x; backward gives K·dy.
-void check_identity(const std::vector<int32_t>& idx_all, int64_t E, int64_t N, int64_t K) {
-  Communicator& world = test::world();
-  const int64_t D = 3, r = world.rank();
-  Arena act(64 << 20), scratch(64 << 20);
-  Workspace ws{act, scratch, 1, N};
-  AllToAllDispatcher d(world, E);
-  d.plan(ws, D, K);
-  Tensor x = act.alloc_f32({N, D}), idx = act.alloc_i32({N, K}), gates = act.alloc_f32({N, K});
-  Tensor y = act.alloc_f32({N, D}), dx = act.alloc_f32({N, D}), dg = act.alloc_f32({N, K});
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t j = 0; j < D; ++j) x.f32()[n * D + j] = float(r * 1000 + n + 0.25 * j);
-  for (int64_t i = 0; i < N * K; ++i) idx.i32()[i] = idx_all[r * N * K + i];
-  ops::fill(gates, 1.0);
-  d.dispatch(x, idx);
-  Tensor xp = d.expert_rows(), off = d.expert_offsets();
-  // Segments: local expert l, source rank p: rows from p, in token order, all routed to l.
-  const int64_t P = world.size(), L = d.num_local_experts();
-  for (int64_t l = 0; l < L; ++l)
-    for (int64_t p = 0; p < P; ++p) {
-      float prev = -1;
-      int64_t want = 0;
-      for (int64_t n = 0; n < N; ++n)
-        for (int64_t k = 0; k < K; ++k)
-          want += idx_all[(p * N + n) * K + k] == d.first_local_expert() + l;
-      const int32_t b = off.i32()[l * P + p], e = off.i32()[l * P + p + 1];
-      EXPECT_EQ(e - b, want) << "segment (" << l << ", " << p << ")";
-      for (int32_t m = b; m < e; ++m) {
-        float v = xp.f32()[m * D];
-        EXPECT_EQ(int64_t(v) / 1000, p);
-        EXPECT_GE(v, prev);
-        prev = v;
-      }
-    }
-  Tensor yp = xp;  // identity experts
-  d.combine(yp, gates, y, false);
-  for (int64_t i = 0; i < N * D; ++i) ASSERT_EQ(y.f32()[i], float(K) * x.f32()[i]);
-  Tensor dyp = scratch.alloc_f32({d.max_expert_rows(), D}).rows(0, xp.size(0));
-  d.combine_backward(x, yp, gates, dyp, dg);
-  ops::fill(dx, 0.0);
-  d.dispatch_backward(dyp, dx);
-  for (int64_t i = 0; i < N * D; ++i) ASSERT_EQ(dx.f32()[i], float(K) * x.f32()[i]);
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t k = 0; k < K; ++k) {
-      double dot = 0;
-      for (int64_t j = 0; j < D; ++j) dot += double(x.f32()[n * D + j]) * x.f32()[n * D + j];
-      EXPECT_NEAR(dg.f32()[n * K + k], dot, 1e-3 * dot);
-    }
-}
-
 TEST(ExpertParallel, DispatchThenCombineIsTheIdentity) {
-  const int64_t P = test::world().size(), E = 4 * P, N = 7, K = 3;
-  std::vector<int32_t> idx(P * N * K);
-  for (size_t i = 0; i < idx.size(); ++i) idx[i] = int32_t((i * 7 + i / 5) % E);
-  check_identity(idx, E, N, K);
-  // skewed: every assignment to experts 0..K-1 (all on rank 0); other experts empty
-  for (size_t i = 0; i < idx.size(); ++i) idx[i] = int32_t(i % K);
-  check_identity(idx, E, N, K);
+  test::check_dispatch_identity_cases(test::DispatcherKind::kAllToAll);
 }
 
 using test::Split;
