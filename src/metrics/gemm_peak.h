@@ -3,7 +3,7 @@
 
 namespace moet {
 
-// Best TFLOP/s of a few 1024³ fp32 GEMMs on the current thread count (about 0.2 s).
+// Best TFLOP/s of 1024³ fp32 GEMMs on the current thread count (at least 12 calls and 0.5 s).
 double measure_gemm_peak_tflops();
 
 }  // namespace moet
