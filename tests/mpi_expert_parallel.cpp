@@ -1,6 +1,6 @@
 // Expert and data parallelism under mpirun: dispatch∘combine is the identity; --ep 1/2/4 give
 // bitwise-identical training; data parallelism equals one process to 1e-6 (a P-times larger
-// micro-batch, or P accumulated micro-batches).
+// micro-batch, or P accumulated micro-batches), and bit for bit with --deterministic.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -32,11 +32,13 @@ using test::TrainRun;
 constexpr int64_t kT = 16;
 
 // One process, no MPI: each step sees `parts` × B sequences of the global batch, as `parts`
-// accumulated micro-batches of B (split) or one micro-batch of parts × B.
-TrainRun train_single(int64_t B, int64_t parts, bool split, int steps) {
+// accumulated micro-batches of B (split) or one micro-batch of parts × B. With deterministic,
+// `accum` micro-batches of parts × B sequences each, run one sequence at a time.
+TrainRun train_single(int64_t B, int64_t parts, bool split, int steps, bool deterministic = false,
+                      int64_t accum = 1) {
   ModelConfig cfg = load_model_config(kRoot + "/configs/tiny.json");
-  const int64_t mb = split ? B : parts * B, A = split ? parts : 1;
-  Model m(cfg, mb, kT, LossWeights{0.3, 1e-2, 1e-3});
+  const int64_t mb = split ? B : parts * B, A = split ? parts : accum;
+  Model m(cfg, deterministic ? 1 : mb, kT, LossWeights{0.3, 1e-2, 1e-3});
   m.init_parameters(7);
   LrSchedule sched;
   sched.max_lr = 3e-3;
@@ -44,15 +46,22 @@ TrainRun train_single(int64_t B, int64_t parts, bool split, int steps) {
   sched.warmup = 2;
   sched.total = steps;
   StepRunner runner(m, AdamWConfig{}, sched, 1e-2);
+  if (deterministic) runner.set_deterministic(mb);
   MockDataset data(cfg.vocab_size, 3);
-  std::vector<int32_t> tok(parts * B * (kT + 1));
+  std::vector<int32_t> tok(A * mb * (kT + 1));
   TrainRun out;
   for (int s = 0; s < steps; ++s) {
-    data.fill_sequences(s, 0, 0, parts * B, kT, tok.data());
+    if (split)
+      data.fill_sequences(s, 0, 0, parts * B, kT, tok.data());
+    else
+      for (int64_t a = 0; a < A; ++a)
+        data.fill_sequences(s, a, 0, mb, kT, tok.data() + a * mb * (kT + 1));
     StepResult r = runner.run(s, A, [&](int64_t a) { return tok.data() + a * mb * (kT + 1); });
     out.losses.push_back(r.losses.loss);
     out.norms.push_back(r.grad_norm);
   }
+  Tensor v = m.params().all_values();
+  out.params.assign(v.f32(), v.f32() + v.numel());
   return out;
 }
 
@@ -154,6 +163,27 @@ TEST(DataParallel, EqualsOneProcess) {
   TrainRun accum = train_single(2, P, true, 10);
   for (size_t s = 0; s < dp.losses.size(); ++s)
     EXPECT_NEAR(dp.losses[s], accum.losses[s], 1e-6 * std::abs(accum.losses[s])) << "step " << s;
+}
+
+// --deterministic: P ranks of B sequences = one process of P × B sequences, bit for bit (losses,
+// gradient norms, every parameter), with and without gradient accumulation and ZeRO-1. (Without
+// --deterministic the same comparison differs in the last bits: DataParallel.EqualsOneProcess.)
+TEST(DataParallel, DeterministicEqualsOneProcessBitwise) {
+  const int P = test::world().size();
+  for (int64_t accum : {1, 2}) {
+    test::TrainSetup o;
+    o.B = 2;
+    o.grad_accum = accum;
+    o.steps = 6;
+    o.deterministic = true;
+    TrainRun dp = test::train_tiny(o);
+    TrainRun one = train_single(2, P, false, 6, true, accum);
+    test::expect_same_training(dp, one, "accum " + std::to_string(accum), true);
+    o.zero1 = true;
+    o.overlap = true;
+    test::expect_same_training(test::train_tiny(o), one, "zero1 accum " + std::to_string(accum),
+                               true);
+  }
 }
 
 }  // namespace

@@ -33,6 +33,7 @@ struct TrainSetup {
   Split split = Split::kNone;
   bool zero1 = false;
   double grad_clip = 1.0;
+  bool deterministic = false;  // --deterministic: one sequence at a time, tree-ordered sums
 };
 
 struct TrainRun {
@@ -67,7 +68,7 @@ inline TrainRun train_tiny(const TrainSetup& o) {
     return d;
   };
   const LossWeights lw{0.3, 1e-2, 1e-3};
-  const int64_t lane_b = o.split == Split::kNone ? o.B : o.B / 2;
+  const int64_t lane_b = o.deterministic ? 1 : o.split == Split::kNone ? o.B : o.B / 2;
   Model m(cfg, lane_b, T, lw, factory);
   m.init_parameters(7);
   std::unique_ptr<Model> lane2;
@@ -84,6 +85,7 @@ inline TrainRun train_tiny(const TrainSetup& o) {
   oc.grad_clip = o.grad_clip;
   StepRunner runner(m, oc, sched, 1e-2, &dp);
   if (lane2) runner.set_second_lane(lane2.get(), o.split == Split::kInterleaved);
+  if (o.deterministic) runner.set_deterministic(o.B);
   MockDataset data(cfg.vocab_size, 3);
   const int64_t per = o.B * (T + 1);
   std::vector<int32_t> tok(o.grad_accum * per);

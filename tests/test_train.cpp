@@ -1,5 +1,6 @@
-// Training behaviour: same seed → bitwise-identical losses; the loss goes down on real text;
-// the metrics file has the promised keys.
+// Training behaviour: same seed → bitwise-identical losses; --deterministic trains the same
+// model as the batched step (to rounding); the loss goes down on real text; the metrics file has
+// the promised keys.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -17,10 +18,11 @@ namespace {
 
 const std::string kRoot = MOET_SOURCE_DIR;
 
-std::vector<double> train_losses(const TokenDataset& ds, int64_t steps, uint64_t seed) {
+std::vector<double> train_losses(const TokenDataset& ds, int64_t steps, uint64_t seed,
+                                 bool deterministic = false) {
   ModelConfig cfg = load_model_config(kRoot + "/configs/tiny.json");
   const int64_t B = 2, T = 16, A = 2;
-  Model m(cfg, B, T);
+  Model m(cfg, deterministic ? 1 : B, T);
   m.init_parameters(seed);
   LrSchedule sched;
   sched.max_lr = 3e-3;
@@ -28,6 +30,7 @@ std::vector<double> train_losses(const TokenDataset& ds, int64_t steps, uint64_t
   sched.warmup = 2;
   sched.total = steps;
   StepRunner runner(m, AdamWConfig{}, sched, 1e-3);
+  if (deterministic) runner.set_deterministic(B);
   std::vector<int32_t> tok(A * B * (T + 1));
   std::vector<double> losses;
   for (int64_t s = 0; s < steps; ++s) {
@@ -45,6 +48,14 @@ TEST(Train, SameSeedGivesBitwiseIdenticalLosses) {
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "step " << i;
   std::vector<double> c = train_losses(ds, 5, 43);
   EXPECT_NE(a[0], c[0]) << "a different seed must give a different model";
+}
+
+TEST(Train, DeterministicModeTrainsTheSameModel) {
+  MockDataset ds(257, 7);
+  std::vector<double> batched = train_losses(ds, 6, 42), det = train_losses(ds, 6, 42, true);
+  for (size_t i = 0; i < det.size(); ++i)
+    EXPECT_NEAR(det[i], batched[i], 1e-5 * std::abs(batched[i])) << "step " << i;
+  EXPECT_EQ(det, train_losses(ds, 6, 42, true)) << "and it repeats bit for bit";
 }
 
 TEST(Train, LossGoesDownOnRealText) {

@@ -56,6 +56,9 @@ void add_train_command(CLI::App& app, moet::TrainOptions& o) {
   t->add_flag("--zero1", o.zero1,
               "ZeRO-1: shard the AdamW moments over the data-parallel ranks (bitwise the same "
               "training)");
+  t->add_flag("--deterministic", o.deterministic,
+              "one sequence at a time, gradients added in a fixed tree order: N data-parallel "
+              "ranks give bit for bit what one process gives with an N-times larger micro-batch");
   t->add_option("--ep-ranks-per-node", o.ep_ranks_per_node,
                 "ranks of an expert-parallel group that share a node (for bytes across nodes; "
                 "n_group = nodes makes routing node-limited)");

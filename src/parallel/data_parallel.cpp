@@ -60,7 +60,7 @@ void DataParallel::on_layer_done(int64_t layer) {
     if (b.layer == layer && !b.issued) issue(b);
 }
 
-void DataParallel::reduce_gradients() {
+void DataParallel::reduce_gradients(double scale) {
   const double before = sync_s_;
   for (Bucket& b : buckets_)
     if (!b.issued) issue(b);
@@ -68,12 +68,11 @@ void DataParallel::reduce_gradients() {
     exposed_s_ += stream_->wait_all();
   else
     exposed_s_ += sync_s_ - before;
-  const double inv = 1.0 / double(layout_.size());
   for (Bucket& b : buckets_) {
     const size_t i = size_t(&b - buckets_.data());
     const int64_t lo = zero1_ ? zero1_->begin(i) : 0, hi = zero1_ ? zero1_->end(i) : b.n;
     Tensor t(b.ptr + lo, DType::F32, {hi - lo});
-    if (hi > lo) ops::scale_inplace(t, inv);
+    if (hi > lo && scale != 1.0) ops::scale_inplace(t, scale);
     b.issued = false;
   }
   armed_ = false;
@@ -100,11 +99,10 @@ double DataParallel::optimizer_step(AdamW& optimizer, double lr) {
   return optimizer.step(lr, global_grad_norm(optimizer));
 }
 
-void DataParallel::reduce_losses(LossBreakdown& l) {
+void DataParallel::reduce_losses(LossBreakdown& l, double scale) {
   double v[5] = {l.loss, l.lm_loss, l.mtp_loss, l.balance_loss, l.z_loss};
   layout_.world->allreduce_sum(v, 5);
-  const double inv = 1.0 / double(layout_.size());
-  l = LossBreakdown{v[0] * inv, v[1] * inv, v[2] * inv, v[3] * inv, v[4] * inv};
+  l = LossBreakdown{v[0] * scale, v[1] * scale, v[2] * scale, v[3] * scale, v[4] * scale};
 }
 
 void DataParallel::reduce_expert_loads(const std::vector<MoeLayer*>& layers) {

@@ -32,7 +32,9 @@ class DataParallel {
   // mean over all ranks' tokens): gradients are then summed over their group (expert weights
   // over the expert-data-parallel group, the rest over the world). With ZeRO-1 only this
   // rank's ranges hold reduced gradients (the rest of the arena is left as it was).
-  void reduce_gradients();
+  void reduce_gradients() { reduce_gradients(1.0 / double(layout_.size())); }
+  // The same, multiplying by `scale` instead (1: plain sums, as --deterministic wants them).
+  void reduce_gradients(double scale);
   // Seconds the reductions took, and seconds the step waited for them, since the last call.
   double take_sync_seconds(double* exposed);
   // sqrt(Σ g²) over all parameters of the model (expert shards of the whole ep group counted
@@ -44,8 +46,10 @@ class DataParallel {
   bool zero1() const { return zero1_ != nullptr; }
   // AdamW moment bytes this rank holds under ZeRO-1 (0 without it).
   int64_t zero1_moment_bytes() const { return zero1_ ? zero1_->moment_bytes() : 0; }
-  // Mean over ranks of each loss; sum over ranks of the expert loads.
-  void reduce_losses(LossBreakdown& l);
+  // Mean over ranks of each loss (or, with a scale, the sum times it); sum over ranks of the
+  // expert loads.
+  void reduce_losses(LossBreakdown& l) { reduce_losses(l, 1.0 / double(layout_.size())); }
+  void reduce_losses(LossBreakdown& l, double scale);
   void reduce_expert_loads(const std::vector<MoeLayer*>& layers);
   ParallelLayout& layout() { return layout_; }
 

@@ -1,7 +1,13 @@
 #include "train/train_step.h"
 
+#include <cstring>
+
+#include "core/error.h"
+#include "core/tree_sum.h"
+#include "kernels/ops.h"
 #include "optim/expert_bias.h"
 #include "parallel/data_parallel.h"
+#include "train/gradient_tree.h"
 
 namespace moet {
 
@@ -12,6 +18,8 @@ StepRunner::StepRunner(Model& model, AdamWConfig adamw, LrSchedule schedule,
       schedule_(schedule),
       bias_rate_(bias_update_rate),
       dp_(data_parallel) {}
+
+StepRunner::~StepRunner() = default;
 
 namespace {
 void add_losses(LossBreakdown& acc, const LossBreakdown& l, double w) {
@@ -24,24 +32,106 @@ void add_losses(LossBreakdown& acc, const LossBreakdown& l, double w) {
 }  // namespace
 
 void StepRunner::set_second_lane(Model* lane, bool interleave) {
+  MOET_CHECK(sequences_ == 0, "--deterministic does not combine with --a2a-overlap");
   lane2_ = lane;
   interleave_ = interleave;
+}
+
+void StepRunner::set_deterministic(int64_t sequences) {
+  MOET_CHECK(!lane2_, "--deterministic does not combine with --a2a-overlap");
+  MOET_CHECK(model_.micro_batch() == 1 && sequences > 0,
+             "--deterministic runs one sequence at a time: plan the model for micro-batch 1");
+  sequences_ = sequences;
+  tree_ = std::make_unique<GradientTree>(model_.params().numel());
+  accum_.assign(size_t(model_.params().numel()), 0.0f);
+  leaf_losses_.resize(size_t(sequences));
 }
 
 StepResult StepRunner::run(int64_t step, int64_t grad_accum,
                            const std::function<const int32_t*(int64_t)>& micro_batch) {
   const auto& moe = model_.moe_layers();
-  model_.params().zero_grads();
   reset_router_stats(moe);
   if (lane2_) reset_router_stats(lane2_->moe_layers());
   StepResult r;
+  if (sequences_ > 0) {
+    r.losses = accumulate_deterministic(grad_accum, micro_batch);
+  } else {
+    r.losses = accumulate(grad_accum, micro_batch);
+    if (dp_) {
+      dp_->reduce_gradients();
+      dp_->reduce_losses(r.losses);
+    }
+  }
+  if (lane2_)  // one step's loads, both lanes (the bias they update is shared)
+    for (size_t i = 0; i < moe.size(); ++i) {
+      std::vector<int64_t>& to = moe[i]->stats().load_E;
+      const std::vector<int64_t>& from = lane2_->moe_layers()[i]->stats().load_E;
+      for (size_t e = 0; e < to.size(); ++e) to[e] += from[e];
+    }
+  r.lr = schedule_.at(step);
+  if (dp_) {
+    dp_->reduce_expert_loads(moe);
+    r.grad_norm = dp_->optimizer_step(adamw_, r.lr);
+  } else {
+    r.grad_norm = adamw_.step(r.lr);
+  }
+  r.max_expert_load = max_expert_load_ratio(moe);
+  update_expert_bias(moe, bias_rate_);
+  return r;
+}
+
+LossBreakdown StepRunner::accumulate_deterministic(
+    int64_t grad_accum, const std::function<const int32_t*(int64_t)>& micro_batch) {
+  ParamStore& params = model_.params();
+  Tensor grads = params.all_grads();
+  const int64_t n = params.numel(), S = sequences_, per_seq = model_.seq_len() + 1;
+  LossBreakdown total;
+  for (int64_t a = 0; a < grad_accum; ++a) {
+    tree_->reset();
+    for (int64_t s = 0; s < S; ++s) {
+      params.zero_grads();
+      leaf_losses_[size_t(s)] = model_.forward(micro_batch(a) + s * per_seq);
+      model_.backward(1.0);
+      tree_->push(grads.f32());
+    }
+    tree_->finish(grads.f32());
+    auto sum = [&](double LossBreakdown::*field) {
+      return tree_sum<double>(0, int(S), [&](int s) { return leaf_losses_[size_t(s)].*field; });
+    };
+    LossBreakdown l{sum(&LossBreakdown::loss), sum(&LossBreakdown::lm_loss),
+                    sum(&LossBreakdown::mtp_loss), sum(&LossBreakdown::balance_loss),
+                    sum(&LossBreakdown::z_loss)};
+    if (dp_) {  // plain sums over the ranks, in the canonical order
+      dp_->reduce_gradients(1.0);
+      dp_->reduce_losses(l, 1.0);
+    }
+    Tensor acc(accum_.data(), DType::F32, {n});
+    if (a == 0)
+      ops::copy(grads, acc);
+    else
+      ops::add(acc, grads, acc);
+    add_losses(total, l, 1.0);
+  }
+  const int64_t ranks = dp_ ? dp_->layout().size() : 1;
+  const double inv = 1.0 / double(ranks * grad_accum * S);
+  std::memcpy(grads.f32(), accum_.data(), size_t(n) * sizeof(float));
+  ops::scale_inplace(grads, inv);
+  LossBreakdown mean;
+  add_losses(mean, total, inv);
+  return mean;
+}
+
+LossBreakdown StepRunner::accumulate(int64_t grad_accum,
+                                     const std::function<const int32_t*(int64_t)>& micro_batch) {
+  model_.params().zero_grads();
+  LossBreakdown losses;
   for (int64_t a = 0; a < grad_accum; ++a) {
     const bool last = a + 1 == grad_accum;
     if (!lane2_) {
       LossBreakdown l = model_.forward(micro_batch(a));
       if (dp_ && last) dp_->arm();  // gradients final: reduce during backward
       model_.backward(1.0 / double(grad_accum));
-      add_losses(r.losses, l, 1.0 / double(grad_accum));
+      add_losses(losses, l, 1.0 / double(grad_accum));
       continue;
     }
     // Two lanes, each half of the micro-batch (the first lane the first half of the sequences);
@@ -60,27 +150,10 @@ StepResult StepRunner::run(int64_t step, int64_t grad_accum,
     run_stages(lanes, model_.num_layers(), false);
     lanes[0]->backward_end();
     lanes[1]->backward_end();
-    add_losses(r.losses, l0, scale);
-    add_losses(r.losses, l1, scale);
+    add_losses(losses, l0, scale);
+    add_losses(losses, l1, scale);
   }
-  if (lane2_)  // one step's loads, both lanes (the bias they update is shared)
-    for (size_t i = 0; i < moe.size(); ++i) {
-      std::vector<int64_t>& to = moe[i]->stats().load_E;
-      const std::vector<int64_t>& from = lane2_->moe_layers()[i]->stats().load_E;
-      for (size_t e = 0; e < to.size(); ++e) to[e] += from[e];
-    }
-  r.lr = schedule_.at(step);
-  if (dp_) {
-    dp_->reduce_gradients();
-    dp_->reduce_losses(r.losses);
-    dp_->reduce_expert_loads(moe);
-    r.grad_norm = dp_->optimizer_step(adamw_, r.lr);
-  } else {
-    r.grad_norm = adamw_.step(r.lr);
-  }
-  r.max_expert_load = max_expert_load_ratio(moe);
-  update_expert_bias(moe, bias_rate_);
-  return r;
+  return losses;
 }
 
 void StepRunner::run_stages(Model* lanes[2], int64_t layers, bool forward) {

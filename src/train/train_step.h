@@ -2,6 +2,8 @@
 // scheduled learning rate, then the auxiliary-loss-free expert-bias update.
 #pragma once
 #include <functional>
+#include <memory>
+#include <vector>
 
 #include "model/model.h"
 #include "optim/adamw.h"
@@ -17,6 +19,7 @@ struct StepResult {
 };
 
 class DataParallel;
+class GradientTree;
 
 class StepRunner {
  public:
@@ -25,6 +28,7 @@ class StepRunner {
   // moments of its own: DataParallel steps this rank's shard.
   StepRunner(Model& model, AdamWConfig adamw, LrSchedule schedule, double bias_update_rate,
              DataParallel* data_parallel = nullptr);
+  ~StepRunner();
   // micro_batch(a) returns micro-batch a's B×(T+1) tokens, a < grad_accum.
   StepResult run(int64_t step, int64_t grad_accum,
                  const std::function<const int32_t*(int64_t)>& micro_batch);
@@ -33,6 +37,13 @@ class StepRunner {
   // so each lane's all-to-alls travel under the other lane's compute; without, each layer runs
   // lane by lane (the same arithmetic, bit for bit).
   void set_second_lane(Model* lane, bool interleave);
+  // --deterministic: each micro-batch holds `sequences` sequences and the model is planned for
+  // one; every sequence's gradient is computed into fresh buffers and the sequences are added
+  // in the canonical tree order (GradientTree), reduced over the ranks after every micro-batch
+  // (plain sums), accumulated over micro-batches in order and scaled once at the end. Data
+  // parallelism over P ranks with a power-of-two micro-batch then gives bitwise what one
+  // process gives with a P-times larger micro-batch (docs/parallel.md).
+  void set_deterministic(int64_t sequences);
   AdamW& optimizer() { return adamw_; }
   const LrSchedule& schedule() const { return schedule_; }
 
@@ -44,7 +55,15 @@ class StepRunner {
   DataParallel* dp_;
   Model* lane2_ = nullptr;
   bool interleave_ = true;
+  int64_t sequences_ = 0;  // --deterministic: sequences per micro-batch (0: off)
+  std::unique_ptr<GradientTree> tree_;
+  std::vector<float> accum_;
+  std::vector<LossBreakdown> leaf_losses_;
   void run_stages(Model* lanes[2], int64_t layers, bool forward);
+  LossBreakdown accumulate(int64_t grad_accum,
+                           const std::function<const int32_t*(int64_t)>& micro_batch);
+  LossBreakdown accumulate_deterministic(int64_t grad_accum,
+                                         const std::function<const int32_t*(int64_t)>& micro_batch);
 };
 
 }  // namespace moet

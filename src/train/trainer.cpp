@@ -45,6 +45,11 @@ void validate(const TrainOptions& o) {
              o.micro_batch);
   MOET_CHECK(o.dispatcher == "alltoall" || o.dispatcher == "allgather", "--dispatcher '",
              o.dispatcher, "' is not known: alltoall or allgather");
+  MOET_CHECK(!o.deterministic || !o.a2a_overlap,
+             "--deterministic runs one sequence at a time and does not combine with --a2a-overlap");
+  MOET_CHECK(!o.deterministic || o.ep == 1,
+             "--deterministic needs --ep 1 (expert-parallel layouts are bitwise-identical to each "
+             "other at --grad-accum 1 without it; docs/parallel.md)");
   MOET_CHECK(o.eval_every >= 0 && o.eval_batches >= 0, "--eval-every/--eval-batches must be >= 0");
 }
 
@@ -82,18 +87,22 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// Mean held-out LM loss; under data parallelism rank r evaluates batches r, r + W, … and the
-// means are averaged over ranks (every rank takes part in the experts' all-to-alls).
-double evaluate(Model& model, const TokenDataset& ds, int64_t batches, std::vector<int32_t>& buf,
-                Communicator* world) {
-  const int64_t B = model.micro_batch(), T = model.seq_len();
+// Mean held-out LM loss over batches of B sequences (run model.micro_batch() at a time); under
+// data parallelism rank r evaluates batches r, r + W, … and the means are averaged over ranks
+// (every rank takes part in the experts' all-to-alls).
+double evaluate(Model& model, int64_t B, const TokenDataset& ds, int64_t batches,
+                std::vector<int32_t>& buf, Communicator* world) {
+  const int64_t T = model.seq_len(), chunk = model.micro_batch(), chunks = B / chunk;
   const int64_t W = world ? world->size() : 1, r = world ? world->rank() : 0;
   batches = std::min(batches, ds.num_eval_batches(B, T) / W);
   if (!ds.has_eval() || batches <= 0) return StepMetrics::kNone;
   double sum = 0;
   for (int64_t i = 0; i < batches; ++i) {
     ds.eval_batch(i * W + r, B, T, buf.data());
-    sum += model.forward(buf.data()).lm_loss;
+    double batch = 0;
+    for (int64_t c = 0; c < chunks; ++c)
+      batch += model.forward(buf.data() + c * chunk * (T + 1)).lm_loss;
+    sum += batch / double(chunks);
   }
   reset_router_stats(model.moe_layers());
   double mean = sum / double(batches);
@@ -162,7 +171,8 @@ double run_training(const TrainOptions& o, Communicator* world) {
   const int64_t B = o.micro_batch, T = o.seq, A = o.grad_accum;
   // --a2a-overlap: two lanes of B/2 sequences over one set of parameters.
   const LossWeights lw{o.mtp_lambda, o.balance_alpha, o.z_loss_coef};
-  const int64_t lane_batch = o.a2a_overlap ? B / 2 : B;
+  // --deterministic: a model for one sequence, run B times per micro-batch.
+  const int64_t lane_batch = o.deterministic ? 1 : o.a2a_overlap ? B / 2 : B;
   Model model(cfg, lane_batch, T, lw, dispatchers);
   model.init_parameters(o.seed);
   model.set_trace(trace.get());
@@ -189,6 +199,7 @@ double run_training(const TrainOptions& o, Communicator* world) {
   oc.grad_clip = o.grad_clip;
   StepRunner runner(model, oc, sched, o.bias_update_rate, dp ? &*dp : nullptr);
   if (lane2) runner.set_second_lane(lane2.get(), true);
+  if (o.deterministic) runner.set_deterministic(B);
 
   const double peak = o.peak_tflops > 0 ? o.peak_tflops : measure_gemm_peak_tflops();
   const double fpt = flops_per_token(cfg, T, cfg.num_nextn_predict_layers > 0);
@@ -260,7 +271,7 @@ double run_training(const TrainOptions& o, Communicator* world) {
     m.eta_s = m.elapsed_s / double(step + 1) * double(o.steps - step - 1);
     bool last = step + 1 == o.steps;
     if ((o.eval_every > 0 && (step + 1) % o.eval_every == 0) || (last && o.eval_batches > 0))
-      m.eval_loss = evaluate(model, *ds, o.eval_batches, tokens, world);
+      m.eval_loss = evaluate(model, B, *ds, o.eval_batches, tokens, world);
     if (metrics) metrics->write(m);
     if (verbose && ((step + 1) % o.log_every == 0 || last)) {
       std::printf("%s\n", format_progress_line(m).c_str());

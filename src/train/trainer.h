@@ -37,11 +37,13 @@ struct TrainOptions {
   // Communication on its own thread, hidden behind compute: "on", "off", or "auto" (on when
   // the node has a core to spare for each rank's communication thread).
   std::string overlap = "auto";
-  std::string trace_path;  // Perfetto/Chrome trace, one file per rank ("" = none)
-  std::string dispatcher = "alltoall";
+  std::string trace_path;               // Perfetto/Chrome trace, one file per rank ("" = none)
+  std::string dispatcher = "alltoall";  // expert token exchange with ep > 1: alltoall, allgather
   bool a2a_overlap = false;  // split micro-batches in two lanes whose all-to-alls interleave
-  bool zero1 = false;  // ZeRO-1: shard the AdamW moments over the data-parallel ranks  // expert
-                       // token exchange with ep > 1: alltoall, allgather
+  bool zero1 = false;        // ZeRO-1: shard the AdamW moments over the data-parallel ranks
+  // One sequence at a time, gradients added in a fixed tree order: data parallelism equals one
+  // process with a larger micro-batch bit for bit (StepRunner::set_deterministic).
+  bool deterministic = false;
 };
 
 class Communicator;
