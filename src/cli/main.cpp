@@ -4,6 +4,7 @@
 #include <exception>
 #include <string>
 
+#include "cli/sim_commands.h"
 #include "core/error.h"
 #include "parallel/mpi_communicator.h"
 #include "train/trainer.h"
@@ -81,10 +82,21 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   moet::TrainOptions train;
   add_train_command(app, train);
-  if (argc > 1 && argv[1][0] != '-' && std::string(argv[1]) != "train") {
-    std::fprintf(stderr, "moet: error: unknown command '%s' (commands: train; see moet --help)\n",
-                 argv[1]);
-    return 2;
+  moet::cli::SimulateArgs simulate;
+  moet::cli::PlanArgs plan;
+  moet::cli::BenchArgs bench;
+  CLI::App* simulate_cmd = moet::cli::add_simulate_command(app, simulate);
+  CLI::App* plan_cmd = moet::cli::add_plan_command(app, plan);
+  CLI::App* bench_cmd = moet::cli::add_bench_command(app, bench);
+  if (argc > 1 && argv[1][0] != '-') {
+    const std::string cmd = argv[1];
+    if (cmd != "train" && cmd != "simulate" && cmd != "plan" && cmd != "bench") {
+      std::fprintf(stderr,
+                   "moet: error: unknown command '%s' (commands: train, simulate, plan, bench; "
+                   "see moet --help)\n",
+                   argv[1]);
+      return 2;
+    }
   }
   try {
     app.parse(argc, argv);
@@ -92,6 +104,18 @@ int main(int argc, char** argv) {
     if (e.get_exit_code() == 0) return app.exit(e);
     std::fprintf(stderr, "moet: error: %s (see moet --help)\n", e.what());
     return 2;
+  }
+  if (simulate_cmd->parsed() || plan_cmd->parsed() || bench_cmd->parsed()) {
+    try {
+      if (simulate_cmd->parsed()) moet::cli::run_simulate(simulate);
+      if (plan_cmd->parsed()) moet::cli::run_plan(plan);
+      if (bench_cmd->parsed()) moet::cli::run_bench(bench);
+    } catch (const std::exception& e) {
+      const bool user = dynamic_cast<const moet::Error*>(&e) != nullptr;
+      std::fprintf(stderr, "moet: error: %s%s\n", user ? "" : "internal error: ", e.what());
+      return 1;
+    }
+    return 0;
   }
   // Under mpirun every rank joins the job; a plain `moet train` never touches MPI.
   std::unique_ptr<moet::MpiCommunicator> world;

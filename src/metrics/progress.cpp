@@ -64,6 +64,7 @@ std::string format_progress_line(const StepMetrics& m) {
     s += " | a2a " + fmt("%.3f", m.a2a_s) + " s, exposed comm " + fmt("%.3f", m.exposed_comm_s) +
          " s, grad sync " + fmt("%.3f", m.grad_sync_s) + " s, " + fmt("%.1f", m.comm_bytes / 1e6) +
          " MB sent";
+  if (has(m.ep_load_imbalance)) s += ", rank load max/mean " + fmt("%.2f", m.ep_load_imbalance);
   if (has(m.comm_bytes_other_nodes))
     s += " (" + fmt("%.1f", m.comm_bytes_other_nodes / 1e6) + " MB across nodes)";
   if (has(m.eta_s)) s += " | ETA " + format_hms(m.eta_s);
@@ -101,6 +102,7 @@ std::string metrics_json_line(const StepMetrics& m) {
   optional("grad_sync_s", m.grad_sync_s);
   optional("comm_bytes", m.comm_bytes);
   optional("comm_bytes_other_nodes", m.comm_bytes_other_nodes);
+  optional("ep_load_imbalance", m.ep_load_imbalance);
   optional("elapsed_s", m.elapsed_s);
   optional("eta_s", m.eta_s);
   return j.dump();

@@ -35,7 +35,8 @@ struct StepMetrics {
   // and payload bytes this rank sent to other ranks.
   double a2a_s = kNone;
   double exposed_comm_s = kNone;
-  double a2a_exposed_s = kNone;  // the all-to-all part of exposed_comm_s
+  double ep_load_imbalance = kNone;  // Σ layers max over EP ranks of expert rows / Σ mean
+  double a2a_exposed_s = kNone;      // the all-to-all part of exposed_comm_s
   double grad_sync_s = kNone;
   double comm_bytes = kNone;
   double comm_bytes_other_nodes = kNone;  // the part of comm_bytes that left the node

@@ -89,6 +89,15 @@ void ExpertExchangeDispatcher::exchange(const Tensor& rows_in, Tensor& rows_out,
   }
 }
 
+std::pair<double, double> ExpertExchangeDispatcher::rows_received_max_mean() {
+  std::vector<int64_t> all(size_t(comm_.size()));
+  const int64_t mine = rows_received_;
+  xch_.run_now([&] { comm_.allgather(&mine, sizeof mine, all.data()); }, "expert load");
+  double max = 0, sum = 0;
+  for (int64_t r : all) max = std::max(max, double(r)), sum += double(r);
+  return {max, sum / double(all.size())};
+}
+
 void ExpertExchangeDispatcher::dispatch(const Tensor& x_ND, const Tensor& idx_NK) {
   dispatch_start(x_ND, idx_NK);
   dispatch_finish();

@@ -8,6 +8,7 @@
 // for combine and backward.
 #pragma once
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "model/dispatcher.h"
@@ -55,7 +56,14 @@ class ExpertExchangeDispatcher : public TokenDispatcher {
   int64_t bytes_sent() const { return bytes_sent_; }
   int64_t bytes_sent_other_nodes() const { return bytes_sent_other_nodes_; }
   int64_t routing_bytes_sent() const { return routing_bytes_sent_; }
-  void reset_bytes() { bytes_sent_ = bytes_sent_other_nodes_ = routing_bytes_sent_ = 0; }
+  void reset_bytes() {
+    bytes_sent_ = bytes_sent_other_nodes_ = routing_bytes_sent_ = rows_received_ = 0;
+  }
+  // Expert rows this rank received since the last reset_bytes, and (collective over the
+  // expert-parallel group) the largest and the mean of that over the group's ranks: the
+  // slowest rank's expert work, against a balanced share.
+  int64_t rows_received() const { return rows_received_; }
+  std::pair<double, double> rows_received_max_mean();
 
   // Consecutive ranks of the group that share a node (default: all). With n_group equal to the
   // number of nodes, group-limited routing is node-limited routing: a token reaches at most
@@ -90,6 +98,7 @@ class ExpertExchangeDispatcher : public TokenDispatcher {
   Tensor returned_AD_;                      // expert outputs back at the source, source order
   Tensor send_AD_, recv_MD_;                // exchange buffers: source order, receive order
   int64_t bytes_sent_ = 0, bytes_sent_other_nodes_ = 0, routing_bytes_sent_ = 0;
+  int64_t rows_received_ = 0;
   int64_t ranks_per_node_ = 0, max_nodes_per_token_ = 0;
   AsyncExchange xch_;
 };
@@ -112,6 +121,7 @@ void ExpertExchangeDispatcher::layout_exchange(const RecvRows& recv_rows) {
     ro += recv_bytes_[p];
   }
   M_ = ro / row_bytes;
+  rows_received_ += M_;
   MOET_ASSERT(M_ <= xp_MD_.size(0));
 }
 

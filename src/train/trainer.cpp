@@ -252,7 +252,10 @@ double run_training(const TrainOptions& o, Communicator* world) {
     m.step_time_s = dt;
     if (dp) {
       double a2a_s = 0, a2a_exposed = 0, bytes = 0, other_nodes = 0, grad_exposed = 0;
+      double rows_max = 0, rows_mean = 0;
       for (ExpertExchangeDispatcher* d : exchanges) {
+        const auto [mx, mean] = d->rows_received_max_mean();
+        rows_max += mx, rows_mean += mean;
         a2a_s += d->a2a_seconds();
         a2a_exposed += d->exposed_seconds();
         bytes += double(d->bytes_sent());
@@ -266,6 +269,7 @@ double run_training(const TrainOptions& o, Communicator* world) {
       m.exposed_comm_s = a2a_exposed + grad_exposed;
       m.a2a_exposed_s = a2a_exposed;
       m.comm_bytes = bytes;
+      if (rows_mean > 0) m.ep_load_imbalance = rows_max / rows_mean;
     }
     m.elapsed_s = seconds_since(t_start);
     m.eta_s = m.elapsed_s / double(step + 1) * double(o.steps - step - 1);

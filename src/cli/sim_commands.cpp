@@ -1,0 +1,125 @@
+#include "cli/sim_commands.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "model/config.h"
+#include "sim/calibrate.h"
+#include "sim/report.h"
+
+namespace moet::cli {
+
+namespace {
+
+void add_model_options(CLI::App* c, std::string& model, std::string& system, int64_t& seq,
+                       std::string& precision, int64_t& mtp) {
+  c->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  c->add_option("--model", model, "Hugging Face config.json of the model")->required();
+  c->add_option("--system", system,
+                "cluster from configs/systems (h100-sxm, h200, b200, gb200-nvl72, gb300-nvl72, "
+                "local) or a path to a system .json")
+      ->required();
+  c->add_option("--seq", seq, "sequence length")->capture_default_str();
+  c->add_option("--precision", precision, "bf16, fp8 (blockwise), mxfp8 or fp32")
+      ->capture_default_str();
+  c->add_option("--mtp", mtp, "multi-token-prediction depth (default: the model config's)");
+}
+
+}  // namespace
+
+CLI::App* add_simulate_command(CLI::App& app, SimulateArgs& a) {
+  CLI::App* c = app.add_subcommand(
+      "simulate", "predict step time, TFLOP/s, memory and scaling of a layout on a cluster");
+  add_model_options(c, a.model, a.system, a.seq, a.precision, a.mtp);
+  c->add_option("--gpus", a.gpus, "GPU count, or several (comma-separated) at the same GBS")
+      ->required()
+      ->delimiter(',')
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  c->add_option("--tp", a.tp, "tensor parallel")->capture_default_str();
+  c->add_option("--pp", a.pp, "pipeline parallel")->capture_default_str();
+  c->add_option("--vpp", a.vpp, "virtual pipeline stages per rank")->capture_default_str();
+  c->add_option("--ep", a.ep, "expert parallel")->capture_default_str();
+  c->add_option("--etp", a.etp, "expert tensor parallel")->capture_default_str();
+  c->add_option("--mbs", a.mbs, "micro-batch (sequences)")->capture_default_str();
+  c->add_option("--gbs", a.gbs, "global batch (sequences)")->required();
+  c->add_option("--recompute", a.recompute, "none, selective or full")->capture_default_str();
+  c->add_option("--expert-imbalance", a.expert_imbalance,
+                "expert rows of the busiest EP rank over the mean (moet train reports it as "
+                "ep_load_imbalance; 1 = balanced)")
+      ->capture_default_str();
+  c->add_flag("--no-a2a-overlap", a.no_a2a_overlap,
+              "expert all-to-all not hidden behind compute (only behind the shared expert)");
+  c->add_flag("--no-dp-overlap", a.no_dp_overlap,
+              "data-parallel gradient/parameter traffic not hidden behind compute");
+  c->add_flag("--no-distributed-optimizer", a.no_distributed_optimizer,
+              "optimizer state replicated on every data-parallel rank");
+  c->add_flag("--json", a.json, "print a JSON array, one object per GPU count");
+  return c;
+}
+
+CLI::App* add_plan_command(CLI::App& app, PlanArgs& a) {
+  CLI::App* c = app.add_subcommand(
+      "plan", "search TP/PP/VPP/EP/micro-batch/recompute layouts and rank them by throughput");
+  add_model_options(c, a.model, a.system, a.seq, a.precision, a.mtp);
+  c->add_option("--gpus", a.gpus, "GPUs")->required();
+  c->add_option("--gbs", a.gbs, "global batch (sequences)")->required();
+  c->add_option("--top", a.top, "layouts to print")->capture_default_str();
+  return c;
+}
+
+CLI::App* add_bench_command(CLI::App& app, BenchArgs& a) {
+  CLI::App* c = app.add_subcommand(
+      "bench",
+      "measure this machine (GEMM shapes, attention, memory-bound ops, copies) and "
+      "write the `local` system for moet simulate");
+  c->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  c->add_option("--out", a.out, "system file to write (default configs/systems/local.json)");
+  c->add_flag("--overwrite", a.overwrite, "replace an existing calibration");
+  c->add_option("--threads", a.threads, "threads (default: all cores)");
+  return c;
+}
+
+void run_simulate(const SimulateArgs& a) {
+  const ModelConfig c = load_model_config(a.model);
+  const sim::SystemSpec s = sim::load_system(a.system);
+  sim::SimLayout l;
+  l.tp = a.tp, l.pp = a.pp, l.vpp = a.vpp, l.ep = a.ep, l.etp = a.etp, l.mbs = a.mbs;
+  l.gbs = a.gbs, l.seq = a.seq, l.precision = a.precision, l.mtp = a.mtp;
+  l.recompute = a.recompute, l.a2a_overlap = !a.no_a2a_overlap, l.dp_overlap = !a.no_dp_overlap;
+  l.distributed_optimizer = !a.no_distributed_optimizer;
+  l.expert_imbalance = a.expert_imbalance;
+  const auto ps = sim::simulate_scaling(c, l, s, a.gpus);
+  if (a.json) {
+    std::fprintf(stderr, "moet simulate: %s\n", sim::flops_line(ps.front()).c_str());
+    std::fputs(sim::predictions_json(ps, a.gpus.size() > 1).c_str(), stdout);
+  } else {
+    sim::print_predictions(stdout, s, ps);
+  }
+}
+
+void run_plan(const PlanArgs& a) {
+  const ModelConfig c = load_model_config(a.model);
+  const sim::SystemSpec s = sim::load_system(a.system);
+  sim::PlanRequest r;
+  r.gpus = a.gpus, r.gbs = a.gbs, r.seq = a.seq, r.precision = a.precision, r.mtp = a.mtp;
+  if (r.gpus < 1 || r.gbs < 1) throw Error("--gpus and --gbs must be at least 1");
+  s.peak(r.precision);
+  const sim::Plan plan = sim::plan_layouts(c, s, r);
+  sim::print_plan(stdout, s, plan, size_t(std::max<int64_t>(1, a.top)));
+  if (plan.ranked.empty()) throw Error("no layout divides the model and fits in memory");
+}
+
+void run_bench(const BenchArgs& a) {
+  const std::string out = a.out.empty() ? sim::systems_dir() + "/local.json" : a.out;
+  if (std::filesystem::exists(out) && !a.overwrite)
+    throw Error(str(out, " exists (an earlier calibration); pass --overwrite to replace it"));
+  const sim::SystemSpec s = sim::calibrate_local(a.threads, stdout);
+  std::ofstream f(out);
+  if (!f) throw Error(str("cannot write ", out));
+  f << sim::system_to_json(s);
+  std::printf("wrote %s\n", out.c_str());
+}
+
+}  // namespace moet::cli

@@ -1,0 +1,345 @@
+#include "sim/cost_model.h"
+
+#include <algorithm>
+#include <set>
+
+#include "core/error.h"
+#include "sim/routing_fanout.h"
+
+namespace moet::sim {
+
+double activation_bytes(const std::string& precision) { return precision == "fp32" ? 4 : 2; }
+
+double gemm_efficiency(const SystemSpec& s, const std::string& precision, double m, double n,
+                       double k) {
+  const double d = s.gemm_half_dim(precision);
+  auto f = [d](double x) { return x / (x + d); };
+  return s.gemm_max(precision) * f(m) * f(n) * f(k);
+}
+
+namespace {
+
+// Recompute groups of `--recompute selective` (Megatron-Core's recompute_modules names):
+// the MLA up-projections, the expert activation and the norms are not saved but redone in
+// backward. `full` redoes the whole slot and saves only its input.
+const std::set<std::string> kSelective = {"mla_up_proj", "moe_act", "layernorm"};
+
+// Builds the cost of one slot op by op.
+class SlotBuilder {
+ public:
+  SlotBuilder(const ModelConfig& c, const SimLayout& l, const SystemSpec& s, const Fanout& fan)
+      : c_(c), l_(l), s_(s), fan_(fan) {
+    a_ = activation_bytes(l.precision);
+    low_ = l.precision;
+    high_ = l.precision == "fp32" ? "fp32" : "bf16";
+    quantized_ = l.precision == "fp8" || l.precision == "mxfp8";
+    // GPUs of one domain may share one node's compute and memory (the `local` CPU system).
+    share_ = s.compute_shared ? s.ranks_per_domain(static_cast<int>(l.gpus)) : 1;
+    hbm_ = s.hbm_tbps * 1e12 * s.eff.hbm / share_;
+    tokens_ = static_cast<double>(l.mbs * l.seq);
+  }
+
+  SlotCost embedding() {
+    SlotCost w = start("embedding");
+    mem(w, 2 * h() * tl(), 3 * h() * tl(), 1, 1);
+    w.dense_params = double(c_.vocab_size) * h() / l_.tp;
+    return w;
+  }
+
+  SlotCost decoder_layer(int64_t layer, bool moe, const std::string& name) {
+    SlotCost w = start(name);
+    w.act_bytes += h() * tl() * a_;  // the layer input (the residual stream)
+    if (l_.recompute == "full") {
+      SlotCost inner = start(name);
+      attention(inner);
+      moe ? moe_block(inner) : dense_mlp(inner);
+      merge_recomputed(w, inner, /*drop_saved=*/true, /*with_a2a=*/true);
+      return w;
+    }
+    attention(w);
+    moe ? moe_block(w) : dense_mlp(w);
+    (void)layer;
+    return w;
+  }
+
+  SlotCost mtp_layer(int64_t depth) {
+    SlotCost w = decoder_layer(-1, c_.mtp_is_moe(), "mtp " + std::to_string(depth));
+    // Embedding of the shifted tokens, two norms, concatenation and the eh projection.
+    mem(w, 6 * h() * tl(), 9 * h() * tl(), 4, 4);
+    tp_collective(w, 1);
+    gemm(w, tokens_, h() / l_.tp, 2 * h(), 1, true);
+    w.dense_params += 2 * h() * h() / l_.tp + 2 * h();
+    loss(w);
+    return w;
+  }
+
+  SlotCost loss_slot() {
+    SlotCost w = start("loss");
+    loss(w);
+    w.dense_params += double(c_.vocab_size) * h() / l_.tp + h();
+    return w;
+  }
+
+ private:
+  double h() const { return double(c_.hidden_size); }
+  double tl() const { return tokens_ / l_.tp; }  // sequence-parallel tokens of this rank
+
+  SlotCost start(const std::string& name) const {
+    SlotCost w;
+    w.name = name;
+    return w;
+  }
+
+  double peak(const std::string& precision) const { return s_.peak(precision) * 1e12 / share_; }
+
+  // Memory-bound kernels moving `ef`/`eb` elements forward/backward.
+  void mem(SlotCost& w, double ef, double eb, int kernels_f, int kernels_b,
+           double bytes_per_element = 0) {
+    const double b = bytes_per_element > 0 ? bytes_per_element : a_;
+    w.mem_f += ef * b / hbm_;
+    w.mem_b += eb * b / hbm_;
+    launch(w, kernels_f, kernels_b);
+  }
+
+  void launch(SlotCost& w, int kf, int kb) const {
+    w.launch_f += kf * s_.eff.op_overhead_us * 1e-6;
+    w.launch_b += kb * s_.eff.op_overhead_us * 1e-6;
+  }
+
+  // [m,k]·[k,n] with `count` copies (grouped GEMM of the local experts); backward is the data
+  // gradient [m,n]·[n,k] and the weight gradient [k,m]·[m,n].
+  void gemm(SlotCost& w, double m, double n, double k, double count, bool low_precision,
+            bool save_input = true) {
+    const std::string& p = low_precision ? low_ : high_;
+    const double pk = peak(p), flops = 2 * m * n * k * count, mr = m;
+    auto t = [&](double x, double y, double z) {
+      const double compute = flops / (pk * gemm_efficiency(s_, p, x, y, z));
+      const double eb = (low_precision && quantized_) ? 1 : a_;
+      const double bytes = count * (x * z + z * y) * eb + count * x * y * a_;
+      return std::max(compute, bytes / hbm_);
+    };
+    w.gemm_f += t(mr, n, k);
+    w.gemm_b += t(mr, k, n) + t(k, n, mr);
+    launch(w, 1, 2);
+    if (low_precision && quantized_) {
+      // Casts: the input row- and column-wise (for wgrad) in forward, the output gradient
+      // both ways in backward; FP8 inputs are what is saved.
+      mem(w, count * m * k * 3, count * m * n * 3, 1, 1, 1);
+      if (save_input) w.act_bytes += count * m * k;
+    } else if (save_input) {
+      w.act_bytes += count * m * k * a_;
+    }
+  }
+
+  void attention_core(SlotCost& w, double heads) {
+    const double dqk = double(c_.qk_head_dim()), dv = double(c_.v_head_dim);
+    const double flops = double(l_.mbs) * double(l_.seq) * double(l_.seq) * heads * (dqk + dv);
+    w.attn_f += flops / (peak(high_) * s_.eff.attention_fwd);
+    w.attn_b += 2.5 * flops / (peak(high_) * s_.eff.attention_bwd);  // S = QKᵀ recomputed
+    launch(w, 1, 1);
+    w.act_bytes += tokens_ * heads * dv * a_ + tokens_ * heads * 4;  // output and log-sum-exp
+  }
+
+  void tp_collective(SlotCost& w, int pairs) const {
+    if (l_.tp == 1) return;
+    // All-gather before and reduce-scatter after a TP region, forward and backward.
+    const double bytes = tokens_ * h() * a_ * double(l_.tp - 1) / double(l_.tp);
+    const double t = bytes / (s_.nvlink_gbps * 1e9 * s_.eff.collective_nvlink);
+    w.tp_f += 2 * pairs * t;
+    w.tp_b += 2 * pairs * t;
+  }
+
+  void norm(SlotCost& w, double width, double tokens) {
+    SlotCost g = start("");
+    mem(g, 2 * width * tokens, 3 * width * tokens, 1, 1);
+    g.act_bytes += width * tokens * a_;  // its output, the next GEMM's input
+    merge_group(w, g, "layernorm");
+  }
+
+  void attention(SlotCost& w) {
+    const double n = double(c_.num_attention_heads) / l_.tp, dqk = double(c_.qk_head_dim());
+    const double dn = double(c_.qk_nope_head_dim), dr = double(c_.qk_rope_head_dim);
+    const double dv = double(c_.v_head_dim), rq = double(c_.q_lora_rank);
+    const double rkv = double(c_.kv_lora_rank), t = tokens_;
+    norm(w, h(), tl());
+    tp_collective(w, 1);
+    SlotCost up = start("");
+    if (rq > 0) {
+      gemm(w, t, rq, h(), 1, true);  // q_a (replicated over TP)
+      norm(w, rq, t);
+      gemm(up, t, n * dqk, rq, 1, true, false);
+    } else {
+      gemm(up, t, n * dqk, h(), 1, true, false);
+    }
+    gemm(w, t, rkv + dr, h(), 1, true);  // kv_a (replicated over TP)
+    norm(w, rkv, t);
+    gemm(up, t, n * (dn + dv), rkv, 1, true, false);
+    // RoPE and assembling per-head q, k (shared rope key broadcast) and contiguous v.
+    mem(up, 2 * t * n * (2 * dqk + dv), 3 * t * n * (2 * dqk + dv), 3, 3);
+    up.act_bytes += t * n * (2 * dqk + dv) * a_;  // q, k, v for attention's backward
+    merge_group(w, up, "mla_up_proj");
+    attention_core(w, n);
+    gemm(w, t, h(), n * dv, 1, true);              // o_proj (its input is the attention output)
+    w.act_bytes -= t * n * dv * a_;                // already saved by attention_core
+    mem(w, 3 * h() * tl(), 3 * h() * tl(), 1, 1);  // residual add
+    // q_a and kv_a (and their norms) are replicated over TP; the rest is split (n is per rank).
+    w.dense_params += (rq > 0 ? h() * rq + rq + rq * n * dqk : h() * n * dqk) + h() * (rkv + dr) +
+                      rkv + rkv * n * (dn + dv) + n * dv * h() + h();
+  }
+
+  void swiglu(SlotCost& w, double width, double rows_total, bool save_output) {
+    SlotCost g = start("");
+    mem(g, 3 * width * rows_total, 5 * width * rows_total, 1, 1);
+    if (save_output) g.act_bytes += width * rows_total * a_;
+    merge_group(w, g, "moe_act");
+  }
+
+  void dense_mlp(SlotCost& w) {
+    const double f = double(c_.intermediate_size) / l_.tp, t = tokens_;
+    norm(w, h(), tl());
+    tp_collective(w, 1);
+    gemm(w, t, 2 * f, h(), 1, true, false);
+    w.act_bytes += t * 2 * f * a_;  // the gate/up output, for SwiGLU's backward
+    swiglu(w, f, t, true);
+    gemm(w, t, h(), f, 1, true, false);
+    mem(w, 3 * h() * tl(), 3 * h() * tl(), 1, 1);
+    w.dense_params += 3 * h() * f + h();
+  }
+
+  void moe_block(SlotCost& w) {
+    const double E = double(c_.n_routed_experts), K = double(c_.num_experts_per_tok);
+    const double ep = double(l_.ep), local = E / ep, fe = double(c_.moe_intermediate_size) / l_.etp;
+    // Token-expert rows the busiest GPU computes (balanced: tokens × k).
+    const double arrivals = tl() * K * l_.expert_imbalance;
+    const double per_expert = arrivals / local;
+    norm(w, h(), tl());
+    // Router: scores, sigmoid, group-limited top-k.
+    gemm(w, tl(), E, h(), 1, false);
+    mem(w, 4 * E * tl(), 4 * E * tl(), 3, 3, 4);
+    // Shared expert, TP-split: it also runs while the dispatch is in flight.
+    if (c_.n_shared_experts > 0) {
+      SlotCost sh = start("");
+      const double fs = double(c_.shared_intermediate_size()) / l_.tp;
+      tp_collective(sh, 1);
+      gemm(sh, tokens_, 2 * fs, h(), 1, true, false);
+      sh.act_bytes += tokens_ * 2 * fs * a_;
+      swiglu(sh, fs, tokens_, true);
+      gemm(sh, tokens_, h(), fs, 1, true, false);
+      w.shared_f += sh.fwd();
+      w.shared_b += sh.bwd();
+      add(w, sh);
+      w.dense_params += 3 * h() * fs;
+    }
+    // Dispatch: pack per destination (FP8 cast first when quantized), unpack and permute into
+    // expert-major order; combine: weight, pack, unpack and sum the k rows of each token.
+    const double fanout = fan_.ranks_same_domain + fan_.ranks_other_domains;
+    const double db = quantized_ ? 1 : a_;
+    mem(w, (1 + fanout) * h() * tl() * db + 2 * arrivals * h() * db,
+        (1 + fanout) * h() * tl() * a_ + 2 * arrivals * h() * a_, 2, 2, 1);
+    gemm(w, per_expert, 2 * fe, h(), local, true);
+    w.act_bytes += arrivals * 2 * fe * a_;
+    swiglu(w, fe, arrivals, false);
+    gemm(w, per_expert, h(), fe, local, true, false);
+    SlotCost act_in = start("");
+    act_in.act_bytes += arrivals * fe * (quantized_ ? 1 : a_);  // fc2 input, from SwiGLU
+    merge_group(w, act_in, "moe_act");
+    mem(w, (2 * arrivals + (1 + fanout) * tl()) * h(), (4 * arrivals + (1 + fanout) * tl()) * h(),
+        2, 3);
+    w.act_bytes += arrivals * (h() * (quantized_ ? 1 : a_) + 8);  // permuted input, probs
+    mem(w, 3 * h() * tl(), 3 * h() * tl(), 1, 1);                 // residual add
+    a2a(w, db);
+    w.dense_params += E * h() + h();
+    w.expert_params += local * 3 * h() * fe;
+  }
+
+  // Expert dispatch (payload `db` bytes per element) and combine, forward and backward. Tokens
+  // crossing domains go once per destination domain over the NIC, then NVLink (DeepEP and
+  // HybridEP); within a domain once per destination rank.
+  void a2a(SlotCost& w, double db) {
+    if (l_.ep == 1) return;
+    const double h_ = h(), scale = db < a_ ? h_ / 128 * 4 : 0;  // FP8 scales per 128
+    const double dispatch = h_ * db + scale + c_.num_experts_per_tok * 8.0;
+    const double combine = h_ * a_;
+    const double nvl_rows = tl() * (fan_.ranks_same_domain + fan_.ranks_other_domains);
+    const double nic_rows = tl() * fan_.other_domains;
+    const double nvl_bw = s_.nvlink_gbps * 1e9 * s_.eff.a2a_nvlink / share_;
+    const double nic_bw = s_.scaleout_gbps * 1e9 * s_.eff.a2a_scaleout;
+    auto t = [&](double bytes_per_row) {
+      return std::max(nvl_rows * bytes_per_row / nvl_bw, nic_rows * bytes_per_row / nic_bw);
+    };
+    const double lat = 2 * s_.eff.op_overhead_us * 1e-6;
+    w.a2a_f += t(dispatch) + t(combine) + lat;
+    w.a2a_b += t(combine) + t(combine) + lat;  // gradients travel at activation precision
+    w.a2a_bytes_nvlink += nvl_rows * (dispatch + 3 * combine);
+    w.a2a_bytes_scaleout += nic_rows * (dispatch + 3 * combine);
+  }
+
+  void loss(SlotCost& w) {
+    const double V = double(c_.vocab_size) / l_.tp;
+    norm(w, h(), tl());
+    tp_collective(w, 1);
+    gemm(w, tokens_, V, h(), 1, false);
+    // Cross-entropy over fp32 logits: softmax, loss, gradient.
+    mem(w, 2 * tokens_ * V, 3 * tokens_ * V, 2, 2, 4);
+    w.act_bytes += tokens_ * V * 4;
+  }
+
+  static void add(SlotCost& w, const SlotCost& g) {
+    w.gemm_f += g.gemm_f, w.gemm_b += g.gemm_b, w.attn_f += g.attn_f, w.attn_b += g.attn_b;
+    w.mem_f += g.mem_f, w.mem_b += g.mem_b, w.tp_f += g.tp_f, w.tp_b += g.tp_b;
+    w.launch_f += g.launch_f, w.launch_b += g.launch_b, w.recompute += g.recompute;
+    w.a2a_f += g.a2a_f, w.a2a_b += g.a2a_b, w.shared_f += g.shared_f, w.shared_b += g.shared_b;
+    w.a2a_bytes_nvlink += g.a2a_bytes_nvlink, w.a2a_bytes_scaleout += g.a2a_bytes_scaleout;
+    w.act_bytes += g.act_bytes, w.dense_params += g.dense_params;
+    w.expert_params += g.expert_params;
+  }
+
+  // Group `g` is recomputed: its forward runs again in backward and it saves nothing.
+  static void merge_recomputed(SlotCost& w, SlotCost g, bool drop_saved, bool with_a2a) {
+    const double redo = g.fwd() + (with_a2a ? g.a2a_f : 0);
+    g.gemm_b += g.gemm_f, g.attn_b += g.attn_f, g.mem_b += g.mem_f, g.tp_b += g.tp_f;
+    g.launch_b += g.launch_f;
+    if (with_a2a) g.a2a_b += g.a2a_f;
+    g.recompute += redo;
+    if (drop_saved) g.act_bytes = 0;
+    add(w, g);
+  }
+
+  void merge_group(SlotCost& w, const SlotCost& g, const std::string& group) const {
+    if (l_.recompute == "selective" && kSelective.count(group))
+      merge_recomputed(w, g, true, false);
+    else
+      add(w, g);
+  }
+
+  const ModelConfig& c_;
+  const SimLayout& l_;
+  const SystemSpec& s_;
+  Fanout fan_;
+  double a_ = 2, hbm_ = 1, tokens_ = 1;
+  int share_ = 1;
+  std::string low_, high_;
+  bool quantized_ = false;
+};
+
+}  // namespace
+
+std::vector<SlotCost> slot_costs(const ModelConfig& c, const SimLayout& l, const SystemSpec& s) {
+  // EP ranks are consecutive (Megatron's tp-ep-dp-pp order with ETP 1): an EP group spans
+  // min(EP, ranks per domain) ranks of each domain.
+  const int64_t rpd = std::max<int64_t>(
+      1, s.ranks_per_domain(static_cast<int>(l.gpus)) / std::min<int64_t>(l.tp, s.nvlink_domain));
+  const Fanout fan = routing_fanout(c, l.ep, std::min<int64_t>(l.ep, rpd));
+  SlotBuilder b(c, l, s, fan);
+  std::vector<SlotCost> slots;
+  slots.push_back(b.embedding());
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const bool moe = c.is_moe_layer(i);
+    slots.push_back(b.decoder_layer(i, moe, (moe ? "moe " : "dense ") + std::to_string(i)));
+  }
+  for (int64_t d = 0; d < mtp_depth(c, l); ++d) slots.push_back(b.mtp_layer(d));
+  slots.push_back(b.loss_slot());
+  return slots;
+}
+
+}  // namespace moet::sim

@@ -1,0 +1,43 @@
+// Cost of one micro-batch on one GPU, per pipeline slot (embedding, each decoder layer, each
+// MTP layer, loss): every GEMM at a shape-dependent efficiency, core attention, memory-bound
+// ops at HBM bandwidth, TP collectives, expert dispatch/combine volume and time, saved
+// activations and parameters. The schedule (pipeline, overlap, data parallel) is step_model's.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "sim/parallel_layout.h"
+#include "sim/system_spec.h"
+
+namespace moet::sim {
+
+// Seconds (forward / backward) of one slot for one micro-batch on one GPU.
+struct SlotCost {
+  std::string name;                   // "embedding", "dense 0", "moe 3", "mtp 0", "loss"
+  double gemm_f = 0, gemm_b = 0;      // GEMMs (FP8/MXFP8 where the precision says so)
+  double attn_f = 0, attn_b = 0;      // core attention
+  double mem_f = 0, mem_b = 0;        // memory-bound kernels (norms, activations, permutes, casts)
+  double tp_f = 0, tp_b = 0;          // tensor-parallel all-gather / reduce-scatter (exposed)
+  double launch_f = 0, launch_b = 0;  // fixed cost per kernel
+  double recompute = 0;               // forward work redone during backward (in the *_b above)
+  double a2a_f = 0, a2a_b = 0;        // expert dispatch + combine (not yet overlapped)
+  double a2a_bytes_nvlink = 0, a2a_bytes_scaleout = 0;  // sent per micro-batch, fwd+bwd
+  double shared_f = 0, shared_b = 0;  // shared-expert work that runs under the all-to-all
+  double act_bytes = 0;               // activations saved for backward
+  double dense_params = 0;            // parameters on this GPU, reduced over DP
+  double expert_params = 0;           // parameters on this GPU, reduced over expert-DP
+  double fwd() const { return gemm_f + attn_f + mem_f + tp_f + launch_f; }
+  double bwd() const { return gemm_b + attn_b + mem_b + tp_b + launch_b; }
+};
+
+// Bytes of one activation element (2 on GPUs, 4 in fp32).
+double activation_bytes(const std::string& precision);
+// Efficiency of an [m,k]x[k,n] GEMM: gemm_max · Π x/(x + half_dim) over m, n, k.
+double gemm_efficiency(const SystemSpec& s, const std::string& precision, double m, double n,
+                       double k);
+
+// All slots in pipeline order: embedding, decoder layers, MTP layers, loss.
+std::vector<SlotCost> slot_costs(const ModelConfig& c, const SimLayout& l, const SystemSpec& s);
+
+}  // namespace moet::sim

@@ -1,0 +1,75 @@
+#include "sim/parallel_layout.h"
+
+#include "core/error.h"
+
+namespace moet::sim {
+
+int64_t mtp_depth(const ModelConfig& c, const SimLayout& l) {
+  return l.mtp >= 0 ? l.mtp : c.num_nextn_predict_layers;
+}
+
+int64_t pipeline_slots(const ModelConfig& c, const SimLayout& l) {
+  return c.num_hidden_layers + mtp_depth(c, l) + (l.pp > 1 ? 2 : 0);
+}
+
+void validate(const ModelConfig& c, const SimLayout& l) {
+  auto positive = [](int64_t v, const char* what) {
+    if (v < 1) throw Error(str(what, " must be at least 1 (got ", v, ")"));
+  };
+  positive(l.gpus, "--gpus");
+  positive(l.tp, "--tp");
+  positive(l.pp, "--pp");
+  positive(l.vpp, "--vpp");
+  positive(l.ep, "--ep");
+  positive(l.etp, "--etp");
+  positive(l.mbs, "--mbs");
+  positive(l.gbs, "--gbs");
+  positive(l.seq, "--seq");
+  if (l.precision != "bf16" && l.precision != "fp8" && l.precision != "mxfp8" &&
+      l.precision != "fp32")
+    throw Error(str("--precision '", l.precision, "' is not one of bf16, fp8, mxfp8, fp32"));
+  if (l.recompute != "none" && l.recompute != "selective" && l.recompute != "full")
+    throw Error(str("--recompute '", l.recompute, "' is not one of none, selective, full"));
+  if (l.mtp > 0 && !c.mtp_is_moe() && c.n_routed_experts > 0)
+    throw Error("--mtp needs a model whose last layer is MoE");
+  if (!(l.expert_imbalance >= 1.0))
+    throw Error(str("--expert-imbalance ", l.expert_imbalance,
+                    " must be at least 1 (the busiest rank's expert rows over the mean)"));
+  if (l.vpp > 1 && l.pp == 1) throw Error("--vpp > 1 needs --pp > 1");
+  if (l.gpus % (l.tp * l.pp) != 0)
+    throw Error(str("--gpus ", l.gpus, " does not divide by TP×PP = ", l.tp, "×", l.pp, " = ",
+                    l.tp * l.pp));
+  if (c.num_attention_heads % l.tp != 0)
+    throw Error(
+        str("TP ", l.tp, " does not divide the ", c.num_attention_heads, " attention heads"));
+  if (c.n_routed_experts > 0) {
+    if (c.n_routed_experts % l.ep != 0)
+      throw Error(str("EP ", l.ep, " does not divide the ", c.n_routed_experts, " routed experts"));
+    if (c.moe_intermediate_size % l.etp != 0)
+      throw Error(
+          str("ETP ", l.etp, " does not divide moe_intermediate_size ", c.moe_intermediate_size));
+    if ((l.tp * l.dp()) % (l.ep * l.etp) != 0)
+      throw Error(str("EP×ETP = ", l.ep * l.etp, " does not divide the ", l.tp * l.dp(),
+                      " GPUs of a pipeline stage (TP×DP)"));
+  } else if (l.ep > 1) {
+    throw Error("--ep > 1 needs a model with routed experts");
+  }
+  if (l.pp > 1 && pipeline_slots(c, l) % l.stages() != 0)
+    throw Error(str("PP×VPP = ", l.pp, "×", l.vpp, " = ", l.stages(),
+                    " virtual stages do not divide the ", pipeline_slots(c, l), " pipeline slots (",
+                    c.num_hidden_layers, " layers + ", mtp_depth(c, l),
+                    " MTP + embedding + loss)"));
+  if (l.pp == 1 && l.stages() > pipeline_slots(c, l))
+    throw Error("more virtual stages than layers");
+  if (l.gbs % (l.mbs * l.dp()) != 0)
+    throw Error(str("--gbs ", l.gbs, " does not divide by MBS×DP = ", l.mbs, "×", l.dp(), " = ",
+                    l.mbs * l.dp()));
+}
+
+std::string describe(const SimLayout& l) {
+  return str("TP", l.tp, " PP", l.pp, " VPP", l.vpp, " EP", l.ep, " ETP", l.etp, " DP", l.dp(),
+             " MBS", l.mbs, " GBS", l.gbs,
+             (l.recompute == "none" ? "" : " recompute=" + l.recompute));
+}
+
+}  // namespace moet::sim

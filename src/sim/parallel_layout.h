@@ -1,0 +1,43 @@
+// SimLayout: a parallel layout of one training run for the performance model (TP, PP, VPP, EP,
+// micro-batch, global batch, precision, recompute), and the checks that it fits the model and
+// the cluster (one line naming what does not divide).
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "model/config.h"
+
+namespace moet::sim {
+
+struct SimLayout {
+  int64_t gpus = 1;
+  int64_t tp = 1, pp = 1, vpp = 1, ep = 1, etp = 1;
+  int64_t mbs = 1;  // sequences per micro-batch
+  int64_t gbs = 1;  // sequences per optimizer step
+  int64_t seq = 4096;
+  std::string precision = "bf16";  // bf16 | fp8 | mxfp8 | fp32
+  int64_t mtp = -1;                // MTP depth; -1: the model config's num_nextn_predict_layers
+  std::string recompute = "none";  // none | selective | full
+  bool a2a_overlap = true;  // hide dispatch/combine behind the other half micro-batch's compute
+  bool dp_overlap = true;   // reduce gradients / gather parameters during backward / forward
+  bool distributed_optimizer = true;  // optimizer state sharded over DP (ZeRO-1)
+  // Expert rows of the busiest EP rank over the mean (1: balanced, as force-balanced routing
+  // benchmarks run); every rank waits for the busiest at each combine.
+  double expert_imbalance = 1.0;
+
+  int64_t dp() const { return gpus / (tp * pp); }               // data-parallel size
+  int64_t edp() const { return gpus / (etp * ep * pp); }        // expert-data-parallel size
+  int64_t micro_batches() const { return gbs / (mbs * dp()); }  // per rank per step
+  int64_t stages() const { return pp * vpp; }                   // virtual pipeline stages
+};
+
+// The MTP depth the layout uses.
+int64_t mtp_depth(const ModelConfig& c, const SimLayout& l);
+// Pipeline slots: decoder layers, MTP layers, and (with PP > 1) the embedding and the loss
+// counted as one layer each, as Megatron's account_for_{embedding,loss}_in_pipeline_split do.
+int64_t pipeline_slots(const ModelConfig& c, const SimLayout& l);
+// Throws moet::Error with one line saying what does not divide or is out of range.
+void validate(const ModelConfig& c, const SimLayout& l);
+std::string describe(const SimLayout& l);  // "TP1 PP2 VPP8 EP32 ETP1 MBS1 GBS4096"
+
+}  // namespace moet::sim

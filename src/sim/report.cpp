@@ -1,0 +1,98 @@
+#include "sim/report.h"
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace moet::sim {
+
+namespace {
+
+nlohmann::json breakdown_json(const Breakdown& b) {
+  return {
+      {"compute", b.compute},       {"a2a_exposed", b.a2a_exposed},   {"pp_bubble", b.pp_bubble},
+      {"dp_exposed", b.dp_exposed}, {"optimizer", b.optimizer},       {"gemm", b.gemm},
+      {"attention", b.attention},   {"memory_bound", b.memory_bound}, {"tp_comm", b.tp_comm},
+      {"launch", b.launch},         {"contention", b.contention},     {"recompute", b.recompute},
+      {"a2a_total", b.a2a_total},   {"dp_total", b.dp_total}};
+}
+
+void print_breakdown(std::FILE* out, const Prediction& p) {
+  const Breakdown& b = p.breakdown;
+  auto pct = [&](double x) { return 100 * x / p.step_time_s; };
+  std::fprintf(out,
+               "    step %.3f s = compute %.3f (%.0f%%: GEMM %.3f, attention %.3f, memory-bound "
+               "%.3f, TP %.3f, launch %.3f, comm contention %.3f)\n"
+               "               + all-to-all exposed %.3f (%.0f%% of %.3f) + pipeline bubble %.3f "
+               "(%.0f%%) + DP exposed %.3f (of %.3f) + optimizer %.3f\n",
+               p.step_time_s, b.compute, pct(b.compute), b.gemm, b.attention, b.memory_bound,
+               b.tp_comm, b.launch, b.contention, b.a2a_exposed,
+               b.a2a_total > 0 ? 100 * b.a2a_exposed / b.a2a_total : 0.0, b.a2a_total, b.pp_bubble,
+               pct(b.pp_bubble), b.dp_exposed, b.dp_total, b.optimizer);
+  const MemoryUse& m = p.memory;
+  std::fprintf(out,
+               "    memory %.1f GB = weights %.1f + gradients %.1f + optimizer %.1f + "
+               "activations %.1f + reserve %.1f; all-to-all %.1f GB NVLink, %.1f GB scale-out "
+               "per GPU per step; %lld micro-batches per rank\n",
+               m.total(), m.weights, m.gradients, m.optimizer, m.activations, m.reserve,
+               p.a2a_gb_nvlink, p.a2a_gb_scaleout, static_cast<long long>(p.micro_batches));
+}
+
+}  // namespace
+
+std::string predictions_json(const std::vector<Prediction>& ps, bool with_efficiency) {
+  nlohmann::json arr = nlohmann::json::array();
+  for (const Prediction& p : ps) {
+    nlohmann::json o = {{"tflops_per_gpu", p.tflops_per_gpu},
+                        {"tokens_per_s_per_gpu", p.tokens_per_s_per_gpu},
+                        {"step_time_s", p.step_time_s},
+                        {"mfu", p.mfu},
+                        {"memory_gb_per_gpu", p.memory_gb_per_gpu},
+                        {"fits", p.fits},
+                        {"breakdown", breakdown_json(p.breakdown)}};
+    if (with_efficiency) o["efficiency"] = p.efficiency;
+    arr.push_back(o);
+  }
+  return arr.dump(2) + "\n";
+}
+
+std::string flops_line(const Prediction& p) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf,
+                "%.1f GFLOP per token (Megatron-Core's formula, seq %lld, MTP %lld)",
+                p.flops_per_token / 1e9, static_cast<long long>(p.layout.seq),
+                static_cast<long long>(p.layout.mtp));
+  return buf;
+}
+
+void print_predictions(std::FILE* out, const SystemSpec& s, const std::vector<Prediction>& ps) {
+  if (ps.empty()) return;
+  std::fprintf(out, "%s, %s, %s\n", s.name.c_str(), ps.front().layout.precision.c_str(),
+               flops_line(ps.front()).c_str());
+  std::fprintf(out, "%6s  %-44s %9s %10s %8s %6s %9s %5s %6s\n", "GPUs", "layout", "TFLOP/s",
+               "tokens/s", "step s", "MFU", "mem GB", "fits", "eff");
+  for (const Prediction& p : ps) {
+    std::fprintf(out, "%6lld  %-44s %9.1f %10.1f %8.3f %5.1f%% %9.1f %5s %5.1f%%\n",
+                 static_cast<long long>(p.layout.gpus), describe(p.layout).c_str(),
+                 p.tflops_per_gpu, p.tokens_per_s_per_gpu, p.step_time_s, 100 * p.mfu,
+                 p.memory_gb_per_gpu, p.fits ? "yes" : "NO", 100 * p.efficiency);
+    print_breakdown(out, p);
+  }
+}
+
+void print_plan(std::FILE* out, const SystemSpec& s, const Plan& plan, size_t top) {
+  std::fprintf(out, "%lld layouts divide the model and %s; %lld do not fit in %.0f GB\n",
+               static_cast<long long>(plan.considered), s.name.c_str(),
+               static_cast<long long>(plan.too_big), s.hbm_gb);
+  if (plan.ranked.empty()) return;
+  std::fprintf(out, "%s\n", flops_line(plan.ranked.front()).c_str());
+  for (size_t i = 0; i < std::min(top, plan.ranked.size()); ++i) {
+    const Prediction& p = plan.ranked[i];
+    std::fprintf(out, "#%zu  %-52s %8.1f TFLOP/s/GPU %8.1f tokens/s/GPU  MFU %.1f%%\n", i + 1,
+                 describe(p.layout).c_str(), p.tflops_per_gpu, p.tokens_per_s_per_gpu, 100 * p.mfu);
+    print_breakdown(out, p);
+  }
+  std::fprintf(out, "why #1: %s\n", explain_winner(plan).c_str());
+}
+
+}  // namespace moet::sim

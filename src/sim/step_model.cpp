@@ -1,0 +1,208 @@
+#include "sim/step_model.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "metrics/flops.h"
+#include "sim/cost_model.h"
+
+namespace moet::sim {
+
+namespace {
+
+// A collective moving `bytes` per rank over a group with `k` members in each of `g` domains:
+// within the domain over NVLink, then 1/k of it across domains over the NIC (two-level
+// reduce-scatter / all-gather, as NCCL's NVLS/tree and hierarchical algorithms do).
+double collective_s(const SystemSpec& s, double bytes, double k, double g, int share) {
+  const double nvl = s.nvlink_gbps * 1e9 * s.eff.collective_nvlink / share;
+  const double nic = s.scaleout_gbps * 1e9 * s.eff.collective_scaleout;
+  return bytes * (k - 1) / k / nvl + (g > 1 ? bytes / k * (g - 1) / g / nic : 0);
+}
+
+// Members of a group of `size` ranks with stride `stride` that share a domain of `rpd` ranks.
+double members_per_domain(int64_t size, int64_t stride, int64_t rpd) {
+  return double(std::clamp<int64_t>(rpd / std::max<int64_t>(stride, 1), 1, size));
+}
+
+// Micro-batch chunks pipeline rank r runs forward before its first backward (Megatron's
+// warm-up count: P-r-1 without interleaving, 2(P-r-1) + (V-1)P with V virtual stages).
+int64_t warmup_chunks(int64_t P, int64_t V, int64_t r) {
+  if (P == 1) return 0;
+  return V == 1 ? P - r - 1 : 2 * (P - r - 1) + (V - 1) * P;
+}
+
+// Cuts the slots into `n` contiguous non-empty stages whose largest work (forward + backward +
+// all-to-all) is smallest: what a hand-written Megatron pipeline layout does (the GB300 record's
+// `Et*4|(t*4|)*14tmL` gives the first stage a layer more and the stage with MTP and loss fewer).
+// Returns the stage of each slot.
+std::vector<size_t> balanced_stages(const std::vector<SlotCost>& slots, size_t n) {
+  const size_t S = slots.size();
+  MOET_ASSERT(n >= 1 && n <= S);
+  std::vector<double> prefix(S + 1, 0);
+  for (size_t i = 0; i < S; ++i)
+    prefix[i + 1] = prefix[i] + slots[i].fwd() + slots[i].bwd() + slots[i].a2a_f + slots[i].a2a_b;
+  // best[j][i]: the smallest largest stage when the first i slots form j stages.
+  const double inf = 1e300;
+  std::vector<std::vector<double>> best(n + 1, std::vector<double>(S + 1, inf));
+  std::vector<std::vector<size_t>> cut(n + 1, std::vector<size_t>(S + 1, 0));
+  best[0][0] = 0;
+  for (size_t j = 1; j <= n; ++j)
+    for (size_t i = j; i <= S - (n - j); ++i)
+      for (size_t k = j - 1; k < i; ++k) {
+        const double v = std::max(best[j - 1][k], prefix[i] - prefix[k]);
+        if (v < best[j][i]) best[j][i] = v, cut[j][i] = k;
+      }
+  std::vector<size_t> stage_of(S);
+  for (size_t j = n, i = S; j >= 1; i = cut[j][i], --j)
+    for (size_t s = cut[j][i]; s < i; ++s) stage_of[s] = j - 1;
+  return stage_of;
+}
+
+struct RankWork {
+  double f = 0, b = 0, a2a_exposed = 0, contention = 0;
+  double gemm = 0, attn = 0, mem = 0, tp = 0, launch = 0, recompute = 0, a2a = 0;
+  double a2a_nvl = 0, a2a_nic = 0, act = 0, dense = 0, expert = 0;
+  double edge_a2a = 0;  // hideable all-to-all of one micro-batch (all chunks)
+  int layers = 0;
+  double per_mb() const { return f + b + a2a_exposed + contention; }
+};
+
+}  // namespace
+
+Prediction simulate(const ModelConfig& c, const SimLayout& l, const SystemSpec& s) {
+  validate(c, l);
+  s.peak(l.precision);  // throws if the system has no such precision
+  Prediction p;
+  p.layout = l;
+  p.layout.mtp = mtp_depth(c, l);
+  const std::vector<SlotCost> slots = slot_costs(c, l, s);
+  const int64_t P = l.pp, V = l.vpp, m = l.micro_batches();
+  p.micro_batches = m;
+  const int share = s.compute_shared ? s.ranks_per_domain(int(l.gpus)) : 1;
+
+  // Slots in pipeline order, cut into P·V balanced virtual stages; stage j runs on rank j % P.
+  std::vector<RankWork> ranks(P);
+  const std::vector<size_t> stage_of = balanced_stages(slots, size_t(l.stages()));
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const SlotCost& w = slots[i];
+    RankWork& r = ranks[stage_of[i] % size_t(P)];
+    r.f += w.fwd(), r.b += w.bwd();
+    r.gemm += w.gemm_f + w.gemm_b, r.attn += w.attn_f + w.attn_b, r.mem += w.mem_f + w.mem_b;
+    r.tp += w.tp_f + w.tp_b, r.launch += w.launch_f + w.launch_b, r.recompute += w.recompute;
+    const double a2a = w.a2a_f + w.a2a_b;
+    r.a2a += a2a, r.a2a_nvl += w.a2a_bytes_nvlink, r.a2a_nic += w.a2a_bytes_scaleout;
+    // The all-to-all of a chunk runs under another in-flight chunk's compute (the paired
+    // backward in 1F1B steady state, the neighbouring chunk in fill and drain) or, without
+    // overlap, only under the shared expert; the SMs it occupies slow that compute down.
+    const double cover = l.a2a_overlap ? w.fwd() + w.bwd() : w.shared_f + w.shared_b;
+    r.a2a_exposed += std::max(0.0, a2a - cover);
+    r.contention += s.eff.a2a_sm_fraction * std::min(a2a, cover);
+    if (l.a2a_overlap) r.edge_a2a += std::min(a2a, cover);
+    r.act += w.act_bytes, r.dense += w.dense_params, r.expert += w.expert_params;
+    if (w.name != "embedding" && w.name != "loss") ++r.layers;
+  }
+  const RankWork& slow = *std::max_element(
+      ranks.begin(), ranks.end(),
+      [](const RankWork& a, const RankWork& b) { return a.per_mb() < b.per_mb(); });
+  Breakdown& b = p.breakdown;
+  const double T = slow.per_mb();
+  b.compute = double(m) * (slow.f + slow.b + slow.contention);
+  // Nothing is in flight beside the step's first forward chunk and last backward chunk.
+  b.a2a_exposed = double(m) * slow.a2a_exposed + slow.edge_a2a / double(V);
+  b.gemm = double(m) * slow.gemm, b.attention = double(m) * slow.attn;
+  b.memory_bound = double(m) * slow.mem, b.tp_comm = double(m) * slow.tp;
+  b.launch = double(m) * slow.launch, b.contention = double(m) * slow.contention;
+  b.recompute = double(m) * slow.recompute, b.a2a_total = double(m) * slow.a2a;
+
+  // Interleaved 1F1B: (P-1)/V micro-batches of fill and drain, plus the stage-to-stage
+  // transfers that fill and drain cannot hide.
+  const int rpd = s.ranks_per_domain(int(l.gpus));
+  const double act_b = activation_bytes(l.precision);
+  if (P > 1) {
+    const bool neighbour_in_domain = l.gpus / P < rpd;
+    const double link = neighbour_in_domain ? s.nvlink_gbps * 1e9 * s.eff.collective_nvlink
+                                            : s.scaleout_gbps * 1e9 * s.eff.collective_scaleout;
+    const double p2p = double(l.mbs * l.seq) * double(c.hidden_size) * act_b / double(l.tp) / link;
+    b.pp_bubble = double(P - 1) / double(V) * T + 2.0 * double(P - 1) * p2p;
+  }
+
+  // Data parallel: fp32 gradients reduce-scattered, parameters all-gathered (fp32 or bf16),
+  // dense over DP (stride TP), experts over expert-DP (stride EP·ETP).
+  const bool quant = l.precision == "fp8" || l.precision == "mxfp8";
+  // FP8 primary weights (Megatron's --fp8-param-gather): gathered in one byte.
+  const double grad_b = 4, param_b = quant ? 1 : act_b;
+  const double kd = members_per_domain(l.dp(), l.tp, rpd), gd = double(l.dp()) / kd;
+  const double ke = members_per_domain(l.edp(), l.ep * l.etp, rpd), ge = double(l.edp()) / ke;
+  auto coll = [&](double bytes_per_param) {
+    return collective_s(s, slow.dense * bytes_per_param, kd, gd, share) +
+           collective_s(s, slow.expert * bytes_per_param, ke, ge, share);
+  };
+  const double rs = coll(grad_b), ag = coll(param_b);
+  b.dp_total = rs + ag;
+  if (!l.dp_overlap) {
+    b.dp_exposed = rs + ag;
+  } else {
+    // Gradients are final during the last micro-batch's backward (the cooldown of the
+    // interleaved schedule); parameters are gathered under the first forward. The last
+    // bucket (one layer's worth) cannot hide.
+    const double cool = double(std::min<int64_t>(m * V, warmup_chunks(P, V, 0)));
+    const double widen = std::max(1.0, cool / double(V));
+    const double buckets = std::max(1, slow.layers);
+    auto exposed = [&](double t, double window) {
+      return std::max(t / buckets, t - window) + s.eff.collective_sm_fraction * std::min(t, window);
+    };
+    b.dp_exposed = exposed(rs, slow.b * widen) + exposed(ag, slow.f * widen);
+  }
+
+  // Optimizer: AdamW over this rank's shard, memory-bound: ~36 bytes per parameter (fp32
+  // gradient, master weight, two moments read and written, the working copy written, the
+  // gradient norm and zeroing).
+  const double shard = l.distributed_optimizer
+                           ? slow.dense / double(l.dp()) + slow.expert / double(l.edp())
+                           : slow.dense + slow.expert;
+  b.optimizer = shard * 36.0 / (s.hbm_tbps * 1e12 * s.eff.hbm / share);
+
+  p.step_time_s = b.compute + b.a2a_exposed + b.pp_bubble + b.dp_exposed + b.optimizer;
+  ModelConfig cm = c;
+  cm.num_nextn_predict_layers = mtp_depth(c, l);
+  p.flops_per_token = flops_per_token(cm, l.seq, cm.num_nextn_predict_layers > 0);
+  const double tokens = double(l.gbs * l.seq);
+  p.tokens_per_s_per_gpu = tokens / p.step_time_s / double(l.gpus);
+  p.tflops_per_gpu = p.flops_per_token * p.tokens_per_s_per_gpu / 1e12;
+  p.mfu = p.tflops_per_gpu / (s.peak(l.precision) / share);
+  p.a2a_gb_nvlink = double(m) * slow.a2a_nvl / 1e9;
+  p.a2a_gb_scaleout = double(m) * slow.a2a_nic / 1e9;
+
+  // Memory of the fullest rank: weights (plus FP8 row/column copies), fp32 gradients,
+  // optimizer state (fp32 master and two moments, sharded over DP), activations of the
+  // micro-batch chunks in flight (rank 0 of the interleaved schedule holds the most).
+  MemoryUse& mu = p.memory;
+  const double params = slow.dense + slow.expert;
+  // FP8 primary weights keep row- and column-wise FP8 copies instead of a BF16 one.
+  mu.weights = params * (quant ? 2 : act_b) / 1e9;
+  mu.gradients = params * 4 / 1e9;
+  mu.optimizer = 12 * shard / 1e9;
+  double act_max = 0;
+  for (int64_t r = 0; r < P; ++r) {
+    const double in_flight = double(std::min<int64_t>(m * V, warmup_chunks(P, V, r) + 1));
+    act_max = std::max(act_max, ranks[size_t(r)].act / double(V) * in_flight);
+  }
+  mu.activations = act_max / 1e9;
+  mu.reserve = s.memory_reserve_gb;
+  p.memory_gb_per_gpu = mu.total();
+  p.fits = p.memory_gb_per_gpu <= s.hbm_gb / share;
+  return p;
+}
+
+std::vector<Prediction> simulate_scaling(const ModelConfig& c, SimLayout l, const SystemSpec& s,
+                                         const std::vector<int64_t>& gpus) {
+  std::vector<Prediction> out;
+  for (int64_t n : gpus) {
+    l.gpus = n;
+    out.push_back(simulate(c, l, s));
+    out.back().efficiency = out.back().tflops_per_gpu / out.front().tflops_per_gpu;
+  }
+  return out;
+}
+
+}  // namespace moet::sim

@@ -1,0 +1,57 @@
+// SystemSpec: one cluster kind from the catalog configs/systems/NAME.json: per-GPU peaks,
+// memory, links, and the measured efficiencies the performance model uses (each with a source).
+#pragma once
+#include <map>
+#include <string>
+
+namespace moet::sim {
+
+// How well real kernels and collectives use the peaks (fractions, 0..1), from published
+// measurements (configs/systems/*.json say which) or from `moet bench` for `local`.
+struct Efficiency {
+  std::map<std::string, double> gemm_max;  // best GEMM throughput / peak, per precision
+  // Per precision: a GEMM's efficiency falls along each dimension x as x/(x + d).
+  std::map<std::string, double> gemm_half_dim;
+  double attention_fwd = 0.5;        // causal flash attention forward, of the BF16 (fp32) peak
+  double attention_bwd = 0.4;        // its backward
+  double hbm = 0.85;                 // memory-bound kernels, of the HBM bandwidth
+  double a2a_nvlink = 0.5;           // expert dispatch/combine, of the NVLink bandwidth
+  double a2a_scaleout = 0.8;         // expert dispatch/combine across domains, of the NIC bandwidth
+  double a2a_sm_fraction = 0;        // compute slowed by this fraction while an all-to-all runs
+  double collective_nvlink = 0.8;    // reduce-scatter / all-gather bus bandwidth, of NVLink
+  double collective_scaleout = 0.9;  // ... of the NIC
+  double collective_sm_fraction = 0;  // compute slowed by this while a DP collective runs
+  double op_overhead_us = 0;          // fixed cost per kernel (launch, OpenMP fork/join)
+};
+
+struct SystemSpec {
+  std::string name;
+  std::string description;
+  std::map<std::string, double> peak_tflops;  // dense, per precision: bf16, fp8, mxfp8, fp32
+  double hbm_gb = 0;                          // memory per GPU
+  double hbm_tbps = 0;                        // its bandwidth, TB/s
+  double nvlink_gbps = 0;    // NVLink (or shared-memory) bandwidth per GPU, each direction, GB/s
+  int nvlink_domain = 1;     // GPUs that share one NVLink domain
+  double scaleout_gbps = 0;  // scale-out NIC bandwidth per GPU, each direction, GB/s
+  // The GPUs of a domain share one node's compute and memory (`local`: MPI ranks on a CPU).
+  bool compute_shared = false;
+  double memory_reserve_gb = 0;  // runtime, communication buffers, allocator fragmentation
+  Efficiency eff;
+  std::map<std::string, std::string> sources;  // field -> where its value comes from
+
+  // Peak for a precision; throws a one-line moet::Error if the system has none.
+  double peak(const std::string& precision) const;
+  double gemm_max(const std::string& precision) const;
+  double gemm_half_dim(const std::string& precision) const;
+  // GPUs of an N-GPU job that share a domain: the largest divisor of N within the domain.
+  int ranks_per_domain(int gpus) const;
+};
+
+// Directory of the catalog: $MOET_SYSTEMS_DIR, else configs/systems of the source tree.
+std::string systems_dir();
+// A name from the catalog (e.g. "gb300-nvl72") or a path to a .json file.
+SystemSpec load_system(const std::string& name_or_path);
+SystemSpec parse_system(const std::string& json_text, const std::string& source_name);
+std::string system_to_json(const SystemSpec& s);
+
+}  // namespace moet::sim

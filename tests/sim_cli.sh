@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# moet simulate / plan / bench through the command line: the JSON array and its keys, the
+# FLOPs per token printed, the top-5 plan, and one clear line (non-zero exit) for bad input.
+# Usage: sim_cli.sh MOET SOURCE_DIR
+set -euo pipefail
+moet=$1
+root=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() {
+  echo "FAIL: $*"
+  exit 1
+}
+dsv3=$root/configs/deepseek-v3-671b.json
+record=(--model "$dsv3" --system gb300-nvl72 --tp 1 --pp 2 --vpp 8 --ep 32 --mbs 1 --gbs 4096
+  --seq 4096 --precision mxfp8 --mtp 1)
+
+"$moet" simulate "${record[@]}" --gpus 256,1024 --json >"$tmp/out.json" 2>"$tmp/err"
+grep -q "260.0 GFLOP per token" "$tmp/err" || fail "no FLOPs per token line: $(cat "$tmp/err")"
+/usr/bin/python3 - "$tmp/out.json" <<'PY' || fail "JSON check"
+import json, sys
+rows = json.load(open(sys.argv[1]))
+assert isinstance(rows, list) and len(rows) == 2, rows
+want = {"tflops_per_gpu", "tokens_per_s_per_gpu", "step_time_s", "mfu", "memory_gb_per_gpu",
+        "fits", "breakdown", "efficiency"}
+for r in rows:
+    assert set(r) == want, sorted(r)
+    for k in ("compute", "a2a_exposed", "pp_bubble", "dp_exposed", "optimizer"):
+        assert k in r["breakdown"], k
+assert rows[0]["efficiency"] == 1.0
+assert 0.9 < rows[1]["efficiency"] <= 1.0
+assert abs(rows[0]["tflops_per_gpu"] - 1648) < 0.1 * 1648, rows[0]["tflops_per_gpu"]
+PY
+
+"$moet" simulate "${record[@]}" --gpus 256 >"$tmp/table"
+grep -q "260.0 GFLOP per token" "$tmp/table" || fail "table lacks FLOPs per token"
+grep -q "TP1 PP2 VPP8 EP32" "$tmp/table" || fail "table lacks the layout"
+
+"$moet" plan --model "$dsv3" --system gb300-nvl72 --gpus 256 --gbs 4096 --seq 4096 \
+  --precision mxfp8 --mtp 1 >"$tmp/plan"
+grep -q "^#5 " "$tmp/plan" || fail "plan has no 5th layout"
+grep -q "^why #1: .* beats " "$tmp/plan" || fail "plan does not say why #1 wins"
+
+# Bad input: non-zero exit, exactly one line on stderr saying what is wrong.
+expect_error() {
+  local want=$1
+  shift
+  if "$moet" "$@" >"$tmp/stdout" 2>"$tmp/stderr"; then fail "accepted: $*"; fi
+  [ "$(wc -l <"$tmp/stderr")" -eq 1 ] || fail "not one line for $*: $(cat "$tmp/stderr")"
+  grep -qF -- "$want" "$tmp/stderr" || fail "expected '$want' for $*, got: $(cat "$tmp/stderr")"
+}
+expect_error "EP 48 does not divide the 256 routed experts" simulate "${record[@]}" --gpus 256 --ep 48
+expect_error "unknown system 'gb999'" simulate "${record[@]}" --gpus 256 --system gb999
+expect_error "virtual stages do not divide the 64 pipeline slots" simulate "${record[@]}" --gpus 256 --vpp 3
+expect_error "--gbs 4000 does not divide by MBS×DP" simulate "${record[@]}" --gpus 256 --gbs 4000
+expect_error "--gpus 255 does not divide by TP×PP" simulate "${record[@]}" --gpus 255
+expect_error "--precision 'fp4' is not one of" simulate "${record[@]}" --gpus 256 --precision fp4
+expect_error "has no mxfp8 peak" simulate "${record[@]}" --gpus 256 --system h100-sxm
+expect_error "cannot read system file" simulate "${record[@]}" --gpus 256 --system "$tmp/none.json"
+echo '{"name": "x"}' >"$tmp/bad.json"
+expect_error "field 'peak_tflops'" simulate "${record[@]}" --gpus 256 --system "$tmp/bad.json"
+expect_error "--model" simulate --system gb300-nvl72 --gpus 256 --gbs 1
+# bench never replaces an earlier calibration unless told.
+echo "keep" >"$tmp/local.json"
+expect_error "exists" bench --out "$tmp/local.json"
+[ "$(cat "$tmp/local.json")" = keep ] || fail "bench overwrote an existing file"
+echo "sim_cli: ok"

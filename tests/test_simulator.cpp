@@ -1,0 +1,291 @@
+// The performance model against NVIDIA's published DeepSeek-V3 results (FACTS.md §3), its
+// internal consistency, the catalog's sources, the planner, and one-line errors for layouts
+// that do not divide.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "sim/cost_model.h"
+#include "sim/planner.h"
+#include "sim/report.h"
+#include "sim/routing_fanout.h"
+#include "sim/step_model.h"
+
+using namespace moet;
+using namespace moet::sim;
+
+namespace {
+
+ModelConfig dsv3() { return load_model_config(MOET_SOURCE_DIR "/configs/deepseek-v3-671b.json"); }
+
+// The published GB300 record layout (FACTS.md §3): MXFP8, MTP 1, TP1 PP2 VPP8 EP32, MBS 1,
+// GBS 4096, seq 4096, no recompute.
+SimLayout gb300_record(int64_t gpus = 256) {
+  SimLayout l;
+  l.gpus = gpus, l.tp = 1, l.pp = 2, l.vpp = 8, l.ep = 32, l.mbs = 1, l.gbs = 4096, l.seq = 4096;
+  l.precision = "mxfp8", l.mtp = 1;
+  return l;
+}
+
+// The published H100 layout: FP8 blockwise, MTP 1, TP2 PP8 VPP4 EP64, MBS 1, GBS 8192; the
+// recipe recomputes the MLA up-projections and runs without all-to-all overlap
+// (Megatron-Bridge deepseek_workload_base_configs.py, docs/simulator.md).
+SimLayout h100_record() {
+  SimLayout l;
+  l.gpus = 1024, l.tp = 2, l.pp = 8, l.vpp = 4, l.ep = 64, l.mbs = 1, l.gbs = 8192, l.seq = 4096;
+  l.precision = "fp8", l.mtp = 1, l.recompute = "selective", l.a2a_overlap = false;
+  return l;
+}
+
+std::string error_of(const ModelConfig& c, const SimLayout& l) {
+  try {
+    validate(c, l);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(Simulator, Gb300RecordWithinTenPercentOfPublished) {
+  const Prediction p = simulate(dsv3(), gb300_record(), load_system("gb300-nvl72"));
+  EXPECT_NEAR(p.flops_per_token / 1e9, 260.0, 0.05);
+  EXPECT_NEAR(p.tflops_per_gpu, 1648, 0.10 * 1648) << "predicted " << p.tflops_per_gpu;
+  EXPECT_NEAR(p.tokens_per_s_per_gpu, 6338, 0.10 * 6338);
+  EXPECT_TRUE(p.fits) << p.memory_gb_per_gpu << " GB";  // the record ran without recompute
+}
+
+TEST(Simulator, H100RecordWithinFifteenPercentOfPublished) {
+  const Prediction p = simulate(dsv3(), h100_record(), load_system("h100-sxm"));
+  EXPECT_NEAR(p.tflops_per_gpu, 338, 0.15 * 338) << "predicted " << p.tflops_per_gpu;
+  EXPECT_TRUE(p.fits) << p.memory_gb_per_gpu << " GB";
+  // The recipe's exposed all-to-all is a large part of the step on H100 (RDMA across nodes).
+  EXPECT_GT(p.breakdown.a2a_exposed, 0.2 * p.step_time_s);
+  EXPECT_GT(p.a2a_gb_scaleout, 0);
+}
+
+TEST(Simulator, Gb300ScalingTo1024KeepsPublishedEfficiency) {
+  const auto ps = simulate_scaling(dsv3(), gb300_record(), load_system("gb300-nvl72"), {256, 1024});
+  ASSERT_EQ(ps.size(), 2u);
+  EXPECT_DOUBLE_EQ(ps[0].efficiency, 1.0);
+  EXPECT_NEAR(100 * ps[1].efficiency, 98.5, 1.5) << "predicted " << 100 * ps[1].efficiency;
+  EXPECT_EQ(ps[0].micro_batches, 32);
+  EXPECT_EQ(ps[1].micro_batches, 8);
+  EXPECT_GT(ps[1].breakdown.pp_bubble / ps[1].step_time_s,
+            ps[0].breakdown.pp_bubble / ps[0].step_time_s);
+}
+
+TEST(Simulator, BreakdownAddsUpToTheStep) {
+  for (const SimLayout& l : {gb300_record(), h100_record()}) {
+    const Prediction p =
+        simulate(dsv3(), l, load_system(l.precision == "fp8" ? "h100-sxm" : "gb300-nvl72"));
+    const Breakdown& b = p.breakdown;
+    EXPECT_NEAR(b.compute + b.a2a_exposed + b.pp_bubble + b.dp_exposed + b.optimizer, p.step_time_s,
+                1e-9 * p.step_time_s);
+    EXPECT_NEAR(b.gemm + b.attention + b.memory_bound + b.tp_comm + b.launch + b.contention,
+                b.compute, 1e-9 * b.compute);
+    EXPECT_LE(b.a2a_exposed, b.a2a_total);
+    EXPECT_LE(b.dp_exposed, b.dp_total * 1.2);
+    const double tokens = double(l.gbs * l.seq);
+    EXPECT_NEAR(p.tflops_per_gpu, p.flops_per_token * tokens / p.step_time_s / l.gpus / 1e12,
+                1e-9 * p.tflops_per_gpu);
+  }
+}
+
+TEST(Simulator, ChoicesMoveThePredictionTheRightWay) {
+  const ModelConfig c = dsv3();
+  const SystemSpec s = load_system("gb300-nvl72");
+  const Prediction base = simulate(c, gb300_record(), s);
+  SimLayout l = gb300_record();
+  l.a2a_overlap = false;
+  const Prediction no_overlap = simulate(c, l, s);
+  EXPECT_GT(no_overlap.breakdown.a2a_exposed, 10 * base.breakdown.a2a_exposed);
+  EXPECT_LT(no_overlap.tflops_per_gpu, base.tflops_per_gpu);
+  l = gb300_record();
+  l.recompute = "full";
+  const Prediction full = simulate(c, l, s);
+  EXPECT_LT(full.memory.activations, 0.2 * base.memory.activations);
+  EXPECT_GT(full.breakdown.recompute, 0.2 * base.breakdown.compute);
+  EXPECT_LT(full.tflops_per_gpu, base.tflops_per_gpu);
+  l = gb300_record();
+  l.recompute = "selective";
+  const Prediction sel = simulate(c, l, s);
+  EXPECT_LT(sel.memory.activations, base.memory.activations);
+  EXPECT_GT(sel.memory.activations, full.memory.activations);
+  EXPECT_LT(sel.tflops_per_gpu, base.tflops_per_gpu);
+  EXPECT_GT(sel.tflops_per_gpu, full.tflops_per_gpu);
+  l = gb300_record();
+  l.precision = "bf16";
+  EXPECT_LT(simulate(c, l, s).tflops_per_gpu, base.tflops_per_gpu);
+  l = gb300_record();
+  l.distributed_optimizer = false;
+  EXPECT_GT(simulate(c, l, s).memory.optimizer, 5 * base.memory.optimizer);  // DP 128, EDP 4
+  // The same layout on GB200 (4x less HBM headroom, half the NIC) is slower per GPU.
+  EXPECT_LT(simulate(c, gb300_record(), load_system("gb200-nvl72")).tflops_per_gpu,
+            base.tflops_per_gpu * 1.0001);
+}
+
+TEST(Simulator, FitsOnlyWhatTheMemoryHolds) {
+  const ModelConfig c = dsv3();
+  SimLayout l = gb300_record();
+  l.pp = 1, l.vpp = 1, l.ep = 8;  // 671B with only 8-way expert sharding: ~200 GB of experts
+  const Prediction p = simulate(c, l, load_system("gb300-nvl72"));
+  EXPECT_FALSE(p.fits);
+  EXPECT_GT(p.memory_gb_per_gpu, 288);
+}
+
+TEST(Simulator, GemmEfficiencyReproducesTheDeepGemmTable) {
+  // DeepGEMM H800 FP8 after PR #74 (configs/systems/h100-sxm.json sources): TFLOP/s per shape.
+  const SystemSpec s = load_system("h100-sxm");
+  struct Point {
+    double m, n, k, tflops;
+  };
+  for (const Point& p : {Point{4096, 7168, 16384, 1470}, Point{4096, 7168, 2048, 1204},
+                         Point{4096, 24576, 1536, 1166}, Point{8192, 4096, 7168, 1381},
+                         Point{8192, 7168, 2048, 1262}}) {
+    const double predicted = s.peak("fp8") * gemm_efficiency(s, "fp8", p.m, p.n, p.k);
+    EXPECT_NEAR(predicted, p.tflops, 0.05 * p.tflops) << p.m << "x" << p.n << "x" << p.k;
+  }
+}
+
+TEST(Simulator, FanoutFollowsGroupLimitedRouting) {
+  const ModelConfig c = dsv3();
+  EXPECT_EQ(routing_fanout(c, 1, 1).ranks_same_domain, 0);
+  // H100: EP64 over 8 nodes of 8; n_group 8 = nodes, topk_group 4: at most 4 nodes per token.
+  const Fanout h = routing_fanout(c, 64, 8);
+  EXPECT_LE(h.other_domains, 4.0);
+  EXPECT_GT(h.other_domains, 2.5);
+  EXPECT_LE(h.ranks_same_domain + h.ranks_other_domains, 8.0);
+  EXPECT_GE(h.ranks_other_domains, h.other_domains);
+  // GB300: EP32 inside one NVLink domain: nothing crosses domains.
+  const Fanout g = routing_fanout(c, 32, 32);
+  EXPECT_EQ(g.other_domains, 0);
+  EXPECT_GT(g.ranks_same_domain, 4.0);
+  EXPECT_LT(g.ranks_same_domain, 8.0);
+}
+
+TEST(Simulator, CatalogHasTheSystemsAndASourceForEveryNumber) {
+  for (const char* name : {"h100-sxm", "h200", "b200", "gb200-nvl72", "gb300-nvl72"}) {
+    const SystemSpec s = load_system(name);
+    EXPECT_EQ(s.name, name);
+    std::vector<std::string> keys = {"peak_tflops",
+                                     "hbm_gb",
+                                     "hbm_tbps",
+                                     "nvlink_gbps",
+                                     "nvlink_domain",
+                                     "scaleout_gbps",
+                                     "attention_fwd",
+                                     "attention_bwd",
+                                     "hbm",
+                                     "a2a_nvlink",
+                                     "a2a_scaleout",
+                                     "a2a_sm_fraction",
+                                     "collective_nvlink",
+                                     "collective_scaleout",
+                                     "collective_sm_fraction",
+                                     "op_overhead_us",
+                                     "memory_reserve_gb"};
+    for (auto& [p, v] : s.peak_tflops) {
+      keys.push_back("gemm_max." + p);
+      keys.push_back("gemm_half_dim." + p);
+    }
+    for (const std::string& k : keys)
+      EXPECT_FALSE(s.sources.count(k) == 0 || s.sources.at(k).empty()) << name << ": " << k;
+    // Round trip through the writer.
+    const SystemSpec back = parse_system(system_to_json(s), name);
+    EXPECT_EQ(back.peak_tflops, s.peak_tflops);
+    EXPECT_EQ(back.eff.gemm_half_dim, s.eff.gemm_half_dim);
+    EXPECT_EQ(back.nvlink_domain, s.nvlink_domain);
+  }
+}
+
+TEST(Simulator, JsonHasExactlyTheKeys) {
+  const auto ps = simulate_scaling(dsv3(), gb300_record(), load_system("gb300-nvl72"), {256, 512});
+  for (bool several : {false, true}) {
+    const auto j = nlohmann::json::parse(predictions_json(ps, several));
+    ASSERT_TRUE(j.is_array());
+    ASSERT_EQ(j.size(), 2u);
+    for (const auto& o : j) {
+      std::vector<std::string> keys;
+      for (auto& [k, v] : o.items()) keys.push_back(k);
+      std::vector<std::string> want = {
+          "breakdown",   "fits",           "memory_gb_per_gpu",   "mfu",
+          "step_time_s", "tflops_per_gpu", "tokens_per_s_per_gpu"};
+      if (several) want.push_back("efficiency");
+      std::sort(keys.begin(), keys.end());
+      std::sort(want.begin(), want.end());
+      EXPECT_EQ(keys, want);
+      for (const char* b : {"compute", "a2a_exposed", "pp_bubble", "dp_exposed", "optimizer"})
+        EXPECT_TRUE(o["breakdown"].contains(b)) << b;
+    }
+  }
+}
+
+TEST(Simulator, LayoutsThatDoNotDivideSayWhat) {
+  const ModelConfig c = dsv3();
+  SimLayout l = gb300_record();
+  l.ep = 48;
+  EXPECT_NE(error_of(c, l).find("EP 48 does not divide the 256 routed experts"), std::string::npos)
+      << error_of(c, l);
+  l = gb300_record();
+  l.vpp = 3;
+  EXPECT_NE(error_of(c, l).find("virtual stages do not divide the 64 pipeline slots"),
+            std::string::npos)
+      << error_of(c, l);
+  l = gb300_record();
+  l.gpus = 255;
+  EXPECT_NE(error_of(c, l).find("--gpus 255 does not divide by TP×PP"), std::string::npos)
+      << error_of(c, l);
+  l = gb300_record();
+  l.gbs = 4000;
+  EXPECT_NE(error_of(c, l).find("--gbs 4000 does not divide by MBS×DP"), std::string::npos)
+      << error_of(c, l);
+  l = gb300_record();
+  l.ep = 256, l.gpus = 256;  // 128 GPUs per stage cannot hold 256 expert ranks
+  EXPECT_NE(error_of(c, l).find("EP×ETP = 256 does not divide the 128 GPUs"), std::string::npos)
+      << error_of(c, l);
+  l = gb300_record();
+  l.tp = 3, l.gpus = 384, l.gbs = 4096;
+  EXPECT_NE(error_of(c, l).find("TP 3 does not divide"), std::string::npos) << error_of(c, l);
+  for (const std::string& msg : {error_of(c, l)}) EXPECT_EQ(msg.find('\n'), std::string::npos);
+  try {
+    load_system("gb999");
+    FAIL() << "unknown system accepted";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("unknown system 'gb999'"), std::string::npos) << m;
+    EXPECT_NE(m.find("gb300-nvl72"), std::string::npos) << m;
+  }
+  l = gb300_record();
+  l.precision = "mxfp8";
+  EXPECT_THROW(simulate(c, l, load_system("h100-sxm")), Error);  // Hopper has no MXFP8
+}
+
+TEST(Simulator, PlannerRanksThePublishedGb300LayoutNearTheTop) {
+  const ModelConfig c = dsv3();
+  const SystemSpec s = load_system("gb300-nvl72");
+  PlanRequest r;
+  r.gpus = 256, r.gbs = 4096, r.seq = 4096, r.precision = "mxfp8", r.mtp = 1;
+  const Plan plan = plan_layouts(c, s, r);
+  ASSERT_GE(plan.ranked.size(), 5u);
+  EXPECT_GT(plan.too_big, 0);
+  for (size_t i = 1; i < plan.ranked.size(); ++i)
+    ASSERT_GE(plan.ranked[i - 1].tflops_per_gpu, plan.ranked[i].tflops_per_gpu);
+  const SimLayout pub = gb300_record();
+  auto it = std::find_if(plan.ranked.begin(), plan.ranked.end(), [&](const Prediction& p) {
+    const SimLayout& l = p.layout;
+    return l.tp == pub.tp && l.pp == pub.pp && l.vpp == pub.vpp && l.ep == pub.ep &&
+           l.mbs == pub.mbs && l.recompute == pub.recompute;
+  });
+  ASSERT_NE(it, plan.ranked.end()) << "published layout dropped";
+  const size_t rank = size_t(it - plan.ranked.begin());
+  // docs/simulator.md explains the margin when it is not in the top 5.
+  EXPECT_TRUE(rank < 5 || plan.ranked.front().tflops_per_gpu < 1.02 * it->tflops_per_gpu)
+      << "published layout #" << rank + 1 << " at " << it->tflops_per_gpu << " vs best "
+      << plan.ranked.front().tflops_per_gpu;
+  EXPECT_NE(explain_winner(plan).find(" beats "), std::string::npos);
+}
