@@ -13,7 +13,7 @@ fail() {
 }
 dsv3=$root/configs/deepseek-v3-671b.json
 record=(--model "$dsv3" --system gb300-nvl72 --tp 1 --pp 2 --vpp 8 --ep 32 --mbs 1 --gbs 4096
-  --seq 4096 --precision mxfp8 --mtp 1)
+  --seq 4096 --precision mxfp8 --mtp 1 --pp-layout "Et*4|(t*4|)*14tmL")
 
 "$moet" simulate "${record[@]}" --gpus 256,1024 --json >"$tmp/out.json" 2>"$tmp/err"
 grep -q "260.0 GFLOP per token" "$tmp/err" || fail "no FLOPs per token line: $(cat "$tmp/err")"
@@ -51,7 +51,7 @@ expect_error() {
 }
 expect_error "EP 48 does not divide the 256 routed experts" simulate "${record[@]}" --gpus 256 --ep 48
 expect_error "unknown system 'gb999'" simulate "${record[@]}" --gpus 256 --system gb999
-expect_error "virtual stages do not divide the 64 pipeline slots" simulate "${record[@]}" --gpus 256 --vpp 3
+expect_error "virtual stages do not divide the 64 pipeline slots" simulate "${record[@]}" --gpus 256 --vpp 3 --pp-layout ""
 expect_error "--gbs 4000 does not divide by MBS×DP" simulate "${record[@]}" --gpus 256 --gbs 4000
 expect_error "--gpus 255 does not divide by TP×PP" simulate "${record[@]}" --gpus 255
 expect_error "--precision 'fp4' is not one of" simulate "${record[@]}" --gpus 256 --precision fp4

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The performance model against moet's own measured CPU runs: calibrate this machine with
 # `moet bench`, train configs/small.json (one process, and mpirun -np 2 --ep 2), predict both
-# step times with `moet simulate --system local`, and require each within 20% of the median
-# measured step. The machine is shared: when the calibration before and after the runs
-# disagree by more than 15% (a neighbour took the cores), the attempt does not count and is
-# repeated (3 attempts at most).
+# step times with `moet simulate --system local`, and require each within 20% of the measured
+# step. The machine is shared and a neighbour only ever slows work down, so both sides are
+# the undisturbed speed: bench keeps each kernel's best call, and the measured step is the
+# fastest after the first two. When the calibrations before and after the runs disagree by
+# more than 15% (a neighbour took the cores), the attempt does not count and is repeated
+# (3 attempts at most).
 # Usage: sim_local_check.sh MOET SOURCE_DIR MPIEXEC [MPIEXEC FLAGS...]
 set -euo pipefail
 moet=$1
@@ -14,14 +16,14 @@ mpi=("$@")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 small=$root/configs/small.json
-steps=8
+steps=10
 train=(train --model "$small" --steps $steps --eval-batches 0 --quiet --overwrite-metrics)
 
-median() {  # median of a metrics field over the steps after the first two
-  /usr/bin/python3 - "$1" "$2" <<'PY'
+stat() {  # stat FILE FIELD min|median: over the steps after the first two
+  /usr/bin/python3 - "$1" "$2" "$3" <<'PY'
 import json, statistics, sys
-rows = [json.loads(l) for l in open(sys.argv[1])][2:]
-print(statistics.median(r[sys.argv[2]] for r in rows))
+rows = [json.loads(l)[sys.argv[2]] for l in open(sys.argv[1])][2:]
+print(min(rows) if sys.argv[3] == "min" else statistics.median(rows))
 PY
 }
 peak() { /usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["peak_tflops"]["fp32"])' "$1"; }
@@ -51,9 +53,9 @@ for attempt in 1 2 3; do
     echo "attempt $attempt: machine disturbed (GEMM peak $before vs $after TFLOP/s); again"
     continue
   fi
-  one=$(median "$tmp/one.jsonl" step_time_s)
-  two=$(median "$tmp/two.jsonl" step_time_s)
-  imbalance=$(median "$tmp/two.jsonl" ep_load_imbalance)
+  one=$(stat "$tmp/one.jsonl" step_time_s min)
+  two=$(stat "$tmp/two.jsonl" step_time_s min)
+  imbalance=$(stat "$tmp/two.jsonl" ep_load_imbalance median)
   p_one=$(predict --gpus 1 --gbs 8)
   p_two=$(predict --gpus 2 --ep 2 --gbs 16 --expert-imbalance "$imbalance")
   ok=0

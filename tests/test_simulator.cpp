@@ -27,6 +27,7 @@ SimLayout gb300_record(int64_t gpus = 256) {
   SimLayout l;
   l.gpus = gpus, l.tp = 1, l.pp = 2, l.vpp = 8, l.ep = 32, l.mbs = 1, l.gbs = 4096, l.seq = 4096;
   l.precision = "mxfp8", l.mtp = 1;
+  l.pp_layout = "Et*4|(t*4|)*14tmL";  // Megatron-Bridge's GB300 recipe
   return l;
 }
 
@@ -37,6 +38,7 @@ SimLayout h100_record() {
   SimLayout l;
   l.gpus = 1024, l.tp = 2, l.pp = 8, l.vpp = 4, l.ep = 64, l.mbs = 1, l.gbs = 8192, l.seq = 4096;
   l.precision = "fp8", l.mtp = 1, l.recompute = "selective", l.a2a_overlap = false;
+  l.pp_layout = "Et|(tt|)*30mL";  // the recipe's; Megatron's default split is the same
   return l;
 }
 
@@ -132,7 +134,8 @@ TEST(Simulator, ChoicesMoveThePredictionTheRightWay) {
 TEST(Simulator, FitsOnlyWhatTheMemoryHolds) {
   const ModelConfig c = dsv3();
   SimLayout l = gb300_record();
-  l.pp = 1, l.vpp = 1, l.ep = 8;  // 671B with only 8-way expert sharding: ~200 GB of experts
+  l.pp = 1, l.vpp = 1, l.ep = 8,
+  l.pp_layout = "";  // 671B with only 8-way expert sharding: ~200 GB of experts
   const Prediction p = simulate(c, l, load_system("gb300-nvl72"));
   EXPECT_FALSE(p.fits);
   EXPECT_GT(p.memory_gb_per_gpu, 288);
@@ -150,6 +153,32 @@ TEST(Simulator, GemmEfficiencyReproducesTheDeepGemmTable) {
     const double predicted = s.peak("fp8") * gemm_efficiency(s, "fp8", p.m, p.n, p.k);
     EXPECT_NEAR(predicted, p.tflops, 0.05 * p.tflops) << p.m << "x" << p.n << "x" << p.k;
   }
+}
+
+TEST(Simulator, PipelineLayoutsReadAndWriteMegatronSyntax) {
+  const ModelConfig c = dsv3();
+  SimLayout l = gb300_record();
+  const auto stages = stages_of_slots(c, l);
+  ASSERT_EQ(stages.size(), 64u);  // E, 61 t, m, L
+  EXPECT_EQ(stages[0], 0u);       // E
+  EXPECT_EQ(stages[4], 0u);       // t3
+  EXPECT_EQ(stages[5], 1u);       // t4
+  EXPECT_EQ(stages[61], 15u);     // t60
+  EXPECT_EQ(stages[63], 15u);     // L
+  EXPECT_EQ(format_pp_layout(c, l, stages), l.pp_layout);
+  l.pp_layout = "";  // Megatron's even split: 4 slots per stage
+  EXPECT_EQ(format_pp_layout(c, l, stages_of_slots(c, l)), "Et*3|(t*4|)*14t*2mL");
+  l = h100_record();
+  l.pp_layout = "";
+  EXPECT_EQ(format_pp_layout(c, l, stages_of_slots(c, l)), "Et|(t*2|)*30mL");  // the recipe's
+  // The balanced layout of the record gives the stage with MTP and loss fewer layers.
+  l = gb300_record();
+  l.pp_layout = "balanced";
+  const Prediction balanced = simulate(c, l, load_system("gb300-nvl72"));
+  l.pp_layout = "";
+  const Prediction even = simulate(c, l, load_system("gb300-nvl72"));
+  EXPECT_GT(balanced.tflops_per_gpu, even.tflops_per_gpu);
+  EXPECT_NE(balanced.pp_layout.find("mL"), std::string::npos);
 }
 
 TEST(Simulator, FanoutFollowsGroupLimitedRouting) {
@@ -232,10 +261,18 @@ TEST(Simulator, LayoutsThatDoNotDivideSayWhat) {
   EXPECT_NE(error_of(c, l).find("EP 48 does not divide the 256 routed experts"), std::string::npos)
       << error_of(c, l);
   l = gb300_record();
-  l.vpp = 3;
+  l.vpp = 3, l.pp_layout = "";
   EXPECT_NE(error_of(c, l).find("virtual stages do not divide the 64 pipeline slots"),
             std::string::npos)
       << error_of(c, l);
+  l.pp_layout = "Et*4|(t*4|)*14tmL";  // 16 stages, not 6
+  EXPECT_NE(error_of(c, l).find("has 16 stages; PP×VPP = 6"), std::string::npos) << error_of(c, l);
+  l.vpp = 8, l.pp_layout = "Et*4|(t*4|)*14mL";  // a layer short
+  EXPECT_NE(error_of(c, l).find("has 1 E, 60 t, 1 m, 1 L; the model needs E, 61 t, 1 m, L"),
+            std::string::npos)
+      << error_of(c, l);
+  l.pp_layout = "Et*4|(t*4|*14tmL";
+  EXPECT_NE(error_of(c, l).find("missing ')'"), std::string::npos) << error_of(c, l);
   l = gb300_record();
   l.gpus = 255;
   EXPECT_NE(error_of(c, l).find("--gpus 255 does not divide by TP×PP"), std::string::npos)

@@ -45,12 +45,14 @@ CLI::App* add_simulate_command(CLI::App& app, SimulateArgs& a) {
   c->add_option("--mbs", a.mbs, "micro-batch (sequences)")->capture_default_str();
   c->add_option("--gbs", a.gbs, "global batch (sequences)")->required();
   c->add_option("--recompute", a.recompute, "none, selective or full")->capture_default_str();
+  c->add_option("--pp-layout", a.pp_layout,
+                "pipeline layout: Megatron syntax (e.g. 'Et*4|(t*4|)*14tmL'), 'balanced', or "
+                "empty for Megatron's even split");
   c->add_option("--expert-imbalance", a.expert_imbalance,
                 "expert rows of the busiest EP rank over the mean (moet train reports it as "
                 "ep_load_imbalance; 1 = balanced)")
       ->capture_default_str();
-  c->add_flag("--no-a2a-overlap", a.no_a2a_overlap,
-              "expert all-to-all not hidden behind compute (only behind the shared expert)");
+  c->add_flag("--no-a2a-overlap", a.no_a2a_overlap, "expert all-to-all not hidden behind compute");
   c->add_flag("--no-dp-overlap", a.no_dp_overlap,
               "data-parallel gradient/parameter traffic not hidden behind compute");
   c->add_flag("--no-distributed-optimizer", a.no_distributed_optimizer,
@@ -90,6 +92,7 @@ void run_simulate(const SimulateArgs& a) {
   l.recompute = a.recompute, l.a2a_overlap = !a.no_a2a_overlap, l.dp_overlap = !a.no_dp_overlap;
   l.distributed_optimizer = !a.no_distributed_optimizer;
   l.expert_imbalance = a.expert_imbalance;
+  l.pp_layout = a.pp_layout;
   const auto ps = sim::simulate_scaling(c, l, s, a.gpus);
   if (a.json) {
     std::fprintf(stderr, "moet simulate: %s\n", sim::flops_line(ps.front()).c_str());

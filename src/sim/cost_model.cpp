@@ -216,7 +216,7 @@ class SlotBuilder {
     // Router: scores, sigmoid, group-limited top-k.
     gemm(w, tl(), E, h(), 1, false);
     mem(w, 4 * E * tl(), 4 * E * tl(), 3, 3, 4);
-    // Shared expert, TP-split: it also runs while the dispatch is in flight.
+    // Shared expert, TP-split.
     if (c_.n_shared_experts > 0) {
       SlotCost sh = start("");
       const double fs = double(c_.shared_intermediate_size()) / l_.tp;
@@ -225,8 +225,6 @@ class SlotBuilder {
       sh.act_bytes += tokens_ * 2 * fs * a_;
       swiglu(sh, fs, tokens_, true);
       gemm(sh, tokens_, h(), fs, 1, true, false);
-      w.shared_f += sh.fwd();
-      w.shared_b += sh.bwd();
       add(w, sh);
       w.dense_params += 3 * h() * fs;
     }
@@ -288,7 +286,7 @@ class SlotBuilder {
     w.gemm_f += g.gemm_f, w.gemm_b += g.gemm_b, w.attn_f += g.attn_f, w.attn_b += g.attn_b;
     w.mem_f += g.mem_f, w.mem_b += g.mem_b, w.tp_f += g.tp_f, w.tp_b += g.tp_b;
     w.launch_f += g.launch_f, w.launch_b += g.launch_b, w.recompute += g.recompute;
-    w.a2a_f += g.a2a_f, w.a2a_b += g.a2a_b, w.shared_f += g.shared_f, w.shared_b += g.shared_b;
+    w.a2a_f += g.a2a_f, w.a2a_b += g.a2a_b;
     w.a2a_bytes_nvlink += g.a2a_bytes_nvlink, w.a2a_bytes_scaleout += g.a2a_bytes_scaleout;
     w.act_bytes += g.act_bytes, w.dense_params += g.dense_params;
     w.expert_params += g.expert_params;
@@ -325,10 +323,9 @@ class SlotBuilder {
 }  // namespace
 
 std::vector<SlotCost> slot_costs(const ModelConfig& c, const SimLayout& l, const SystemSpec& s) {
-  // EP ranks are consecutive (Megatron's tp-ep-dp-pp order with ETP 1): an EP group spans
-  // min(EP, ranks per domain) ranks of each domain.
-  const int64_t rpd = std::max<int64_t>(
-      1, s.ranks_per_domain(static_cast<int>(l.gpus)) / std::min<int64_t>(l.tp, s.nvlink_domain));
+  // Expert ranks are ordered etp-ep-edp-pp (Megatron's parallel folding): an EP group's
+  // members have stride ETP, so a domain holds min(EP, ranks per domain / ETP) of them.
+  const int64_t rpd = std::max<int64_t>(1, s.ranks_per_domain(static_cast<int>(l.gpus)) / l.etp);
   const Fanout fan = routing_fanout(c, l.ep, std::min<int64_t>(l.ep, rpd));
   SlotBuilder b(c, l, s, fan);
   std::vector<SlotCost> slots;

@@ -1,5 +1,7 @@
 #include "sim/parallel_layout.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace moet::sim {
@@ -54,7 +56,12 @@ void validate(const ModelConfig& c, const SimLayout& l) {
   } else if (l.ep > 1) {
     throw Error("--ep > 1 needs a model with routed experts");
   }
-  if (l.pp > 1 && pipeline_slots(c, l) % l.stages() != 0)
+  if (l.pp_layout == "balanced") {
+    if (l.stages() > c.num_hidden_layers + mtp_depth(c, l) + 2)
+      throw Error(str("PP×VPP = ", l.stages(), " virtual stages exceed the pipeline slots"));
+  } else if (!l.pp_layout.empty()) {
+    stages_of_slots(c, l);  // throws when the layout string does not fit
+  } else if (l.pp > 1 && pipeline_slots(c, l) % l.stages() != 0)
     throw Error(str("PP×VPP = ", l.pp, "×", l.vpp, " = ", l.stages(),
                     " virtual stages do not divide the ", pipeline_slots(c, l), " pipeline slots (",
                     c.num_hidden_layers, " layers + ", mtp_depth(c, l),
@@ -64,6 +71,147 @@ void validate(const ModelConfig& c, const SimLayout& l) {
   if (l.gbs % (l.mbs * l.dp()) != 0)
     throw Error(str("--gbs ", l.gbs, " does not divide by MBS×DP = ", l.mbs, "×", l.dp(), " = ",
                     l.mbs * l.dp()));
+}
+
+namespace {
+
+// Expands a Megatron pipeline layout ("Et*4|(t*4|)*14tmL") into its characters.
+class LayoutParser {
+ public:
+  explicit LayoutParser(const std::string& text) : t_(text) {}
+  std::string expand() {
+    std::string out = sequence();
+    if (i_ != t_.size()) fail("unexpected '" + std::string(1, t_[i_]) + "'");
+    return out;
+  }
+
+ private:
+  std::string sequence() {
+    std::string out;
+    while (i_ < t_.size() && t_[i_] != ')') {
+      std::string item;
+      const char ch = t_[i_];
+      if (ch == '(') {
+        ++i_;
+        item = sequence();
+        if (i_ >= t_.size() || t_[i_] != ')') fail("missing ')'");
+        ++i_;
+      } else if (ch == 'E' || ch == 't' || ch == 'm' || ch == 'L' || ch == '|') {
+        item = std::string(1, ch);
+        ++i_;
+      } else if (ch == ' ' || ch == ',') {
+        ++i_;
+        continue;
+      } else {
+        fail("unexpected '" + std::string(1, ch) + "' (use E, t, m, L, |, *N and parentheses)");
+      }
+      int64_t repeat = 1;
+      if (i_ < t_.size() && t_[i_] == '*') {
+        ++i_;
+        size_t used = 0;
+        try {
+          repeat = std::stoll(t_.substr(i_), &used);
+        } catch (const std::exception&) {
+          fail("'*' must be followed by a count");
+        }
+        if (repeat < 1) fail("a repeat count must be at least 1");
+        i_ += used;
+      }
+      for (int64_t r = 0; r < repeat; ++r) out += item;
+    }
+    return out;
+  }
+  [[noreturn]] void fail(const std::string& why) const {
+    throw Error(str("--pp-layout '", t_, "': ", why));
+  }
+  const std::string& t_;
+  size_t i_ = 0;
+};
+
+}  // namespace
+
+std::vector<size_t> stages_of_slots(const ModelConfig& c, const SimLayout& l) {
+  const int64_t layers = c.num_hidden_layers, mtp = mtp_depth(c, l);
+  const size_t slots = size_t(layers + mtp + 2);  // embedding, layers, MTP, loss
+  std::vector<size_t> stage_of(slots, 0);
+  if (l.pp_layout.empty()) {
+    if (l.pp == 1) {
+      // One stage per virtual chunk, without embedding and loss in the count.
+      for (size_t i = 0; i < slots; ++i) stage_of[i] = 0;
+      return stage_of;
+    }
+    const size_t per = slots / size_t(l.stages());
+    for (size_t i = 0; i < slots; ++i) stage_of[i] = std::min(i / per, size_t(l.stages() - 1));
+    return stage_of;
+  }
+  const std::string x = LayoutParser(l.pp_layout).expand();
+  std::string want = "E";
+  want.append(size_t(layers), 't').append(size_t(mtp), 'm').push_back('L');
+  std::string kinds;
+  size_t stage = 0, slot = 0;
+  for (char ch : x) {
+    if (ch == '|') {
+      ++stage;
+      continue;
+    }
+    kinds += ch;
+    if (slot < slots) stage_of[slot] = stage;
+    ++slot;
+  }
+  const auto count = [&](const std::string& s, char ch) {
+    return int64_t(std::count(s.begin(), s.end(), ch));
+  };
+  if (kinds != want)
+    throw Error(str("--pp-layout '", l.pp_layout, "' has ", count(kinds, 'E'), " E, ",
+                    count(kinds, 't'), " t, ", count(kinds, 'm'), " m, ", count(kinds, 'L'),
+                    " L; the model needs E, ", layers, " t, ", mtp, " m, L in that order"));
+  if (int64_t(stage + 1) != l.stages())
+    throw Error(
+        str("--pp-layout '", l.pp_layout, "' has ", stage + 1, " stages; PP×VPP = ", l.stages()));
+  return stage_of;
+}
+
+std::string format_pp_layout(const ModelConfig& c, const SimLayout& l,
+                             const std::vector<size_t>& stage_of) {
+  const int64_t layers = c.num_hidden_layers;
+  std::vector<std::string> stages(size_t(l.stages()));
+  for (size_t i = 0; i < stage_of.size(); ++i) {
+    const char kind = i == 0                     ? 'E'
+                      : i <= size_t(layers)      ? 't'
+                      : i + 1 == stage_of.size() ? 'L'
+                                                 : 'm';
+    stages[stage_of[i]] += kind;
+  }
+  // Runs of one kind as "t*4"; runs of equal stages as "(t*4|)*14".
+  auto compress = [](const std::string& s) {
+    std::string out;
+    for (size_t i = 0; i < s.size();) {
+      size_t j = i;
+      while (j < s.size() && s[j] == s[i]) ++j;
+      out.push_back(s[i]);
+      if (j - i > 1) out.append("*").append(std::to_string(j - i));
+      i = j;
+    }
+    return out;
+  };
+  std::string out;
+  for (size_t i = 0; i < stages.size();) {
+    size_t j = i;
+    while (j < stages.size() && stages[j] == stages[i]) ++j;
+    const std::string s = compress(stages[i]);
+    const size_t n = j - i;
+    if (n == 1) {
+      out.append(s).push_back('|');
+    } else {
+      // A trailing group would end with an empty stage: repeat one less, then the stage.
+      const bool last = j == stages.size();
+      out.append("(").append(s).append("|)*").append(std::to_string(last ? n - 1 : n));
+      if (last) out.append(s);
+    }
+    i = j;
+  }
+  if (!out.empty() && out.back() == '|') out.pop_back();
+  return out;
 }
 
 std::string describe(const SimLayout& l) {

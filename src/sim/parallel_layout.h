@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "model/config.h"
 
@@ -24,6 +25,11 @@ struct SimLayout {
   // Expert rows of the busiest EP rank over the mean (1: balanced, as force-balanced routing
   // benchmarks run); every rank waits for the busiest at each combine.
   double expert_imbalance = 1.0;
+  // How slots fill the P·V virtual stages: "" (Megatron's default: an even split, embedding and
+  // loss counted as one layer each), "balanced" (contiguous stages of least maximum work), or a
+  // Megatron pipeline layout such as "Et*4|(t*4|)*14tmL" (E embedding, t decoder layer, m MTP
+  // layer, L loss, | stage boundary, *N repeat, parentheses group).
+  std::string pp_layout;
 
   int64_t dp() const { return gpus / (tp * pp); }               // data-parallel size
   int64_t edp() const { return gpus / (etp * ep * pp); }        // expert-data-parallel size
@@ -38,6 +44,13 @@ int64_t mtp_depth(const ModelConfig& c, const SimLayout& l);
 int64_t pipeline_slots(const ModelConfig& c, const SimLayout& l);
 // Throws moet::Error with one line saying what does not divide or is out of range.
 void validate(const ModelConfig& c, const SimLayout& l);
+// The virtual stage of each slot (embedding, decoder layers, MTP layers, loss) for the default
+// split or an explicit layout string (not "balanced": that needs the costs, step_model.cpp).
+// Throws moet::Error with one line when a layout string does not fit the model or P·V.
+std::vector<size_t> stages_of_slots(const ModelConfig& c, const SimLayout& l);
+// The layout string of a slot -> stage assignment, in Megatron's syntax.
+std::string format_pp_layout(const ModelConfig& c, const SimLayout& l,
+                             const std::vector<size_t>& stage_of);
 std::string describe(const SimLayout& l);  // "TP1 PP2 VPP8 EP32 ETP1 MBS1 GBS4096"
 
 }  // namespace moet::sim

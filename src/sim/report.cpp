@@ -36,6 +36,7 @@ void print_breakdown(std::FILE* out, const Prediction& p) {
                "per GPU per step; %lld micro-batches per rank\n",
                m.total(), m.weights, m.gradients, m.optimizer, m.activations, m.reserve,
                p.a2a_gb_nvlink, p.a2a_gb_scaleout, static_cast<long long>(p.micro_batches));
+  if (!p.pp_layout.empty()) std::fprintf(out, "    pipeline layout %s\n", p.pp_layout.c_str());
 }
 
 }  // namespace

@@ -32,7 +32,7 @@ int64_t warmup_chunks(int64_t P, int64_t V, int64_t r) {
 }
 
 // Cuts the slots into `n` contiguous non-empty stages whose largest work (forward + backward +
-// all-to-all) is smallest: what a hand-written Megatron pipeline layout does (the GB300 record's
+// all-to-all) is smallest, as a hand-written Megatron pipeline layout does (the GB300 record's
 // `Et*4|(t*4|)*14tmL` gives the first stage a layer more and the stage with MTP and loss fewer).
 // Returns the stage of each slot.
 std::vector<size_t> balanced_stages(const std::vector<SlotCost>& slots, size_t n) {
@@ -80,9 +80,12 @@ Prediction simulate(const ModelConfig& c, const SimLayout& l, const SystemSpec& 
   p.micro_batches = m;
   const int share = s.compute_shared ? s.ranks_per_domain(int(l.gpus)) : 1;
 
-  // Slots in pipeline order, cut into P·V balanced virtual stages; stage j runs on rank j % P.
+  // Slots in pipeline order, cut into P·V virtual stages; stage j runs on rank j % P.
   std::vector<RankWork> ranks(P);
-  const std::vector<size_t> stage_of = balanced_stages(slots, size_t(l.stages()));
+  const std::vector<size_t> stage_of = l.pp_layout == "balanced"
+                                           ? balanced_stages(slots, size_t(l.stages()))
+                                           : stages_of_slots(c, l);
+  if (l.pp > 1) p.pp_layout = format_pp_layout(c, l, stage_of);
   for (size_t i = 0; i < slots.size(); ++i) {
     const SlotCost& w = slots[i];
     RankWork& r = ranks[stage_of[i] % size_t(P)];
@@ -92,9 +95,11 @@ Prediction simulate(const ModelConfig& c, const SimLayout& l, const SystemSpec& 
     const double a2a = w.a2a_f + w.a2a_b;
     r.a2a += a2a, r.a2a_nvl += w.a2a_bytes_nvlink, r.a2a_nic += w.a2a_bytes_scaleout;
     // The all-to-all of a chunk runs under another in-flight chunk's compute (the paired
-    // backward in 1F1B steady state, the neighbouring chunk in fill and drain) or, without
-    // overlap, only under the shared expert; the SMs it occupies slow that compute down.
-    const double cover = l.a2a_overlap ? w.fwd() + w.bwd() : w.shared_f + w.shared_b;
+    // backward in 1F1B steady state, the neighbouring chunk in fill and drain); the SMs it
+    // occupies slow that compute down. Without overlap nothing hides it: Megatron's
+    // shared-expert overlap exists only for its alltoall dispatcher, and the DeepSeek-V3 recipes
+    // use the flex (DeepEP/HybridEP) one.
+    const double cover = l.a2a_overlap ? w.fwd() + w.bwd() : 0.0;
     r.a2a_exposed += std::max(0.0, a2a - cover);
     r.contention += s.eff.a2a_sm_fraction * std::min(a2a, cover);
     if (l.a2a_overlap) r.edge_a2a += std::min(a2a, cover);

@@ -2,6 +2,7 @@
 // behind the other half micro-batch's compute, data-parallel reduce-scatter / all-gather hidden
 // behind backward / forward, optimizer; memory per GPU; Megatron-counted TFLOP/s.
 #pragma once
+#include <string>
 #include <vector>
 
 #include "model/config.h"
@@ -36,6 +37,7 @@ struct Prediction {
   Breakdown breakdown;
   double a2a_gb_nvlink = 0, a2a_gb_scaleout = 0;  // per GPU per step
   int64_t micro_batches = 0;                      // per rank per step
+  std::string pp_layout;  // the stages used, in Megatron's layout syntax (PP > 1)
 };
 
 Prediction simulate(const ModelConfig& c, const SimLayout& l, const SystemSpec& s);
