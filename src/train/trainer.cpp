@@ -274,8 +274,11 @@ double run_training(const TrainOptions& o, Communicator* world) {
     m.elapsed_s = seconds_since(t_start);
     m.eta_s = m.elapsed_s / double(step + 1) * double(o.steps - step - 1);
     bool last = step + 1 == o.steps;
-    if ((o.eval_every > 0 && (step + 1) % o.eval_every == 0) || (last && o.eval_batches > 0))
+    if ((o.eval_every > 0 && (step + 1) % o.eval_every == 0) || (last && o.eval_batches > 0)) {
       m.eval_loss = evaluate(model, B, *ds, o.eval_batches, tokens, world);
+      // Evaluation's exchanges belong to no training step.
+      for (ExpertExchangeDispatcher* d : exchanges) d->reset_timers(), d->reset_bytes();
+    }
     if (metrics) metrics->write(m);
     if (verbose && ((step + 1) % o.log_every == 0 || last)) {
       std::printf("%s\n", format_progress_line(m).c_str());
