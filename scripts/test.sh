@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Builds moet and runs the whole test suite (golden files from the PyTorch reference are made
-# on first use). Extra arguments go to ctest (e.g. -L golden, -LE slow).
+# on first use). Extra arguments go to ctest instead of the default selection (e.g. -L golden).
+# The default leaves out the label `timing`: sim_local_check times moet's own runs against the
+# performance model, and a shared machine's speed swings too much for a pass/fail gate; run it
+# on a quiet machine with `bash scripts/test.sh -L timing` (docs/simulator.md).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bash "$root/scripts/build.sh"
 cd "$root/build"
-ctest --output-on-failure --timeout 900 "$@"
+if [ $# -eq 0 ]; then set -- -LE timing; fi
+ctest --output-on-failure --timeout 1200 "$@"
