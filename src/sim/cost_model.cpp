@@ -46,7 +46,7 @@ class SlotBuilder {
     return w;
   }
 
-  SlotCost decoder_layer(int64_t layer, bool moe, const std::string& name) {
+  SlotCost decoder_layer(bool moe, const std::string& name) {
     SlotCost w = start(name);
     w.act_bytes += h() * tl() * a_;  // the layer input (the residual stream)
     if (l_.recompute == "full") {
@@ -58,12 +58,11 @@ class SlotBuilder {
     }
     attention(w);
     moe ? moe_block(w) : dense_mlp(w);
-    (void)layer;
     return w;
   }
 
   SlotCost mtp_layer(int64_t depth) {
-    SlotCost w = decoder_layer(-1, c_.mtp_is_moe(), "mtp " + std::to_string(depth));
+    SlotCost w = decoder_layer(c_.mtp_is_moe(), "mtp " + std::to_string(depth));
     // Embedding of the shifted tokens, two norms, concatenation and the eh projection.
     mem(w, 6 * h() * tl(), 9 * h() * tl(), 4, 4);
     tp_collective(w, 1);
@@ -332,7 +331,7 @@ std::vector<SlotCost> slot_costs(const ModelConfig& c, const SimLayout& l, const
   slots.push_back(b.embedding());
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const bool moe = c.is_moe_layer(i);
-    slots.push_back(b.decoder_layer(i, moe, (moe ? "moe " : "dense ") + std::to_string(i)));
+    slots.push_back(b.decoder_layer(moe, (moe ? "moe " : "dense ") + std::to_string(i)));
   }
   for (int64_t d = 0; d < mtp_depth(c, l); ++d) slots.push_back(b.mtp_layer(d));
   slots.push_back(b.loss_slot());
