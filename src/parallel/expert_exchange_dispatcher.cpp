@@ -90,12 +90,12 @@ void ExpertExchangeDispatcher::exchange(const Tensor& rows_in, Tensor& rows_out,
 }
 
 std::pair<double, double> ExpertExchangeDispatcher::rows_received_max_mean() {
-  std::vector<int64_t> all(size_t(comm_.size()));
+  rows_of_rank_.resize(size_t(P_));  // allocates on the first call only
   const int64_t mine = rows_received_;
-  xch_.run_now([&] { comm_.allgather(&mine, sizeof mine, all.data()); }, "expert load");
+  xch_.run_now([&] { comm_.allgather(&mine, sizeof mine, rows_of_rank_.data()); }, "expert load");
   double max = 0, sum = 0;
-  for (int64_t r : all) max = std::max(max, double(r)), sum += double(r);
-  return {max, sum / double(all.size())};
+  for (int64_t r : rows_of_rank_) max = std::max(max, double(r)), sum += double(r);
+  return {max, sum / double(P_)};
 }
 
 void ExpertExchangeDispatcher::dispatch(const Tensor& x_ND, const Tensor& idx_NK) {

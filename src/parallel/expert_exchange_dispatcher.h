@@ -59,10 +59,9 @@ class ExpertExchangeDispatcher : public TokenDispatcher {
   void reset_bytes() {
     bytes_sent_ = bytes_sent_other_nodes_ = routing_bytes_sent_ = rows_received_ = 0;
   }
-  // Expert rows this rank received since the last reset_bytes, and (collective over the
-  // expert-parallel group) the largest and the mean of that over the group's ranks: the
-  // slowest rank's expert work, against a balanced share.
-  int64_t rows_received() const { return rows_received_; }
+  // Collective over the expert-parallel group: the largest and the mean over its ranks of the
+  // expert rows each received since the last reset_bytes (the busiest rank's expert work
+  // against a balanced share).
   std::pair<double, double> rows_received_max_mean();
 
   // Consecutive ranks of the group that share a node (default: all). With n_group equal to the
@@ -99,6 +98,7 @@ class ExpertExchangeDispatcher : public TokenDispatcher {
   Tensor send_AD_, recv_MD_;                // exchange buffers: source order, receive order
   int64_t bytes_sent_ = 0, bytes_sent_other_nodes_ = 0, routing_bytes_sent_ = 0;
   int64_t rows_received_ = 0;
+  std::vector<int64_t> rows_of_rank_;  // rows_received_max_mean's gather buffer
   int64_t ranks_per_node_ = 0, max_nodes_per_token_ = 0;
   AsyncExchange xch_;
 };
