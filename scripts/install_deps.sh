@@ -2,7 +2,7 @@
 # Installs what moet needs from Debian's packages; does nothing for what is already there.
 set -euo pipefail
 pkgs=(build-essential cmake git libopenblas-openmp-dev libdnnl-dev nlohmann-json3-dev
-      libcli11-dev libgtest-dev python3-torch libtcmalloc-minimal4 fortunes
+      libcli11-dev libgtest-dev python3-torch python3-venv libtcmalloc-minimal4 fortunes
       openmpi-bin libopenmpi-dev)
 missing=()
 for p in "${pkgs[@]}"; do

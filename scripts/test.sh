@@ -7,6 +7,9 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bash "$root/scripts/build.sh"
+# The Python venv of the interop tests and benchmark peers (PyPI: torch, numpy, ml-dtypes),
+# made once (several GB, minutes) and reused from ~/.cache/moet/venv.
+bash "$root/scripts/venv.sh" >/dev/null
 cd "$root/build"
 if [ $# -eq 0 ]; then set -- -LE timing; fi
 ctest --output-on-failure --timeout 1200 "$@"

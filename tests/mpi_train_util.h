@@ -34,6 +34,7 @@ struct TrainSetup {
   bool zero1 = false;
   double grad_clip = 1.0;
   bool deterministic = false;  // --deterministic: one sequence at a time, tree-ordered sums
+  PrecisionPolicy precision;   // --precision (tiny.json: layers 0 and 2 stay bf16 under FP8)
 };
 
 struct TrainRun {
@@ -69,7 +70,7 @@ inline TrainRun train_tiny(const TrainSetup& o) {
   };
   const LossWeights lw{0.3, 1e-2, 1e-3};
   const int64_t lane_b = o.deterministic ? 1 : o.split == Split::kNone ? o.B : o.B / 2;
-  Model m(cfg, lane_b, T, lw, factory);
+  Model m(cfg, lane_b, T, lw, factory, o.precision);
   m.init_parameters(7);
   std::unique_ptr<Model> lane2;
   if (o.split != Split::kNone) lane2 = std::make_unique<Model>(cfg, lane_b, T, lw, factory, m);

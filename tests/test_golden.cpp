@@ -51,6 +51,7 @@ void load_parameters(Model& m, const SafetensorsReader& r) {
   }
   EXPECT_TRUE(file_names.empty()) << "golden params has names the model lacks, e.g. "
                                   << *file_names.begin();
+  m.params().mark_updated();
 }
 
 class Golden : public ::testing::Test {

@@ -16,6 +16,7 @@
 #include <numeric>
 #include <utility>
 
+#include "core/bf16.h"
 #include "core/error.h"
 
 static_assert(std::endian::native == std::endian::little,
@@ -71,15 +72,6 @@ T load(const unsigned char* p) {
   return v;
 }
 
-float bf16_to_f32(uint16_t b) { return std::bit_cast<float>(uint32_t{b} << 16); }
-
-uint16_t f32_to_bf16(float f) {
-  const uint32_t u = std::bit_cast<uint32_t>(f);
-  if (std::isnan(f)) return static_cast<uint16_t>((u >> 16) | 0x40);  // keep NaN quiet
-  const uint32_t rounding = 0x7FFF + ((u >> 16) & 1);                 // to nearest even
-  return static_cast<uint16_t>((u + rounding) >> 16);
-}
-
 float f16_to_f32(uint16_t h) {
   const uint32_t sign = uint32_t{h & 0x8000u} << 16;
   const uint32_t exp = (h >> 10) & 0x1F;
@@ -103,7 +95,7 @@ bool convert_float(StDType src, const unsigned char* p, Out* dst, int64_t n) {
       for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<Out>(load<double>(p + 8 * i));
       return true;
     case StDType::BF16:
-      for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(load<uint16_t>(p + 2 * i));
+      for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_float(load<uint16_t>(p + 2 * i));
       return true;
     case StDType::F16:
       for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(load<uint16_t>(p + 2 * i));
@@ -145,6 +137,8 @@ StDType st_dtype_of(DType t) {
       return StDType::BF16;
     case DType::I32:
       return StDType::I32;
+    case DType::U8:
+      return StDType::U8;
   }
   MOET_FAIL("unknown tensor dtype code ", static_cast<int>(t));
 }
@@ -388,10 +382,12 @@ void SafetensorsReader::read_into(const std::string& name, const Tensor& dst) co
       } else {
         MOET_CHECK(ti.dtype == StDType::F32, "tensor '", name, "' in '", path_, "' is ",
                    st_dtype_name(ti.dtype), "; a BF16 destination needs BF16 or F32 data");
-        for (int64_t i = 0; i < n; ++i) out[i] = f32_to_bf16(load<float>(p + 4 * i));
+        for (int64_t i = 0; i < n; ++i) out[i] = bf16_bits(load<float>(p + 4 * i));
       }
       return;
     }
+    case DType::U8:
+      break;
   }
   MOET_FAIL("tensor '", name, "': unsupported destination dtype");
 }

@@ -29,7 +29,13 @@ void add_train_command(CLI::App& app, moet::TrainOptions& o) {
   t->add_option("--schedule", o.schedule, "cosine or constant")->capture_default_str();
   t->add_option("--seed", o.seed, "seed of initialisation and data")->capture_default_str();
   t->add_option("--threads", o.threads, "threads (default: all cores)");
-  t->add_option("--precision", o.precision, "fp32")->capture_default_str();
+  t->add_option("--precision", o.precision,
+                "fp32, bf16, mxfp8, fp8-blockwise, or auto (bf16 where the CPU multiplies bf16, "
+                "else fp32)")
+      ->capture_default_str();
+  t->add_option("--bf16-layers", o.bf16_layers,
+                "FP8 recipes: the first and the last N decoder layers run in bf16")
+      ->capture_default_str();
   t->add_option("--metrics", o.metrics_path, "write one JSON object per step to this file");
   t->add_flag("--overwrite-metrics", o.overwrite_metrics, "replace an existing --metrics file");
   t->add_option("--log-every", o.log_every, "steps between progress lines")->capture_default_str();

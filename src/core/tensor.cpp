@@ -12,6 +12,8 @@ size_t dtype_size(DType t) {
       return 2;
     case DType::I32:
       return 4;
+    case DType::U8:
+      return 1;
   }
   return 0;
 }
@@ -26,6 +28,8 @@ const char* dtype_name(DType t) {
       return "BF16";
     case DType::I32:
       return "I32";
+    case DType::U8:
+      return "U8";
   }
   return "?";
 }

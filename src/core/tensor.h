@@ -8,7 +8,7 @@
 
 namespace moet {
 
-enum class DType : uint8_t { F32, F64, BF16, I32 };
+enum class DType : uint8_t { F32, F64, BF16, I32, U8 };
 
 size_t dtype_size(DType t);
 const char* dtype_name(DType t);
@@ -39,6 +39,14 @@ struct Tensor {
   template <typename T>
   T* data() const {
     return static_cast<T*>(ptr);
+  }
+  uint16_t* bf16() const {
+    MOET_ASSERT(dtype == DType::BF16);
+    return static_cast<uint16_t*>(ptr);
+  }
+  uint8_t* u8() const {
+    MOET_ASSERT(dtype == DType::U8);
+    return static_cast<uint8_t*>(ptr);
   }
   int32_t* i32() const {
     MOET_ASSERT(dtype == DType::I32);

@@ -13,14 +13,25 @@
 //   order.
 #pragma once
 #include <cstdint>
+#include <string>
 
 #include "core/tensor.h"
+#include "kernels/precision.h"
 
 namespace moet::ops {
 
 // Threads used by the ops (OpenMP and the BLAS library).
 void set_num_threads(int n);
 int num_threads();
+
+// ---------------------------------------------------------------- CPU capabilities
+// Whether this CPU multiplies bf16 in hardware (AVX512_BF16 or AMX, as oneDNN sees it).
+bool cpu_has_bf16();
+// The dtype low-precision GEMM operands are stored in: BF16 where the CPU multiplies bf16,
+// F32 elsewhere (bf16 and FP8 values are exact in either; docs/precision.md).
+DType gemm_operand_dtype();
+// One line for people: the instruction set and the GEMM kernels in use for `fmt`.
+std::string kernel_description(Format fmt);
 
 // ---------------------------------------------------------------- elementwise / reductions
 void copy(const Tensor& src, Tensor& dst);                     // dst = src (same numel)
@@ -32,26 +43,80 @@ double sum_squares(const Tensor& x);                           // Σ x², fixed-
 
 // ---------------------------------------------------------------- matrix products (BLAS)
 // c = alpha * op(a) · op(b) + beta * c, 2-D tensors, op = transpose when the flag is set.
+// a and b may be BF16 (both) with c F32: products exact, accumulation in fp32.
 void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c,
           double alpha = 1.0, double beta = 0.0);
-// y_NO = x_ND · w_ODᵀ (Hugging Face weight layout [out, in]).
-void linear_forward(const Tensor& x_ND, const Tensor& w_OD, Tensor& y_NO);
+// A weight's operands for low-precision GEMMs (precision.h), made once per parameter update
+// and reused by every GEMM until the weights change: fprop's copy has its blocks along the input
+// dim D, dgrad's along the output dim O (FP8Block weights: 128×128 squares, which serve both).
+// Tensors in gemm_operand_dtype() of the weight's shape; for [E, O, D] expert weights each
+// expert's matrix is blocked on its own. An F32 role needs no copy (the weight itself is used).
+struct WeightOperands {
+  Tensor fprop, dgrad;
+};
+// Whether dgrad needs a copy of its own (MXFP8 blocks differ by direction; bf16 rounding and
+// 128×128 squares do not).
+bool weight_dgrad_separate(const LinearPrecision& p);
+// Fills wq (memory given by the caller) from w_EOD (F32, [O, D] or [E, O, D]).
+void prepare_weight(const Tensor& w_EOD, const LinearPrecision& p, WeightOperands& wq);
+
+// y_NO = x_ND · w_ODᵀ (Hugging Face weight layout [out, in]), or y += when accumulate. With a
+// low-precision p.fprop, x is quantized along D (1×b blocks) and w comes from wq (or is quantized
+// on the fly when wq is null); fp32 accumulation.
+void linear_forward(const Tensor& x_ND, const Tensor& w_OD, Tensor& y_NO,
+                    const LinearPrecision& p = {}, const WeightOperands* wq = nullptr,
+                    bool accumulate = false);
 // dx_ND = dy_NO · w_OD (+= when accumulate_dx; skipped when dx is empty); dw_OD += dy_NOᵀ · x_ND.
+// Low precision: dgrad quantizes dy along O (1×b); wgrad quantizes dy and x along N (b×1).
 void linear_backward(const Tensor& dy_NO, const Tensor& x_ND, const Tensor& w_OD, Tensor& dx_ND,
-                     bool accumulate_dx, Tensor& dw_OD);
+                     bool accumulate_dx, Tensor& dw_OD, const LinearPrecision& p = {},
+                     const WeightOperands* wq = nullptr);
 
 // Grouped GEMM over experts. Rows are in E*S segments, S per expert (expert-major; under expert
 // parallelism segment s of an expert holds the rows from source rank s); rows
 // [offsets[g], offsets[g+1]) form segment g of expert g / S (offsets_E1 is I32 with E*S+1
 // entries); w_EOD holds the experts' [O, D] weights back to back.
-// y[rows of g] = x[rows of g] · w[g / S]ᵀ, one GEMM per non-empty segment.
+// y[rows of g] = x[rows of g] · w[g / S]ᵀ, one GEMM per non-empty segment. Precision as
+// linear_forward; x_in_format: x already holds p.fprop's values (quantized along D before the
+// dispatch), so it is used as it is.
 void grouped_linear_forward(const Tensor& x_MD, const Tensor& offsets_E1, const Tensor& w_EOD,
-                            Tensor& y_MO, int64_t segments_per_expert = 1);
+                            Tensor& y_MO, int64_t segments_per_expert = 1,
+                            const LinearPrecision& p = {}, const WeightOperands* wq = nullptr,
+                            bool x_in_format = false);
 // dx = dy · w[e] per segment (overwrite); dw[e] += Σ_s dy[rows of s]ᵀ · x[rows of s], the S
 // segment gradients summed in the canonical tree order (tree_sum in parallel/communicator.h).
+// Low-precision wgrad blocks run along the rows of each segment, starting at its first row, so
+// they hold the same tokens whatever the expert-parallel layout.
 void grouped_linear_backward(const Tensor& dy_MO, const Tensor& x_MD, const Tensor& offsets_E1,
                              const Tensor& w_EOD, Tensor& dx_MD, Tensor& dw_EOD,
-                             int64_t segments_per_expert = 1);
+                             int64_t segments_per_expert = 1, const LinearPrecision& p = {},
+                             const WeightOperands* wq = nullptr);
+
+// ---------------------------------------------------------------- low precision (precision.h)
+// q = the values of x in `fmt` with its blocks along `axis`: each element quantized to E4M3
+// with its block's scale and multiplied back (FP8 formats), or rounded to bf16 (BF16), or
+// copied (F32); stored as F32 or BF16, exact in either (docs/precision.md). x is F32; leading
+// dimensions fold into rows. Blocks tile each dimension from its start; a last partial block
+// quantizes as if the tensor were padded with zeros. BF16 and F32 ignore the axis.
+void quantize(const Tensor& x_RC, Format fmt, BlockAxis axis, Tensor& q_RC);
+// Scales per tensor: one per block, row-major over the block grid — [R, ⌈C/b⌉] for Rows,
+// [⌈R/b⌉, C] for Cols, [⌈R/b⌉, ⌈C/b⌉] for Square.
+int64_t scale_count(const Tensor& x_RC, Format fmt, BlockAxis axis);
+// The packed form (FP8 formats): codes_RC U8 E4M3 bits; scales U8 E8M0 exponents (MXFP8) or
+// F32 dequantisation scales (FP8Block); q_RC (F32) may be empty.
+void quantize_packed(const Tensor& x_RC, Format fmt, BlockAxis axis, Tensor& codes_RC,
+                     Tensor& scales, Tensor& q_RC);
+// q_RC (F32) = the values of a packed tensor.
+void dequantize(const Tensor& codes_RC, const Tensor& scales, Format fmt, BlockAxis axis,
+                Tensor& q_RC);
+
+// Rows on the wire (the experts' token exchange): each row of x_RD, which must already hold
+// `fmt`'s values along D (quantize with BlockAxis::Rows), packed losslessly into
+// wire_row_bytes(D, fmt) bytes — fp32: 4·D; bf16: 2·D; FP8: D E4M3 codes, then the row's ⌈D/b⌉
+// scales (E8M0 bytes for MXFP8, fp32 for FP8Block) — and unpacked back to F32 values.
+int64_t wire_row_bytes(int64_t D, Format fmt);
+void encode_rows(const Tensor& x_RD, Format fmt, void* out);
+void decode_rows(const void* in, Format fmt, Tensor& x_RD);
 
 // ---------------------------------------------------------------- normalisation / activation
 // y = x / sqrt(mean(x²) + eps) * w per row; rstd_N = 1/sqrt(mean(x²) + eps) saved for backward.

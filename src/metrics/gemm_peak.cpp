@@ -8,12 +8,19 @@
 
 namespace moet {
 
-double measure_gemm_peak_tflops() {
+double measure_gemm_peak_tflops(ops::Format fmt) {
   constexpr int64_t n = 1024;
-  Arena arena(3 * n * n * sizeof(float));
-  Tensor a = arena.alloc_f32({n, n}), b = arena.alloc_f32({n, n}), c = arena.alloc_f32({n, n});
-  ops::fill(a, 0.5);
-  ops::fill(b, 0.25);
+  Arena arena(4 * n * n * sizeof(float));
+  Tensor c = arena.alloc_f32({n, n}), a32 = arena.alloc_f32({n, n}), b32 = arena.alloc_f32({n, n});
+  ops::fill(a32, 0.5);
+  ops::fill(b32, 0.25);
+  Tensor a = a32, b = b32;
+  if (fmt != ops::Format::F32 && ops::gemm_operand_dtype() == DType::BF16) {
+    a = arena.alloc(DType::BF16, {n, n});
+    b = arena.alloc(DType::BF16, {n, n});
+    ops::quantize(a32, ops::Format::BF16, ops::BlockAxis::Rows, a);
+    ops::quantize(b32, ops::Format::BF16, ops::BlockAxis::Rows, b);
+  }
   // Best of the calls after two warm-ups, over at least 12 calls and 0.5 s, so a start-up hiccup
   // (cold threads, a busy neighbour) does not lower the peak and inflate MFU.
   double best = 0;

@@ -4,14 +4,17 @@
 
 namespace moet {
 
-MlaAttention::MlaAttention(const ModelConfig& c, ParamStore& ps, const std::string& p)
+MlaAttention::MlaAttention(const ModelConfig& c, ParamStore& ps, const std::string& p,
+                           const ops::LinearPrecision& lin, ops::Format attn)
     : H_(c.num_attention_heads),
       P_(c.qk_nope_head_dim),
       R_(c.qk_rope_head_dim),
       U_(c.v_head_dim),
       Q_(c.q_lora_rank),
       C_(c.kv_lora_rank),
-      eps_(c.rms_norm_eps) {
+      eps_(c.rms_norm_eps),
+      lin_(lin),
+      attn_(attn) {
   const int64_t D = c.hidden_size;
   q_a_ = ps.declare(p + "q_a_proj.weight", {Q_, D}, Init::Normal, true);
   q_a_norm_ = ps.declare(p + "q_a_layernorm.weight", {Q_}, Init::Ones, false);
@@ -20,6 +23,7 @@ MlaAttention::MlaAttention(const ModelConfig& c, ParamStore& ps, const std::stri
   kv_a_norm_ = ps.declare(p + "kv_a_layernorm.weight", {C_}, Init::Ones, false);
   kv_b_ = ps.declare(p + "kv_b_proj.weight", {H_ * (P_ + U_), C_}, Init::Normal, true);
   o_ = ps.declare(p + "o_proj.weight", {D, H_ * U_}, Init::Normal, true);
+  for (Weight* w : {q_a_, q_b_, kv_a_, kv_b_, o_}) ps.reserve_operands(w, lin);
 }
 
 void MlaAttention::plan(Workspace& ws) {
@@ -39,6 +43,7 @@ void MlaAttention::plan(Workspace& ws) {
   probs_BHTT_ = a.alloc_f32({B_, H_, T_, T_});
   o_NHU_ = a.alloc_f32({N, H_, U_});
   Arena& s = ws.scratch;
+  kva_NA_ = s.alloc_f32({N, C_ + R_});
   kr_NR_ = s.alloc_f32({N, R_});
   kv_NHW_ = s.alloc_f32({N, H_, W});
   do_NHU_ = s.alloc_f32({N, H_, U_});
@@ -49,6 +54,7 @@ void MlaAttention::plan(Workspace& ws) {
   dkr_NR_ = s.alloc_f32({N, R_});
   dckvn_NC_ = s.alloc_f32({N, C_});
   dckv_NC_ = s.alloc_f32({N, C_});
+  dkva_NA_ = s.alloc_f32({N, C_ + R_});
   dcq_NQ_ = s.alloc_f32({N, Q_});
   dcq_raw_NQ_ = s.alloc_f32({N, Q_});
 }
@@ -56,32 +62,34 @@ void MlaAttention::plan(Workspace& ws) {
 void MlaAttention::forward(const Tensor& x_ND, Tensor& y_ND, const RopeCache& rope) {
   const int64_t N = x_ND.size(0), K = P_ + R_;
   // queries: q = q_b(norm(q_a(x))), rope on the last R dims of each head
-  ops::linear_forward(x_ND, q_a_->value, cq_raw_NQ_);
+  ops::linear_forward(x_ND, q_a_->value, cq_raw_NQ_, lin_, q_a_->operands());
   ops::rmsnorm_forward(cq_raw_NQ_, q_a_norm_->value, eps_, cq_NQ_, cq_rstd_N_);
   Tensor q2 = q_NHK_.view({N, H_ * K});
-  ops::linear_forward(cq_NQ_, q_b_->value, q2);
+  ops::linear_forward(cq_NQ_, q_b_->value, q2, lin_, q_b_->operands());
   ops::rope_forward(q_NHK_, P_, rope.cos_TR2, rope.sin_TR2);
-  // keys and values: compressed kv (first C rows of kv_a) and the shared rope key (last R)
-  ops::linear_forward(x_ND, kv_a_->value.rows(0, C_), ckv_NC_);
-  ops::linear_forward(x_ND, kv_a_->value.rows(C_, C_ + R_), kr_NR_);
+  // keys and values: one projection to the compressed kv (first C outputs) and the shared rope
+  // key (last R)
+  ops::linear_forward(x_ND, kv_a_->value, kva_NA_, lin_, kv_a_->operands());
+  ops::split_cols(kva_NA_, ckv_NC_, kr_NR_);
   Tensor kr = kr_NR_.view({N, 1, R_});
   ops::rope_forward(kr, 0, rope.cos_TR2, rope.sin_TR2);
   ops::rmsnorm_forward(ckv_NC_, kv_a_norm_->value, eps_, ckvn_NC_, ckv_rstd_N_);
   Tensor kv2 = kv_NHW_.view({N, H_ * (P_ + U_)});
-  ops::linear_forward(ckvn_NC_, kv_b_->value, kv2);
+  ops::linear_forward(ckvn_NC_, kv_b_->value, kv2, lin_, kv_b_->operands());
   ops::mla_split_kv(kv_NHW_, kr_NR_, k_NHK_, v_NHU_);
   // causal softmax attention, then the output projection
   Tensor o4 = o_NHU_.view({B_, T_, H_, U_});
   ops::attention_forward(q_NHK_.view({B_, T_, H_, K}), k_NHK_.view({B_, T_, H_, K}),
                          v_NHU_.view({B_, T_, H_, U_}), rope.softmax_scale, probs_BHTT_, o4);
-  ops::linear_forward(o_NHU_.view({N, H_ * U_}), o_->value, y_ND);
+  ops::linear_forward(o_NHU_.view({N, H_ * U_}), o_->value, y_ND, lin_, o_->operands());
 }
 
 void MlaAttention::backward(const Tensor& dy_ND, const Tensor& x_ND, Tensor& dx_ND,
                             const RopeCache& rope) {
   const int64_t N = x_ND.size(0), K = P_ + R_;
   Tensor do2 = do_NHU_.view({N, H_ * U_});
-  ops::linear_backward(dy_ND, o_NHU_.view({N, H_ * U_}), o_->value, do2, false, o_->grad);
+  ops::linear_backward(dy_ND, o_NHU_.view({N, H_ * U_}), o_->value, do2, false, o_->grad, lin_,
+                       o_->operands());
   Tensor dq4 = dq_NHK_.view({B_, T_, H_, K}), dk4 = dk_NHK_.view({B_, T_, H_, K}),
          dv4 = dv_NHU_.view({B_, T_, H_, U_});
   ops::attention_backward(do_NHU_.view({B_, T_, H_, U_}), q_NHK_.view({B_, T_, H_, K}),
@@ -90,20 +98,22 @@ void MlaAttention::backward(const Tensor& dy_ND, const Tensor& x_ND, Tensor& dx_
   // keys/values path
   ops::mla_split_kv_backward(dk_NHK_, dv_NHU_, dkv_NHW_, dkr_NR_);
   ops::linear_backward(dkv_NHW_.view({N, H_ * (P_ + U_)}), ckvn_NC_, kv_b_->value, dckvn_NC_, false,
-                       kv_b_->grad);
+                       kv_b_->grad, lin_, kv_b_->operands());
   ops::rmsnorm_backward(dckvn_NC_, ckv_NC_, kv_a_norm_->value, ckv_rstd_N_, dckv_NC_, false,
                         kv_a_norm_->grad);
   Tensor dkr = dkr_NR_.view({N, 1, R_});
   ops::rope_backward(dkr, 0, rope.cos_TR2, rope.sin_TR2);
-  Tensor dw_c = kv_a_->grad.rows(0, C_), dw_r = kv_a_->grad.rows(C_, C_ + R_);
-  ops::linear_backward(dckv_NC_, x_ND, kv_a_->value.rows(0, C_), dx_ND, false, dw_c);
-  ops::linear_backward(dkr_NR_, x_ND, kv_a_->value.rows(C_, C_ + R_), dx_ND, true, dw_r);
+  ops::concat_cols(dckv_NC_, dkr_NR_, dkva_NA_);
+  ops::linear_backward(dkva_NA_, x_ND, kv_a_->value, dx_ND, false, kv_a_->grad, lin_,
+                       kv_a_->operands());
   // query path
   ops::rope_backward(dq_NHK_, P_, rope.cos_TR2, rope.sin_TR2);
-  ops::linear_backward(dq_NHK_.view({N, H_ * K}), cq_NQ_, q_b_->value, dcq_NQ_, false, q_b_->grad);
+  ops::linear_backward(dq_NHK_.view({N, H_ * K}), cq_NQ_, q_b_->value, dcq_NQ_, false, q_b_->grad,
+                       lin_, q_b_->operands());
   ops::rmsnorm_backward(dcq_NQ_, cq_raw_NQ_, q_a_norm_->value, cq_rstd_N_, dcq_raw_NQ_, false,
                         q_a_norm_->grad);
-  ops::linear_backward(dcq_raw_NQ_, x_ND, q_a_->value, dx_ND, true, q_a_->grad);
+  ops::linear_backward(dcq_raw_NQ_, x_ND, q_a_->value, dx_ND, true, q_a_->grad, lin_,
+                       q_a_->operands());
 }
 
 }  // namespace moet

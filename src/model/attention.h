@@ -2,6 +2,7 @@
 #pragma once
 #include <string>
 
+#include "kernels/ops.h"
 #include "model/config.h"
 #include "model/params.h"
 #include "model/workspace.h"
@@ -16,7 +17,10 @@ struct RopeCache {
 
 class MlaAttention {
  public:
-  MlaAttention(const ModelConfig& c, ParamStore& ps, const std::string& prefix);
+  // lin: the formats of the projections' GEMMs; attn: of core attention's products
+  // (PrecisionPolicy).
+  MlaAttention(const ModelConfig& c, ParamStore& ps, const std::string& prefix,
+               const ops::LinearPrecision& lin = {}, ops::Format attn = ops::Format::F32);
   void plan(Workspace& ws);
   // y_ND = attention(x_ND); x must stay unchanged until backward.
   void forward(const Tensor& x_ND, Tensor& y_ND, const RopeCache& rope);
@@ -26,13 +30,15 @@ class MlaAttention {
  private:
   int64_t H_, P_, R_, U_, Q_, C_;
   double eps_;
+  ops::LinearPrecision lin_;
+  ops::Format attn_;
   Weight *q_a_, *q_a_norm_, *q_b_, *kv_a_, *kv_a_norm_, *kv_b_, *o_;
   // kept for backward
   Tensor cq_raw_NQ_, cq_NQ_, cq_rstd_N_, ckv_NC_, ckvn_NC_, ckv_rstd_N_, q_NHK_, k_NHK_, v_NHU_,
       probs_BHTT_, o_NHU_;
   // temporaries
-  Tensor kr_NR_, kv_NHW_, do_NHU_, dq_NHK_, dk_NHK_, dv_NHU_, dkv_NHW_, dkr_NR_, dckvn_NC_,
-      dckv_NC_, dcq_NQ_, dcq_raw_NQ_;
+  Tensor kva_NA_, kr_NR_, kv_NHW_, do_NHU_, dq_NHK_, dk_NHK_, dv_NHU_, dkv_NHW_, dkr_NR_, dckvn_NC_,
+      dckv_NC_, dkva_NA_, dcq_NQ_, dcq_raw_NQ_;
   int64_t B_ = 0, T_ = 0;
 };
 

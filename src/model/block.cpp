@@ -5,16 +5,20 @@
 namespace moet {
 
 DecoderBlock::DecoderBlock(const ModelConfig& c, ParamStore& ps, const std::string& p, bool moe,
-                           std::unique_ptr<TokenDispatcher> dispatcher)
+                           std::unique_ptr<TokenDispatcher> dispatcher,
+                           const PrecisionPolicy& precision, int64_t layer)
     : eps_(c.rms_norm_eps),
       in_norm_(ps.declare(p + "input_layernorm.weight", {c.hidden_size}, Init::Ones, false)),
       post_norm_(
           ps.declare(p + "post_attention_layernorm.weight", {c.hidden_size}, Init::Ones, false)),
-      attn_(c, ps, p + "self_attn.") {
+      attn_(c, ps, p + "self_attn.", precision.decoder(layer, c.num_hidden_layers),
+            precision.attention()) {
+  const ops::LinearPrecision lin = precision.decoder(layer, c.num_hidden_layers);
   if (moe)
-    moe_ = std::make_unique<MoeLayer>(c, ps, p + "mlp.", std::move(dispatcher));
+    moe_ = std::make_unique<MoeLayer>(c, ps, p + "mlp.", std::move(dispatcher), lin,
+                                      precision.combine());
   else
-    mlp_ = std::make_unique<SwiGluMlp>(c.hidden_size, c.intermediate_size, ps, p + "mlp.");
+    mlp_ = std::make_unique<SwiGluMlp>(c.hidden_size, c.intermediate_size, ps, p + "mlp.", lin);
 }
 
 void DecoderBlock::plan(Workspace& ws) {

@@ -7,14 +7,18 @@
 #include "model/attention.h"
 #include "model/mlp.h"
 #include "model/moe_layer.h"
+#include "model/precision.h"
 
 namespace moet {
 
 class DecoderBlock {
  public:
-  // prefix: "model.layers.{i}."; dispatcher is used (and required) when moe is true.
+  // prefix: "model.layers.{i}."; dispatcher is used (and required) when moe is true. layer:
+  // the decoder layer index the precision policy places it by (MTP blocks: num_hidden_layers +
+  // k - 1).
   DecoderBlock(const ModelConfig& c, ParamStore& ps, const std::string& prefix, bool moe,
-               std::unique_ptr<TokenDispatcher> dispatcher);
+               std::unique_ptr<TokenDispatcher> dispatcher, const PrecisionPolicy& precision = {},
+               int64_t layer = 0);
   void plan(Workspace& ws);
   // out = block(in); `in` must stay unchanged until backward.
   void forward(const Tensor& in_ND, Tensor& out_ND, const RopeCache& rope);

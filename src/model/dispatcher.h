@@ -6,6 +6,7 @@
 // dispatchers of src/parallel/ implement the same interface.
 #pragma once
 #include "core/tensor.h"
+#include "kernels/precision.h"
 #include "model/workspace.h"
 
 namespace moet {
@@ -24,6 +25,15 @@ class TokenDispatcher {
   // Row segments per local expert in expert_rows(): one per source rank of the expert-parallel
   // group (1 for the local dispatcher); expert_offsets() has num_local * segments + 1 entries.
   virtual int64_t segments_per_expert() const = 0;
+
+  // Formats of the rows that travel: to the experts (dispatch) and back (combine). The MoE
+  // layer hands over rows that already hold values of these formats (quantized along D), so a
+  // dispatcher that communicates sends them packed — FP8 codes with their scales, or bf16 —
+  // losslessly; the single-process dispatcher has nothing to send. Backward exchanges stay fp32.
+  void set_payload_formats(ops::Format dispatch, ops::Format combine) {
+    dispatch_format_ = dispatch;
+    combine_format_ = combine;
+  }
 
   // x_ND, idx_NK (global expert ids) -> expert_rows(): rows grouped by local expert, then by
   // source rank, then in token order; expert_offsets() gives the segment boundaries.
@@ -63,6 +73,9 @@ class TokenDispatcher {
   }
   virtual void dispatch_backward_start(const Tensor& dxp_MD) { pending_ = dxp_MD; }
   virtual void dispatch_backward_finish(Tensor& dx_ND) { dispatch_backward(pending_, dx_ND); }
+
+ protected:
+  ops::Format dispatch_format_ = ops::Format::F32, combine_format_ = ops::Format::F32;
 
  private:
   Tensor pending_, pending_dy_, pending_gates_, pending_dgates_;  // views held between phases

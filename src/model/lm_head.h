@@ -10,7 +10,9 @@ namespace moet {
 
 class LmHead {
  public:
-  LmHead(double eps, int64_t D, ParamStore& ps, const std::string& norm_name, Weight* proj);
+  // lin: the formats of the projection's GEMMs (PrecisionPolicy::head).
+  LmHead(double eps, int64_t D, ParamStore& ps, const std::string& norm_name, Weight* proj,
+         const ops::LinearPrecision& lin = {});
   void plan(Workspace& ws);
   // Mean cross-entropy over the targets >= 0 (0 when there are none).
   double forward(const Tensor& h_ND, const Tensor& targets_N);
@@ -23,6 +25,7 @@ class LmHead {
   double eps_;
   Weight* norm_;
   Weight* proj_;
+  ops::LinearPrecision lin_;
   int64_t valid_ = 0;
   Tensor fn_ND_, rstd_N_, logits_NV_;  // kept
   Tensor dlogits_NV_, dfn_ND_;         // temporaries

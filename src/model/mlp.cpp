@@ -4,11 +4,15 @@
 
 namespace moet {
 
-SwiGluMlp::SwiGluMlp(int64_t D, int64_t F, ParamStore& ps, const std::string& p) : D_(D), F_(F) {
+SwiGluMlp::SwiGluMlp(int64_t D, int64_t F, ParamStore& ps, const std::string& p,
+                     const ops::LinearPrecision& lin)
+    : D_(D), F_(F), lin_(lin) {
   gate_up_ = ps.declare(p + "gate_up_proj.weight", {2 * F, D}, Init::Normal, true, true, false);
   ps.add_name(p + "gate_proj.weight", gate_up_, 0, F);
   ps.add_name(p + "up_proj.weight", gate_up_, F, 2 * F);
   down_ = ps.declare(p + "down_proj.weight", {D, F}, Init::Normal, true);
+  ps.reserve_operands(gate_up_, lin);
+  ps.reserve_operands(down_, lin);
 }
 
 void SwiGluMlp::plan(Workspace& ws) {
@@ -20,16 +24,18 @@ void SwiGluMlp::plan(Workspace& ws) {
 }
 
 void SwiGluMlp::forward(const Tensor& x_ND, Tensor& y_ND, bool accumulate) {
-  ops::linear_forward(x_ND, gate_up_->value, gu_N2F_);
+  ops::linear_forward(x_ND, gate_up_->value, gu_N2F_, lin_, gate_up_->operands());
   ops::swiglu_forward(gu_N2F_, h_NF_);
-  ops::gemm(h_NF_, false, down_->value, true, y_ND, 1.0, accumulate ? 1.0 : 0.0);
+  ops::linear_forward(h_NF_, down_->value, y_ND, lin_, down_->operands(), accumulate);
 }
 
 void SwiGluMlp::backward(const Tensor& dy_ND, const Tensor& x_ND, Tensor& dx_ND,
                          bool accumulate_dx) {
-  ops::linear_backward(dy_ND, h_NF_, down_->value, dh_NF_, false, down_->grad);
+  ops::linear_backward(dy_ND, h_NF_, down_->value, dh_NF_, false, down_->grad, lin_,
+                       down_->operands());
   ops::swiglu_backward(dh_NF_, gu_N2F_, dgu_N2F_);
-  ops::linear_backward(dgu_N2F_, x_ND, gate_up_->value, dx_ND, accumulate_dx, gate_up_->grad);
+  ops::linear_backward(dgu_N2F_, x_ND, gate_up_->value, dx_ND, accumulate_dx, gate_up_->grad, lin_,
+                       gate_up_->operands());
 }
 
 }  // namespace moet

@@ -11,7 +11,9 @@ namespace moet {
 
 class SwiGluMlp {
  public:
-  SwiGluMlp(int64_t D, int64_t F, ParamStore& ps, const std::string& prefix);
+  // lin: the formats of its GEMMs (PrecisionPolicy).
+  SwiGluMlp(int64_t D, int64_t F, ParamStore& ps, const std::string& prefix,
+            const ops::LinearPrecision& lin = {});
   void plan(Workspace& ws);
   // y_ND = mlp(x_ND), or y += mlp(x) when accumulate.
   void forward(const Tensor& x_ND, Tensor& y_ND, bool accumulate);
@@ -20,6 +22,7 @@ class SwiGluMlp {
 
  private:
   int64_t D_, F_;
+  ops::LinearPrecision lin_;
   Weight *gate_up_, *down_;
   Tensor gu_N2F_, h_NF_;    // kept
   Tensor dh_NF_, dgu_N2F_;  // temporaries

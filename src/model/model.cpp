@@ -11,15 +11,15 @@ namespace moet {
 
 Model::Model(const ModelConfig& c, int64_t B, int64_t T, LossWeights lw,
              DispatcherFactory dispatchers, Model& shared)
-    : Model(c, B, T, lw, std::move(dispatchers), &shared) {}
+    : Model(c, B, T, lw, std::move(dispatchers), &shared, shared.precision()) {}
 
 Model::Model(const ModelConfig& c, int64_t B, int64_t T, LossWeights lw,
-             DispatcherFactory dispatchers)
-    : Model(c, B, T, lw, std::move(dispatchers), nullptr) {}
+             DispatcherFactory dispatchers, const PrecisionPolicy& precision)
+    : Model(c, B, T, lw, std::move(dispatchers), nullptr, precision) {}
 
 Model::Model(const ModelConfig& c, int64_t B, int64_t T, LossWeights lw,
-             DispatcherFactory dispatchers, Model* shared)
-    : cfg_(c), B_(B), T_(T), lw_(lw), shared_(shared) {
+             DispatcherFactory dispatchers, Model* shared, const PrecisionPolicy& precision)
+    : cfg_(c), precision_(precision), B_(B), T_(T), lw_(lw), shared_(shared) {
   if (shared_) params_.bind(shared_->params());
   MOET_CHECK(B > 0 && T > 0, "micro-batch and sequence length must be positive");
   MOET_CHECK(T <= c.max_position_embeddings, "sequence length ", T,
@@ -29,19 +29,20 @@ Model::Model(const ModelConfig& c, int64_t B, int64_t T, LossWeights lw,
   embed_ = params_.declare("model.embed_tokens.weight", {V, D}, Init::Normal, true);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     bool moe = c.is_moe_layer(l);
-    blocks_.push_back(
-        std::make_unique<DecoderBlock>(c, params_, "model.layers." + std::to_string(l) + ".", moe,
-                                       moe ? dispatchers(c.n_routed_experts) : nullptr));
+    blocks_.push_back(std::make_unique<DecoderBlock>(
+        c, params_, "model.layers." + std::to_string(l) + ".", moe,
+        moe ? dispatchers(c.n_routed_experts) : nullptr, precision_, l));
     if (moe) moe_layers_.push_back(blocks_.back()->moe());
   }
   lm_head_ = c.tie_word_embeddings ? embed_
                                    : params_.declare("lm_head.weight", {V, D}, Init::Normal, true);
-  head_ = std::make_unique<LmHead>(c.rms_norm_eps, D, params_, "model.norm.weight", lm_head_);
+  head_ = std::make_unique<LmHead>(c.rms_norm_eps, D, params_, "model.norm.weight", lm_head_,
+                                   precision_.head());
   for (int64_t k = 1; k <= c.num_nextn_predict_layers; ++k) {
     std::string p = "model.layers." + std::to_string(c.num_hidden_layers + k - 1) + ".";
-    mtp_.push_back(
-        std::make_unique<MtpModule>(c, params_, p, k, embed_, lm_head_,
-                                    c.mtp_is_moe() ? dispatchers(c.n_routed_experts) : nullptr));
+    mtp_.push_back(std::make_unique<MtpModule>(
+        c, params_, p, k, embed_, lm_head_,
+        c.mtp_is_moe() ? dispatchers(c.n_routed_experts) : nullptr, precision_));
     if (c.mtp_is_moe()) moe_layers_.push_back(mtp_.back()->block().moe());
   }
   if (!shared_) params_.allocate();

@@ -35,9 +35,10 @@ using DispatcherFactory = std::function<std::unique_ptr<TokenDispatcher>(int64_t
 class Model {
  public:
   // Declares and allocates the parameters (uninitialised until init_parameters or a load) and
-  // plans activations for micro-batches of B sequences of T tokens.
+  // plans activations for micro-batches of B sequences of T tokens; precision says which format
+  // each GEMM runs in.
   Model(const ModelConfig& c, int64_t B, int64_t T, LossWeights lw = {},
-        DispatcherFactory dispatchers = nullptr);
+        DispatcherFactory dispatchers = nullptr, const PrecisionPolicy& precision = {});
   // A second lane over `shared`'s parameters and gradients (its own activations and
   // dispatchers): with --a2a-overlap each micro-batch is split over two lanes whose stages
   // interleave, so one lane's all-to-alls travel under the other lane's compute.
@@ -70,6 +71,7 @@ class Model {
   void set_trace(TraceRecorder* rec);
 
   const ModelConfig& config() const { return cfg_; }
+  const PrecisionPolicy& precision() const { return precision_; }
   ParamStore& params() { return shared_ ? shared_->params() : params_; }
   const Tensor& logits() const { return head_->logits(); }  // main logits [B*T, V]
   const std::vector<MoeLayer*>& moe_layers() const { return moe_layers_; }
@@ -79,11 +81,12 @@ class Model {
 
  private:
   Model(const ModelConfig& c, int64_t B, int64_t T, LossWeights lw, DispatcherFactory dispatchers,
-        Model* shared);
+        Model* shared, const PrecisionPolicy& precision);
   void plan_all(Arena& act, Arena& scratch);
   Tensor& layer_output_grad(int64_t layer);
 
   ModelConfig cfg_;
+  PrecisionPolicy precision_;
   int64_t B_, T_;
   LossWeights lw_;
   ParamStore params_;

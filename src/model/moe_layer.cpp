@@ -3,11 +3,17 @@
 namespace moet {
 
 MoeLayer::MoeLayer(const ModelConfig& c, ParamStore& ps, const std::string& p,
-                   std::unique_ptr<TokenDispatcher> dispatcher)
-    : D_(c.hidden_size), F_(c.moe_intermediate_size), dispatcher_(std::move(dispatcher)) {
+                   std::unique_ptr<TokenDispatcher> dispatcher, const ops::LinearPrecision& experts,
+                   ops::Format combine)
+    : D_(c.hidden_size),
+      F_(c.moe_intermediate_size),
+      lin_(experts),
+      combine_(combine),
+      dispatcher_(std::move(dispatcher)) {
   if (c.n_shared_experts > 0)
     shared_ = std::make_unique<SwiGluMlp>(c.hidden_size, c.shared_intermediate_size(), ps,
-                                          p + "shared_experts.");
+                                          p + "shared_experts.", experts);
+  dispatcher_->set_payload_formats(lin_.fprop, combine_);
   spec_.n_experts = c.n_routed_experts;
   spec_.n_group = c.n_group;
   spec_.topk_group = c.topk_group;
@@ -24,6 +30,8 @@ MoeLayer::MoeLayer(const ModelConfig& c, ParamStore& ps, const std::string& p,
       ps.declare(p + "experts.gate_up_proj", {El, 2 * F_, D_}, Init::Normal, true, true, false);
   w_down_ = ps.declare(p + "experts.down_proj", {El, D_, F_}, Init::Normal, true, true, false);
   w_gate_up_->expert = w_down_->expert = true;
+  ps.reserve_operands(w_gate_up_, lin_);
+  ps.reserve_operands(w_down_, lin_);
   w_gate_up_->init_offset = first * 2 * F_ * D_;
   w_down_->init_offset = first * D_ * F_;
   for (int64_t e = 0; e < El; ++e) {
@@ -51,6 +59,7 @@ void MoeLayer::plan(Workspace& ws) {
   yp_MD_ = a.alloc_f32({M, D_});
   if (shared_) shared_->plan(ws);
   Arena& s = ws.scratch;
+  if (lin_.fprop != ops::Format::F32) xq_ND_ = s.alloc_f32({N, D_});
   dyp_MD_ = s.alloc_f32({M, D_});
   dgates_NK_ = s.alloc_f32({N, K});
   dh_MF_ = s.alloc_f32({M, F_});
@@ -80,7 +89,14 @@ void MoeLayer::forward_stage(int stage, const Tensor& x_ND, Tensor& y_ND) {
   if (stage == 0) {
     // route, dispatch (the shared expert computes while the tokens travel)
     route(x_ND);
-    dispatcher_->dispatch_start(x_ND, idx_NK_);
+    // The tokens travel in the experts' fprop format: quantized along D here, so every
+    // dispatcher (and every expert-parallel layout) hands the experts the same values.
+    if (lin_.fprop != ops::Format::F32) {
+      ops::quantize(x_ND, lin_.fprop, ops::BlockAxis::Rows, xq_ND_);
+      dispatcher_->dispatch_start(xq_ND_, idx_NK_);
+    } else {
+      dispatcher_->dispatch_start(x_ND, idx_NK_);
+    }
     if (shared_) shared_->forward(x_ND, y_ND, false);
     return;
   }
@@ -90,9 +106,12 @@ void MoeLayer::forward_stage(int stage, const Tensor& x_ND, Tensor& y_ND) {
     const int64_t M = xp.size(0);
     Tensor gu = gu_M2F_.rows(0, M), h = h_MF_.rows(0, M), yp = yp_MD_.rows(0, M);
     const int64_t S = dispatcher_->segments_per_expert();
-    ops::grouped_linear_forward(xp, off, w_gate_up_->value, gu, S);
+    ops::grouped_linear_forward(xp, off, w_gate_up_->value, gu, S, lin_, w_gate_up_->operands(),
+                                true);
     ops::swiglu_forward(gu, h);
-    ops::grouped_linear_forward(h, off, w_down_->value, yp, S);
+    ops::grouped_linear_forward(h, off, w_down_->value, yp, S, lin_, w_down_->operands());
+    // outputs travel back (and are summed) in the combine format
+    if (combine_ != ops::Format::F32) ops::quantize(yp, combine_, ops::BlockAxis::Rows, yp);
     dispatcher_->combine_start(yp);
     return;
   }
@@ -123,9 +142,11 @@ void MoeLayer::backward_stage(int stage, const Tensor& dy_ND, const Tensor& x_ND
   if (stage == 1) {
     dispatcher_->combine_backward_finish(dyp);
     const int64_t S = dispatcher_->segments_per_expert();
-    ops::grouped_linear_backward(dyp, h, off, w_down_->value, dh, w_down_->grad, S);
+    ops::grouped_linear_backward(dyp, h, off, w_down_->value, dh, w_down_->grad, S, lin_,
+                                 w_down_->operands());
     ops::swiglu_backward(dh, gu, dgu);
-    ops::grouped_linear_backward(dgu, xp, off, w_gate_up_->value, dxp, w_gate_up_->grad, S);
+    ops::grouped_linear_backward(dgu, xp, off, w_gate_up_->value, dxp, w_gate_up_->grad, S, lin_,
+                                 w_gate_up_->operands());
     // input gradients travel back while the router's backward runs: gates, then the auxiliary
     // losses, then the gate projection
     dispatcher_->dispatch_backward_start(dxp);

@@ -22,8 +22,11 @@ struct RouterStats {
 
 class MoeLayer {
  public:
+  // experts: the formats of the routed and shared experts' GEMMs; the tokens travel to the
+  // experts in the format of their fprop and come back in `combine` (PrecisionPolicy).
   MoeLayer(const ModelConfig& c, ParamStore& ps, const std::string& prefix,
-           std::unique_ptr<TokenDispatcher> dispatcher);
+           std::unique_ptr<TokenDispatcher> dispatcher, const ops::LinearPrecision& experts = {},
+           ops::Format combine = ops::Format::F32);
   void plan(Workspace& ws);
   void forward(const Tensor& x_ND, Tensor& y_ND);
   // dx_ND overwritten; the balance and z-loss gradients enter the router here.
@@ -50,6 +53,8 @@ class MoeLayer {
 
   ops::RouterSpec spec_;
   int64_t D_, F_;
+  ops::LinearPrecision lin_;
+  ops::Format combine_;
   Weight *gate_, *bias_, *w_gate_up_, *w_down_;
   std::unique_ptr<SwiGluMlp> shared_;  // null when n_shared_experts == 0
   std::unique_ptr<TokenDispatcher> dispatcher_;
@@ -57,7 +62,7 @@ class MoeLayer {
   // kept for backward
   Tensor logits_NE_, scores_NE_, idx_NK_, gates_NK_, gu_M2F_, h_MF_, yp_MD_;
   // temporaries
-  Tensor dyp_MD_, dgates_NK_, dh_MF_, dgu_M2F_, dxp_MD_, dlogits_NE_;
+  Tensor xq_ND_, dyp_MD_, dgates_NK_, dh_MF_, dgu_M2F_, dxp_MD_, dlogits_NE_;
   Tensor no_grad_;  // empty: "don't compute"
   double last_balance_ = 0, last_z_ = 0;
   RouterStats stats_;

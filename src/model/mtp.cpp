@@ -5,7 +5,8 @@
 namespace moet {
 
 MtpModule::MtpModule(const ModelConfig& c, ParamStore& ps, const std::string& p, int64_t depth,
-                     Weight* embed, Weight* head, std::unique_ptr<TokenDispatcher> dispatcher)
+                     Weight* embed, Weight* head, std::unique_ptr<TokenDispatcher> dispatcher,
+                     const PrecisionPolicy& precision)
     : k_(depth),
       eps_(c.rms_norm_eps),
       embed_(embed),
@@ -13,8 +14,13 @@ MtpModule::MtpModule(const ModelConfig& c, ParamStore& ps, const std::string& p,
       hnorm_(ps.declare(p + "hnorm.weight", {c.hidden_size}, Init::Ones, false)),
       eh_proj_(
           ps.declare(p + "eh_proj.weight", {c.hidden_size, 2 * c.hidden_size}, Init::Normal, true)),
-      block_(c, ps, p, c.mtp_is_moe(), std::move(dispatcher)),
-      head_(c.rms_norm_eps, c.hidden_size, ps, p + "shared_head.norm.weight", head) {}
+      eh_lin_(precision.head()),
+      block_(c, ps, p, c.mtp_is_moe(), std::move(dispatcher), precision,
+             c.num_hidden_layers + depth - 1),
+      head_(c.rms_norm_eps, c.hidden_size, ps, p + "shared_head.norm.weight", head,
+            precision.head()) {
+  ps.reserve_operands(eh_proj_, eh_lin_);
+}
 
 void MtpModule::plan(Workspace& ws) {
   const int64_t N = ws.N(), D = enorm_->value.size(0);
@@ -54,7 +60,7 @@ double MtpModule::forward(const Tensor& h_prev_ND, const int32_t* seq, const Rop
   ops::rmsnorm_forward(e_ND_, enorm_->value, eps_, en_ND_, e_rstd_N_);
   ops::rmsnorm_forward(h_prev_ND, hnorm_->value, eps_, hn_ND_, h_rstd_N_);
   ops::concat_cols(en_ND_, hn_ND_, cat_N2D_);
-  ops::linear_forward(cat_N2D_, eh_proj_->value, x_ND_);
+  ops::linear_forward(cat_N2D_, eh_proj_->value, x_ND_, eh_lin_, eh_proj_->operands());
   block_.forward(x_ND_, out_ND_, rope);
   return head_.forward(out_ND_, tgt_N_);
 }
@@ -64,7 +70,8 @@ void MtpModule::backward(const Tensor& h_prev_ND, const Tensor& d_out_ND, double
   head_.backward(out_ND_, tgt_N_, loss_weight * ls.grad_scale, dout_ND_, false);
   if (!d_out_ND.empty()) ops::add_inplace(dout_ND_, d_out_ND, 1.0);
   block_.backward(dout_ND_, x_ND_, dx_ND_, false, rope, ls);
-  ops::linear_backward(dx_ND_, cat_N2D_, eh_proj_->value, dcat_N2D_, false, eh_proj_->grad);
+  ops::linear_backward(dx_ND_, cat_N2D_, eh_proj_->value, dcat_N2D_, false, eh_proj_->grad, eh_lin_,
+                       eh_proj_->operands());
   ops::split_cols(dcat_N2D_, den_ND_, dhn_ND_);
   ops::rmsnorm_backward(dhn_ND_, h_prev_ND, hnorm_->value, h_rstd_N_, dh_prev_ND, true,
                         hnorm_->grad);

@@ -13,7 +13,8 @@ class MtpModule {
  public:
   // depth: k >= 1; prefix: "model.layers.{num_hidden_layers + k - 1}.".
   MtpModule(const ModelConfig& c, ParamStore& ps, const std::string& prefix, int64_t depth,
-            Weight* embed, Weight* head, std::unique_ptr<TokenDispatcher> dispatcher);
+            Weight* embed, Weight* head, std::unique_ptr<TokenDispatcher> dispatcher,
+            const PrecisionPolicy& precision = {});
   void plan(Workspace& ws);
   // Mean MTP loss of this depth; tokens_BT1 holds B sequences of T+1 tokens.
   double forward(const Tensor& h_prev_ND, const int32_t* tokens_BT1, const RopeCache& rope);
@@ -30,6 +31,7 @@ class MtpModule {
   int64_t k_;
   double eps_;
   Weight *embed_, *enorm_, *hnorm_, *eh_proj_;
+  ops::LinearPrecision eh_lin_;
   DecoderBlock block_;
   LmHead head_;
   // kept

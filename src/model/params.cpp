@@ -40,6 +40,7 @@ Weight* ParamStore::declare(const std::string& name, std::initializer_list<int64
   w.decay = decay;
   w.trainable = trainable;
   w.offset = numel_;
+  w.version = &version_;
   numel_ += w.value.numel();
   if (expose_name) {
     int64_t rows = w.value.numel() / w.value.shape[w.value.ndim - 1];
@@ -55,6 +56,16 @@ void ParamStore::add_name(const std::string& name, const Weight* w, int64_t row_
   names_[name] = NamedSlice{w, row_begin, row_end};
 }
 
+void ParamStore::reserve_operands(Weight* w, const ops::LinearPrecision& p) {
+  if (owner_) return owner_->reserve_operands(w, p);
+  const ops::LinearPrecision& have = w->operand_precision;
+  if (!have.is_f32() || allocated()) {
+    MOET_ASSERT(have.fprop == p.fprop && have.dgrad == p.dgrad && have.wgrad == p.wgrad);
+    return;
+  }
+  w->operand_precision = p;
+}
+
 void ParamStore::allocate() {
   MOET_ASSERT(!allocated());
   values_ = Arena(numel_ * sizeof(float));
@@ -63,10 +74,45 @@ void ParamStore::allocate() {
     w.value.ptr = values_.base() + w.offset * sizeof(float);
     w.grad.ptr = grads_.base() + w.offset * sizeof(float);
   }
+  // Low-precision operand copies: plan their sizes, then place them.
+  const DType dt = ops::gemm_operand_dtype();
+  auto place = [&](Arena& a) {
+    for (Weight& w : weights_) {
+      const ops::LinearPrecision& p = w.operand_precision;
+      auto shaped = [&](Tensor t) {
+        t.dtype = dt;
+        return t;
+      };
+      if (p.fprop != ops::Format::F32) {
+        w.operand_copies.fprop = shaped(w.value);
+        w.operand_copies.fprop.ptr = a.alloc(dt, {w.value.numel()}).ptr;
+      }
+      if (ops::weight_dgrad_separate(p)) {
+        w.operand_copies.dgrad = shaped(w.value);
+        w.operand_copies.dgrad.ptr = a.alloc(dt, {w.value.numel()}).ptr;
+      }
+    }
+  };
+  Arena plan = Arena::planning();
+  place(plan);
+  if (plan.used() > 0) {
+    operands_ = Arena(plan.used());
+    place(operands_);
+  }
+}
+
+const ops::WeightOperands* Weight::operands() {
+  if (operand_precision.is_f32()) return nullptr;
+  if (operand_version != *version) {
+    ops::prepare_weight(value, operand_precision, operand_copies);
+    operand_version = *version;
+  }
+  return &operand_copies;
 }
 
 void ParamStore::initialize(uint64_t seed, double std) {
   MOET_ASSERT(allocated());
+  mark_updated();
   for (Weight& w : weights_) {
     // Keyed by the weight's name, so adding a weight never changes another's values.
     CounterRng rng(seed, stream_id({std::hash<std::string>{}(w.name)}));

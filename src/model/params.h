@@ -13,6 +13,7 @@
 
 #include "core/arena.h"
 #include "core/tensor.h"
+#include "kernels/ops.h"
 
 namespace moet {
 
@@ -30,6 +31,16 @@ struct Weight {
   // Index of element 0 in the full (unsharded) weight, so a shard initialises to the same
   // values as the same rows of the full weight.
   int64_t init_offset = 0;
+
+  // The weight's operands for low-precision GEMMs in the precision reserved for it
+  // (ParamStore::reserve_operands), remade on first use after the parameters changed. Null when
+  // it has none (fp32).
+  const ops::WeightOperands* operands();
+
+  ops::LinearPrecision operand_precision;  // reserved precision (fp32: none)
+  ops::WeightOperands operand_copies;      // memory in the store's operand arena
+  uint64_t operand_version = 0;            // parameter version the copies were made from
+  const uint64_t* version = nullptr;       // the store's parameter version
 };
 
 // A named view (Hugging Face name) onto rows of one weight.
@@ -58,8 +69,17 @@ class ParamStore {
   void bind(ParamStore& owner) { owner_ = &owner; }
   bool bound() const { return owner_ != nullptr; }
 
+  // Declares that w's GEMMs run in precision p, so allocate() gives it operand memory (nothing
+  // for fp32). A weight has one precision; a bound store forwards to its owner.
+  void reserve_operands(Weight* w, const ops::LinearPrecision& p);
+
   void allocate();
   bool allocated() const { return !values_.is_planning(); }
+
+  // Parameter values change only through mark_updated(): whoever writes them (the optimizer
+  // step, initialisation, a load) calls it, so low-precision weight operands are remade.
+  uint64_t version() const { return owner_ ? owner_->version() : version_; }
+  void mark_updated() { owner_ ? owner_->mark_updated() : void(++version_); }
 
   // Fills values: normal(0, std) from a counter-based RNG keyed by (seed, weight index), ones,
   // zeros.
@@ -82,6 +102,8 @@ class ParamStore {
   ParamStore* owner_ = nullptr;
   Arena values_ = Arena::planning();
   Arena grads_ = Arena::planning();
+  Arena operands_ = Arena::planning();
+  uint64_t version_ = 1;
 };
 
 }  // namespace moet

@@ -26,13 +26,18 @@ void AllGatherDispatcher::plan(Workspace& ws, int64_t D, int64_t K) {
 void AllGatherDispatcher::dispatch_start(const Tensor& x_ND, const Tensor& idx_NK) {
   MOET_ASSERT(x_ND.size(0) == N_ && x_ND.size(1) == D_);
   MOET_ASSERT(idx_NK.size(0) == N_ && idx_NK.size(1) == K_);
-  // Gather: the group's routing and tokens, in rank order.
+  // Gather: the group's routing and tokens (packed in the dispatch format), in rank order.
+  const ops::Format f = dispatch_format_;
+  if (f != ops::Format::F32) ops::encode_rows(x_ND, f, wire_send_.ptr);
   xch_.issue(
-      [this, x_ND, idx_NK] {
-        const int64_t x_bytes = N_ * D_ * int64_t(sizeof(float));
+      [this, x_ND, idx_NK, f] {
+        const int64_t x_bytes = N_ * row_bytes(f);
         const int64_t idx_bytes = A_ * int64_t(sizeof(int32_t));
         comm_.allgather(idx_NK.ptr, idx_bytes, idx_all_PNK_.ptr);
-        comm_.allgather(x_ND.ptr, x_bytes, x_all_PND_.ptr);
+        if (f == ops::Format::F32)
+          comm_.allgather(x_ND.ptr, x_bytes, x_all_PND_.ptr);
+        else
+          comm_.allgather(wire_send_.ptr, x_bytes, wire_recv_.ptr);
         bytes_sent_ += (x_bytes + idx_bytes) * (P_ - 1);
         routing_bytes_sent_ += idx_bytes * (P_ - 1);
       },
@@ -43,6 +48,8 @@ void AllGatherDispatcher::dispatch_start(const Tensor& x_ND, const Tensor& idx_N
 
 void AllGatherDispatcher::dispatch_finish() {
   xch_.complete();
+  if (dispatch_format_ != ops::Format::F32)
+    ops::decode_rows(wire_recv_.ptr, dispatch_format_, x_all_PND_);
   // Expert side: the rows of the group routed to this rank's experts, per (expert, source).
   const int32_t* idx_all = idx_all_PNK_.i32();
   std::fill(seg_counts_.begin(), seg_counts_.end(), 0);

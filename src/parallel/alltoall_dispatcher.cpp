@@ -17,6 +17,8 @@ void AllToAllDispatcher::plan(Workspace& ws, int64_t D, int64_t K) {
 void AllToAllDispatcher::dispatch_start(const Tensor& x_ND, const Tensor& idx_NK) {
   sort_sources(idx_NK, send_token_A_.i32());
   ops::gather_rows(x_ND, send_token_A_, send_AD_);
+  const ops::Format f = dispatch_format_;
+  if (f != ops::Format::F32) ops::encode_rows(send_AD_, f, wire_send_.ptr);
   // Counts: each peer learns how many rows of each of its local experts come from here (small;
   // through the stream when there is one, so collectives keep one order).
   xch_.run_now(
@@ -26,15 +28,21 @@ void AllToAllDispatcher::dispatch_start(const Tensor& x_ND, const Tensor& idx_NK
       "expert token counts");
   layout_exchange([this](int64_t p, int64_t l) { return recv_counts_[p * local_ + l]; });
   xch_.issue(
-      [this] {
-        Tensor recv = recv_MD_.rows(0, M_);
-        exchange(send_AD_, recv, true);
+      [this, f] {
+        if (f == ops::Format::F32)
+          exchange(send_AD_.ptr, recv_MD_.ptr, true, row_bytes(f));
+        else
+          exchange(wire_send_.ptr, wire_recv_.ptr, true, row_bytes(f));
       },
       "expert all-to-all");
 }
 
 void AllToAllDispatcher::dispatch_finish() {
   xch_.complete();
+  if (dispatch_format_ != ops::Format::F32) {
+    Tensor recv = recv_MD_.rows(0, M_);
+    ops::decode_rows(wire_recv_.ptr, dispatch_format_, recv);
+  }
   // Expert order: segment g = local expert * P + source rank.
   int32_t* off = offsets_G1_.i32();
   off[0] = 0;

@@ -16,6 +16,8 @@ ExpertExchangeDispatcher::ExpertExchangeDispatcher(Communicator& ep_group, int64
   ranks_per_node_ = P_;
   send_counts_.assign(E_, 0);
   cursor_.assign(E_ + 1, 0);
+  send_rows_.assign(P_, 0);
+  recv_rows_.assign(P_, 0);
   send_bytes_.assign(P_, 0);
   send_off_.assign(P_, 0);
   recv_bytes_.assign(P_, 0);
@@ -43,6 +45,11 @@ void ExpertExchangeDispatcher::plan_common(Workspace& ws, int64_t D, int64_t K) 
   returned_AD_ = a.alloc_f32({A_, D});
   send_AD_ = ws.scratch.alloc_f32({A_, D});
   recv_MD_ = ws.scratch.alloc_f32({max_rows, D});
+  const int64_t wire = std::max(row_bytes(dispatch_format_), row_bytes(combine_format_));
+  if (dispatch_format_ != ops::Format::F32 || combine_format_ != ops::Format::F32) {
+    wire_send_ = ws.scratch.alloc(DType::U8, {A_ * wire});
+    wire_recv_ = ws.scratch.alloc(DType::U8, {max_rows * wire});
+  }
 }
 
 void ExpertExchangeDispatcher::sort_sources(const Tensor& idx_NK, int32_t* token_of_row) {
@@ -75,12 +82,22 @@ void ExpertExchangeDispatcher::sort_sources(const Tensor& idx_NK, int32_t* token
   }
 }
 
-void ExpertExchangeDispatcher::exchange(const Tensor& rows_in, Tensor& rows_out, bool forward) {
+void ExpertExchangeDispatcher::exchange(const void* rows_in, void* rows_out, bool forward,
+                                        int64_t row_bytes) {
+  int64_t so_ = 0, ro_ = 0;
+  for (int64_t p = 0; p < P_; ++p) {
+    send_bytes_[p] = send_rows_[p] * row_bytes;
+    recv_bytes_[p] = recv_rows_[p] * row_bytes;
+    send_off_[p] = so_;
+    recv_off_[p] = ro_;
+    so_ += send_bytes_[p];
+    ro_ += recv_bytes_[p];
+  }
   const std::vector<int64_t>& sb = forward ? send_bytes_ : recv_bytes_;
   const std::vector<int64_t>& so = forward ? send_off_ : recv_off_;
   const std::vector<int64_t>& rb = forward ? recv_bytes_ : send_bytes_;
   const std::vector<int64_t>& ro = forward ? recv_off_ : send_off_;
-  comm_.alltoallv(rows_in.ptr, sb.data(), so.data(), rows_out.ptr, rb.data(), ro.data());
+  comm_.alltoallv(rows_in, sb.data(), so.data(), rows_out, rb.data(), ro.data());
   const int64_t me = comm_.rank();
   for (int64_t p = 0; p < P_; ++p) {
     if (p == me) continue;
@@ -124,24 +141,31 @@ void ExpertExchangeDispatcher::dispatch_backward(const Tensor& dxp_MD, Tensor& d
 void ExpertExchangeDispatcher::combine_start(const Tensor& yp_MD) {
   Tensor back = recv_MD_.rows(0, M_);
   ops::gather_rows(yp_MD, xp_from_recv_M_.rows(0, M_), back);  // expert order → receive order
-  xch_.issue([this, back] { exchange(back, returned_AD_, false); }, "expert outputs to sources");
+  const ops::Format f = combine_format_;
+  if (f == ops::Format::F32) {
+    xch_.issue(
+        [this, back] { exchange(back.ptr, returned_AD_.ptr, false, row_bytes(ops::Format::F32)); },
+        "expert outputs to sources");
+    return;
+  }
+  ops::encode_rows(back, f, wire_recv_.ptr);
+  xch_.issue([this, f] { exchange(wire_recv_.ptr, wire_send_.ptr, false, row_bytes(f)); },
+             "expert outputs to sources");
 }
 
 void ExpertExchangeDispatcher::combine_finish(const Tensor& gates_NK, Tensor& y_ND,
                                               bool accumulate) {
   xch_.complete();
+  if (combine_format_ != ops::Format::F32)
+    ops::decode_rows(wire_send_.ptr, combine_format_, returned_AD_);
   ops::unpermute_forward(returned_AD_, slot_NK_, gates_NK, y_ND, accumulate);
 }
 
 void ExpertExchangeDispatcher::combine_backward_start(const Tensor& dy_ND, const Tensor&,
                                                       const Tensor& gates_NK, Tensor& dgates_NK) {
   ops::unpermute_backward(dy_ND, returned_AD_, slot_NK_, gates_NK, send_AD_, dgates_NK);
-  xch_.issue(
-      [this] {
-        Tensor recv = recv_MD_.rows(0, M_);
-        exchange(send_AD_, recv, true);
-      },
-      "output gradients to experts");
+  xch_.issue([this] { exchange(send_AD_.ptr, recv_MD_.ptr, true, row_bytes(ops::Format::F32)); },
+             "output gradients to experts");
 }
 
 void ExpertExchangeDispatcher::combine_backward_finish(Tensor& dyp_MD) {
@@ -152,7 +176,8 @@ void ExpertExchangeDispatcher::combine_backward_finish(Tensor& dyp_MD) {
 void ExpertExchangeDispatcher::dispatch_backward_start(const Tensor& dxp_MD) {
   Tensor back = recv_MD_.rows(0, M_);
   ops::gather_rows(dxp_MD, xp_from_recv_M_.rows(0, M_), back);
-  xch_.issue([this, back] { exchange(back, send_AD_, false); }, "input gradients to sources");
+  xch_.issue([this, back] { exchange(back.ptr, send_AD_.ptr, false, row_bytes(ops::Format::F32)); },
+             "input gradients to sources");
 }
 
 void ExpertExchangeDispatcher::dispatch_backward_finish(Tensor& dx_ND) {

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/ops.h"
 #include "model/dispatcher.h"
 #include "parallel/async_exchange.h"
 #include "parallel/communicator.h"
@@ -52,7 +53,8 @@ class ExpertExchangeDispatcher : public TokenDispatcher {
   void reset_timers() { xch_.reset_timers(); }
 
   // Payload bytes this rank sent to other ranks in dispatch and combine (forward and backward)
-  // since the last reset; the part that left the node (ranks_per_node); routing metadata sent.
+  // since the last reset, as they travel (FP8 codes and scales, bf16 or fp32 rows: the payload
+  // formats); the part that left the node (ranks_per_node); routing metadata sent.
   int64_t bytes_sent() const { return bytes_sent_; }
   int64_t bytes_sent_other_nodes() const { return bytes_sent_other_nodes_; }
   int64_t routing_bytes_sent() const { return routing_bytes_sent_; }
@@ -77,25 +79,32 @@ class ExpertExchangeDispatcher : public TokenDispatcher {
   // expert), then assignment. Fills send_counts_ and slot_NK_ (and token_of_row[pos] = source
   // token, when given); records the nodes each token reaches.
   void sort_sources(const Tensor& idx_NK, int32_t* token_of_row);
-  // Byte counts and offsets of the source ↔ expert exchange, from this rank's send counts and
-  // the rows it receives from each (source p, local expert l); sets M_.
+  // Row counts of the source ↔ expert exchange, from this rank's send counts and the rows it
+  // receives from each (source p, local expert l); sets M_.
   template <typename RecvRows>
   void layout_exchange(const RecvRows& recv_rows);
-  // The alltoallv: forward sends source order and receives receive order; !forward returns.
-  void exchange(const Tensor& rows_in, Tensor& rows_out, bool forward);
+  // The alltoallv of rows of row_bytes each: forward sends source order and receives receive
+  // order; !forward returns.
+  void exchange(const void* rows_in, void* rows_out, bool forward, int64_t row_bytes);
+  // Rows packed for the wire in `fmt` (F32: the rows as they are): encode before an exchange is
+  // issued, decode after it completed. wire_send_/wire_recv_ hold the packed rows of the source
+  // and the expert side.
+  int64_t row_bytes(ops::Format fmt) const { return ops::wire_row_bytes(D_, fmt); }
 
   Communicator& comm_;
   int64_t E_, P_, local_, first_;
   int64_t N_ = 0, D_ = 0, K_ = 0, A_ = 0, M_ = 0;
-  std::vector<int64_t> send_counts_;  // [E]: this rank's assignments per global expert
-  std::vector<int64_t> cursor_;       // [E + 1]: counting-sort cursors
-  std::vector<int64_t> send_bytes_, send_off_, recv_bytes_, recv_off_;  // per peer
+  std::vector<int64_t> send_counts_;            // [E]: this rank's assignments per global expert
+  std::vector<int64_t> cursor_;                 // [E + 1]: counting-sort cursors
+  std::vector<int64_t> send_rows_, recv_rows_;  // per peer
+  std::vector<int64_t> send_bytes_, send_off_, recv_bytes_, recv_off_;  // per peer, one exchange
   Tensor slot_NK_;                          // row of assignment (n, k) in source order
   Tensor offsets_G1_;                       // segment boundaries in expert order
   Tensor xp_from_recv_M_, recv_from_xp_M_;  // permutation between receive and expert order
   Tensor xp_MD_;                            // rows at the experts
   Tensor returned_AD_;                      // expert outputs back at the source, source order
   Tensor send_AD_, recv_MD_;                // exchange buffers: source order, receive order
+  Tensor wire_send_, wire_recv_;            // packed rows (U8) when a payload format is not fp32
   int64_t bytes_sent_ = 0, bytes_sent_other_nodes_ = 0, routing_bytes_sent_ = 0;
   int64_t rows_received_ = 0;
   std::vector<int64_t> rows_of_rank_;  // rows_received_max_mean's gather buffer
@@ -105,22 +114,18 @@ class ExpertExchangeDispatcher : public TokenDispatcher {
 
 template <typename RecvRows>
 void ExpertExchangeDispatcher::layout_exchange(const RecvRows& recv_rows) {
-  const int64_t row_bytes = D_ * int64_t(sizeof(float));
-  int64_t so = 0, ro = 0;
+  int64_t ro = 0;
   for (int64_t p = 0; p < P_; ++p) {
     int64_t s = 0, r = 0;
     for (int64_t l = 0; l < local_; ++l) {
       s += send_counts_[p * local_ + l];
       r += recv_rows(p, l);
     }
-    send_bytes_[p] = s * row_bytes;
-    recv_bytes_[p] = r * row_bytes;
-    send_off_[p] = so;
-    recv_off_[p] = ro;
-    so += send_bytes_[p];
-    ro += recv_bytes_[p];
+    send_rows_[p] = s;
+    recv_rows_[p] = r;
+    ro += r;
   }
-  M_ = ro / row_bytes;
+  M_ = ro;
   rows_received_ += M_;
   MOET_ASSERT(M_ <= xp_MD_.size(0));
 }

@@ -75,6 +75,7 @@ StepResult StepRunner::run(int64_t step, int64_t grad_accum,
   } else {
     r.grad_norm = adamw_.step(r.lr);
   }
+  model_.params().mark_updated();  // low-precision weight operands are remade on next use
   r.max_expert_load = max_expert_load_ratio(moe);
   update_expert_bias(moe, bias_rate_);
   return r;

@@ -38,8 +38,8 @@ void validate(const TrainOptions& o) {
   MOET_CHECK(o.lr > 0 && std::isfinite(o.lr), "--lr must be a positive number, got ", o.lr);
   MOET_CHECK(o.log_every > 0, "--log-every must be positive, got ", o.log_every);
   MOET_CHECK(o.threads >= 0, "--threads must be >= 0, got ", o.threads);
-  MOET_CHECK(o.precision == "fp32", "--precision '", o.precision,
-             "' is not available yet (fp32 only; bf16 comes with the speed work)");
+  if (o.precision != "auto") parse_recipe(o.precision);  // one line naming the choices
+  MOET_CHECK(o.bf16_layers >= 0, "--bf16-layers must be >= 0, got ", o.bf16_layers);
   MOET_CHECK(!o.a2a_overlap || o.micro_batch % 2 == 0,
              "--a2a-overlap splits each micro-batch in two: --micro-batch must be even, got ",
              o.micro_batch);
@@ -113,6 +113,14 @@ double evaluate(Model& model, int64_t B, const TokenDataset& ds, int64_t batches
   return mean;
 }
 
+PrecisionPolicy precision_policy(const TrainOptions& o) {
+  PrecisionPolicy p;
+  p.recipe = o.precision == "auto" ? (ops::cpu_has_bf16() ? Recipe::BF16 : Recipe::FP32)
+                                   : parse_recipe(o.precision);
+  p.bf16_layers = o.bf16_layers;
+  return p;
+}
+
 }  // namespace
 
 double run_training(const TrainOptions& o, Communicator* world) {
@@ -173,7 +181,8 @@ double run_training(const TrainOptions& o, Communicator* world) {
   const LossWeights lw{o.mtp_lambda, o.balance_alpha, o.z_loss_coef};
   // --deterministic: a model for one sequence, run B times per micro-batch.
   const int64_t lane_batch = o.deterministic ? 1 : o.a2a_overlap ? B / 2 : B;
-  Model model(cfg, lane_batch, T, lw, dispatchers);
+  const PrecisionPolicy precision = precision_policy(o);
+  Model model(cfg, lane_batch, T, lw, dispatchers, precision);
   model.init_parameters(o.seed);
   model.set_trace(trace.get());
   std::unique_ptr<Model> lane2;
@@ -201,7 +210,10 @@ double run_training(const TrainOptions& o, Communicator* world) {
   if (lane2) runner.set_second_lane(lane2.get(), true);
   if (o.deterministic) runner.set_deterministic(B);
 
-  const double peak = o.peak_tflops > 0 ? o.peak_tflops : measure_gemm_peak_tflops();
+  // MFU divides by the measured peak of the GEMMs the recipe runs (its main linear layers)
+  const ops::Format main_format =
+      precision.decoder(cfg.num_hidden_layers / 2, cfg.num_hidden_layers).fprop;
+  const double peak = o.peak_tflops > 0 ? o.peak_tflops : measure_gemm_peak_tflops(main_format);
   const double fpt = flops_per_token(cfg, T, cfg.num_nextn_predict_layers > 0);
   const int64_t tokens_per_step = int64_t(W) * A * B * T;  // global batch
   if (verbose) {
@@ -210,9 +222,16 @@ double run_training(const TrainOptions& o, Communicator* world) {
                 ops::num_threads());
     if (world) std::printf(" x %d ranks (ep %lld, data-parallel %d)", W, (long long)o.ep, W);
     std::printf("\n");
-    std::printf(
-        "data: %s | batch %lld x %lld tokens x %lld accum | peak (fp32 GEMM) %.3f TFLOP/s\n",
-        ds->describe().c_str(), (long long)B, (long long)T, (long long)A, peak);
+    std::printf("precision: %s", recipe_name(precision.recipe));
+    if (ops::is_fp8(main_format))
+      std::printf(" (first and last %lld layers bf16)", (long long)o.bf16_layers);
+    std::printf(" | %s\n", ops::kernel_description(main_format).c_str());
+    std::printf("data: %s | batch %lld x %lld tokens x %lld accum | peak (%s GEMM) %.3f TFLOP/s\n",
+                ds->describe().c_str(), (long long)B, (long long)T, (long long)A,
+                ops::gemm_operand_dtype() == DType::BF16 && main_format != ops::Format::F32
+                    ? "bf16"
+                    : "fp32",
+                peak);
     std::fflush(stdout);
   }
 

@@ -18,7 +18,10 @@ struct TrainOptions {
   std::string schedule = "cosine";
   uint64_t seed = 1234;
   int threads = 0;  // 0: all cores
-  std::string precision = "fp32";
+  // fp32, bf16, mxfp8, fp8-blockwise, or auto: bf16 where the CPU multiplies bf16, else fp32
+  // (docs/precision.md).
+  std::string precision = "auto";
+  int64_t bf16_layers = 1;  // FP8 recipes: first and last N decoder layers stay bf16
   std::string metrics_path;
   bool overwrite_metrics = false;
   int64_t log_every = 1;

@@ -8,6 +8,13 @@
 
 #include "core/error.h"
 
+// Exported by libdnnl (the BLAS-like bf16 entry next to dnnl_sgemm) but not declared in its
+// public headers; row-major like dnnl_sgemm. bfloat16_t is a 16-bit bit pattern.
+extern "C" dnnl_status_t dnnl_gemm_bf16bf16f32(char transa, char transb, dnnl_dim_t M, dnnl_dim_t N,
+                                               dnnl_dim_t K, float alpha, const uint16_t* A,
+                                               dnnl_dim_t lda, const uint16_t* B, dnnl_dim_t ldb,
+                                               float beta, float* C, dnnl_dim_t ldc);
+
 namespace moet::ops::cpu {
 namespace {
 
@@ -29,6 +36,17 @@ void blas_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
                                       lda, B, ldb, beta, C, ldc);
   MOET_CHECK(st == dnnl_success, "dnnl_sgemm failed with status ", int(st), " (M=", M, " N=", N,
              " K=", K, ")");
+}
+
+void blas_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+               const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C,
+               int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  if (K == 0) return scale_c(M, N, beta, C, ldc);
+  const dnnl_status_t st = dnnl_gemm_bf16bf16f32(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K,
+                                                 alpha, A, lda, B, ldb, beta, C, ldc);
+  MOET_CHECK(st == dnnl_success, "dnnl_gemm_bf16bf16f32 failed with status ", int(st), " (M=", M,
+             " N=", N, " K=", K, ")");
 }
 
 void blas_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,

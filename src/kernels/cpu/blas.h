@@ -12,6 +12,11 @@ namespace moet::ops::cpu {
 void blas_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
                int64_t ldc);
+// BF16 operands (bf16 bit patterns), F32 result: oneDNN's gemm_bf16bf16f32 (AMX or AVX512_BF16
+// kernels where the CPU has them; only reached there, see gemm_operand_dtype()).
+void blas_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+               const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C,
+               int64_t ldc);
 void blas_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,
                const double* A, int64_t lda, const double* B, int64_t ldb, double beta, double* C,
                int64_t ldc);

@@ -17,12 +17,12 @@ namespace moet::ops::cpu {
 // region costs microseconds, more when the cores are busy. Results do not depend on it.
 constexpr int64_t kParallelMin = 1 << 14;
 
-// Calls fn(begin, end) on contiguous ranges covering [0, n), one per OpenMP thread (or once on
-// the calling thread for small n). Loops inside fn see plain locals, not the shared variables of
-// an outlined parallel region, so the compiler vectorises them.
+// Calls fn(begin, end) on contiguous ranges covering [0, n), one per OpenMP thread, or once on
+// the calling thread when n < min_items. Loops inside fn see plain locals, not the shared
+// variables of an outlined parallel region, so the compiler vectorises them.
 template <typename Fn>
-void parallel_ranges(int64_t n, Fn&& fn) {
-  if (n <= kParallelMin) {
+void parallel_ranges_min(int64_t n, int64_t min_items, Fn&& fn) {
+  if (n < min_items || n < 2) {
     fn(int64_t{0}, n);
     return;
   }
@@ -33,6 +33,12 @@ void parallel_ranges(int64_t n, Fn&& fn) {
     const int64_t begin = std::min(n, t * chunk), end = std::min(n, begin + chunk);
     if (begin < end) fn(begin, end);
   }
+}
+
+// parallel_ranges_min for n elements touched: small loops stay on the calling thread.
+template <typename Fn>
+void parallel_ranges(int64_t n, Fn&& fn) {
+  parallel_ranges_min(n, kParallelMin + 1, std::forward<Fn>(fn));
 }
 
 // Calls fn(T{}) with T = float or double according to the dtype of a floating tensor.
@@ -72,7 +78,7 @@ inline int64_t rows_of(const Tensor& t) {
 // Grow-only scratch, one per thread and element type: no allocation once warmed up.
 template <typename T>
 T* scratch(size_t n, int slot = 0) {
-  static thread_local std::vector<T> buf[4];
+  static thread_local std::vector<T> buf[8];
   if (buf[slot].size() < n) buf[slot].resize(n);
   return buf[slot].data();
 }

@@ -1,0 +1,55 @@
+// cpu_features.cpp — what this CPU multiplies in hardware, as oneDNN sees it (it picks its own
+// kernels at run time: AMX, AVX512_BF16, AVX-512, AVX2), and which dtype GEMM operands of the
+// low-precision formats are stored in here.
+#include <dnnl.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/ops.h"
+
+namespace moet::ops {
+namespace {
+
+dnnl_cpu_isa_t effective_isa() {
+  static const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+  return isa;
+}
+
+bool has(dnnl_cpu_isa_t isa, dnnl_cpu_isa_t feature) {
+  return (unsigned(isa) & unsigned(feature)) == unsigned(feature);
+}
+
+const char* isa_name(dnnl_cpu_isa_t isa) {
+  if (has(isa, dnnl_cpu_isa_avx512_core_amx)) return "AMX";
+  if (has(isa, dnnl_cpu_isa_avx512_core_bf16)) return "AVX512_BF16";
+  if (has(isa, dnnl_cpu_isa_avx512_core)) return "AVX-512";
+  if (has(isa, dnnl_cpu_isa_avx2)) return "AVX2";
+  return "SSE4.1";
+}
+
+}  // namespace
+
+bool cpu_has_bf16() {
+  // MOET_NO_BF16_GEMM=1 takes the fp32 path on any CPU (tests of the fallback).
+  static const bool no = [] {
+    const char* v = std::getenv("MOET_NO_BF16_GEMM");
+    return v && std::strcmp(v, "0") != 0;
+  }();
+  return !no && has(effective_isa(), dnnl_cpu_isa_avx512_core_bf16);
+}
+
+DType gemm_operand_dtype() { return cpu_has_bf16() ? DType::BF16 : DType::F32; }
+
+std::string kernel_description(Format fmt) {
+  std::string isa = isa_name(effective_isa());
+  if (fmt == Format::F32) return isa + ", fp32 GEMMs (oneDNN sgemm)";
+  const std::string what =
+      fmt == Format::BF16 ? "bf16" : std::string(format_name(fmt)) + " as bf16";
+  if (cpu_has_bf16())
+    return isa + ", " + what + " GEMMs (oneDNN gemm_bf16bf16f32, fp32 accumulation)";
+  return isa + ", " + what +
+         " values in fp32 GEMMs (no bf16 instructions: exact products, fp32 accumulation)";
+}
+
+}  // namespace moet::ops

@@ -1,0 +1,205 @@
+// grouped_gemm.cpp — the experts' grouped linear layer: one GEMM per non-empty (expert,
+// source) segment of contiguous rows, in any precision of kernels/precision.h.
+#include "kernels/cpu/operands.h"
+
+namespace moet::ops {
+using namespace cpu;
+
+namespace {
+
+// part holds S arrays of n values; afterwards part[0..n) is their sum in the canonical pairwise
+// tree order of parallel/communicator.h (split at the largest power of two below the count).
+template <typename T>
+void tree_sum_rows(T* part, int64_t S, int64_t n) {
+  if (S <= 1) return;
+  int64_t half = 1;
+  while (half * 2 < S) half *= 2;
+  tree_sum_rows(part, half, n);
+  tree_sum_rows(part + half * n, S - half, n);
+  const T* b = part + half * n;
+  for (int64_t i = 0; i < n; ++i) part[i] += b[i];
+}
+
+// Validates offsets (I32, E+1 entries, 0 .. M, non-decreasing); returns E.
+int64_t check_offsets(const Tensor& offsets_E1, int64_t M) {
+  check_i32(offsets_E1);
+  const int64_t E = offsets_E1.numel() - 1;
+  MOET_CHECK(E >= 1, "grouped linear: offsets need E+1 >= 2 entries");
+  const int32_t* off = offsets_E1.i32();
+  MOET_CHECK(off[0] == 0 && off[E] == M, "grouped linear: offsets must run from 0 to M=", M,
+             ", got ", off[0], " .. ", off[E]);
+  for (int64_t e = 0; e < E; ++e)
+    MOET_CHECK(off[e] <= off[e + 1], "grouped linear: offsets decrease at expert ", e);
+  return E;
+}
+
+// Shapes of one grouped call: M rows, G = E*S segments.
+struct Grouped {
+  int64_t M, D, O, S, G, E;
+};
+
+Grouped check_grouped(const char* what, const Tensor& x_MD, const Tensor& offsets_E1,
+                      const Tensor& w_EOD, const Tensor& y_MO, int64_t S) {
+  const int64_t M = rows_of(x_MD), D = x_MD.size(-1), O = y_MO.size(-1);
+  const int64_t G = check_offsets(offsets_E1, M);
+  MOET_CHECK(S >= 1 && G % S == 0, what, ": ", G, " segments for ", S, " per expert");
+  const int64_t E = G / S;
+  MOET_CHECK(rows_of(y_MO) == M && w_EOD.numel() == E * O * D &&
+                 (w_EOD.ndim != 3 || (w_EOD.size(1) == O && w_EOD.size(2) == D)),
+             what, ": x ", x_MD.shape_str(), " w ", w_EOD.shape_str(), " y ", y_MO.shape_str(),
+             " E=", E);
+  return {M, D, O, S, G, E};
+}
+
+// The experts' weight operand of one role: prepared, or quantized now into scratch.
+Tensor expert_weights(const Tensor& w_EOD, int64_t E, int64_t O, int64_t D, Format f, bool dgrad,
+                      const WeightOperands* wq) {
+  if (wq) {
+    const Tensor& t = dgrad && wq->dgrad.ptr ? wq->dgrad : wq->fprop;
+    MOET_ASSERT(t.ptr && t.numel() == E * O * D);
+    return t;
+  }
+  Tensor q = operand_buffer({E, O, D}, kSlotW);
+  WeightOperands tmp;
+  (dgrad ? tmp.dgrad : tmp.fprop) = q;
+  LinearPrecision p;
+  (dgrad ? p.dgrad : p.fprop) = f;
+  if (dgrad) p.fprop = Format::F32;
+  prepare_weight(Tensor(w_EOD.ptr, DType::F32, {E, O, D}), p, tmp);
+  return q;
+}
+
+// Quantizes the rows of each non-empty segment with b×1 blocks that start at its first row.
+void quantize_segments_cols(const Tensor& x_MD, const int32_t* off, int64_t G, Format f,
+                            Tensor& q_MD) {
+  const int64_t D = x_MD.size(-1);
+  const size_t es = dtype_size(q_MD.dtype);
+  for (int64_t g = 0; g < G; ++g) {
+    const int64_t r0 = off[g], r = off[g + 1] - off[g];
+    if (r == 0) continue;
+    const Tensor xs(x_MD.data<float>() + r0 * D, DType::F32, {r, D});
+    Tensor qs(static_cast<char*>(q_MD.ptr) + r0 * D * es, q_MD.dtype, {r, D});
+    quantize(xs, f, BlockAxis::Cols, qs);
+  }
+}
+
+}  // namespace
+
+void grouped_linear_forward(const Tensor& x_MD, const Tensor& offsets_E1, const Tensor& w_EOD,
+                            Tensor& y_MO, int64_t segments_per_expert, const LinearPrecision& p,
+                            const WeightOperands* wq, bool x_in_format) {
+  const Grouped g =
+      check_grouped("grouped linear", x_MD, offsets_E1, w_EOD, y_MO, segments_per_expert);
+  check_dtype(y_MO.dtype, {&x_MD, &w_EOD});
+  const int32_t* off = offsets_E1.i32();
+  const int64_t D = g.D, O = g.O;
+  if (p.fprop != Format::F32) {
+    MOET_CHECK(y_MO.dtype == DType::F32, "low-precision grouped linear needs F32 tensors");
+    // x already in the format and operands in fp32: x is the operand as it is
+    Tensor xq = x_MD;
+    if (!x_in_format || gemm_operand_dtype() != DType::F32) {
+      xq = operand_buffer({g.M, D}, kSlotX);
+      quantize(x_MD, x_in_format ? Format::F32 : p.fprop, BlockAxis::Rows, xq);
+    }
+    const Tensor w = expert_weights(w_EOD, g.E, O, D, p.fprop, false, wq);
+    for (int64_t s = 0; s < g.G; ++s) {
+      const int64_t r0 = off[s], r = off[s + 1] - off[s], e = s / g.S;
+      if (r == 0) continue;
+      gemm_operands(false, true, r, O, D, 1.0f, xq, r0 * D, D, w, e * O * D, D, 0.0f,
+                    y_MO.f32() + r0 * O, O);
+    }
+    return;
+  }
+  dispatch_float(y_MO.dtype, [&](auto t0) {
+    using T = decltype(t0);
+    for (int64_t s = 0; s < g.G; ++s) {
+      const int64_t r0 = off[s], r = off[s + 1] - off[s], e = s / g.S;
+      if (r == 0) continue;
+      blas_gemm(false, true, r, O, D, T(1), x_MD.data<T>() + r0 * D, D, w_EOD.data<T>() + e * O * D,
+                D, T(0), y_MO.data<T>() + r0 * O, O);
+    }
+  });
+}
+
+void grouped_linear_backward(const Tensor& dy_MO, const Tensor& x_MD, const Tensor& offsets_E1,
+                             const Tensor& w_EOD, Tensor& dx_MD, Tensor& dw_EOD,
+                             int64_t segments_per_expert, const LinearPrecision& p,
+                             const WeightOperands* wq) {
+  const Grouped g =
+      check_grouped("grouped linear bwd", x_MD, offsets_E1, w_EOD, dy_MO, segments_per_expert);
+  MOET_CHECK(dx_MD.empty() || dx_MD.numel() == g.M * g.D, "grouped linear bwd dx ",
+             dx_MD.shape_str());
+  MOET_CHECK(dw_EOD.empty() || dw_EOD.numel() == g.E * g.O * g.D, "grouped linear bwd dw ",
+             dw_EOD.shape_str());
+  check_dtype(dy_MO.dtype, {&x_MD, &w_EOD, &dx_MD, &dw_EOD});
+  const int32_t* off = offsets_E1.i32();
+  const int64_t D = g.D, O = g.O, S = g.S;
+  const bool low = p.dgrad != Format::F32 || p.wgrad != Format::F32;
+  MOET_CHECK(!low || dy_MO.dtype == DType::F32, "low-precision grouped linear needs F32 tensors");
+  // dgrad: one GEMM per segment
+  if (!dx_MD.empty()) {
+    if (p.dgrad != Format::F32) {
+      Tensor dyq = operand_buffer({g.M, O}, kSlotDy);
+      quantize(dy_MO, p.dgrad, BlockAxis::Rows, dyq);
+      const Tensor w = expert_weights(w_EOD, g.E, O, D, p.dgrad, true, wq);
+      for (int64_t s = 0; s < g.G; ++s) {
+        const int64_t r0 = off[s], r = off[s + 1] - off[s], e = s / S;
+        if (r == 0) continue;
+        gemm_operands(false, false, r, D, O, 1.0f, dyq, r0 * O, O, w, e * O * D, D, 0.0f,
+                      dx_MD.f32() + r0 * D, D);
+      }
+    } else {
+      dispatch_float(dy_MO.dtype, [&](auto t0) {
+        using T = decltype(t0);
+        for (int64_t s = 0; s < g.G; ++s) {
+          const int64_t r0 = off[s], r = off[s + 1] - off[s], e = s / S;
+          if (r == 0) continue;
+          blas_gemm(false, false, r, D, O, T(1), dy_MO.data<T>() + r0 * O, O,
+                    w_EOD.data<T>() + e * O * D, D, T(0), dx_MD.data<T>() + r0 * D, D);
+        }
+      });
+    }
+  }
+  if (dw_EOD.empty()) return;
+  // wgrad operands: the segments' rows in b×1 blocks (or the tensors themselves in fp32)
+  Tensor dyq = dy_MO, xq = x_MD;
+  if (p.wgrad != Format::F32) {
+    dyq = operand_buffer({g.M, O}, kSlotDy);
+    xq = operand_buffer({g.M, D}, kSlotX);
+    quantize_segments_cols(dy_MO, off, g.G, p.wgrad, dyq);
+    quantize_segments_cols(x_MD, off, g.G, p.wgrad, xq);
+  }
+  // Weight gradients: one GEMM per segment; with several segments per expert (one per source
+  // rank under expert parallelism) the segments' gradients are summed in the canonical tree
+  // order, so the result does not depend on how experts are spread over ranks.
+  dispatch_float(dy_MO.dtype, [&](auto t0) {
+    using T = decltype(t0);
+    T* part = S > 1 ? scratch<T>(size_t(S * O * D), 2) : nullptr;
+    auto segment_grad = [&](int64_t s, T* out, T beta) {
+      const int64_t r0 = off[s], r = off[s + 1] - off[s];
+      if (r == 0) {
+        if (beta == T(0)) std::fill_n(out, O * D, T(0));
+        return;
+      }
+      if constexpr (std::is_same_v<T, float>) {
+        gemm_operands(true, false, O, D, r, 1.0f, dyq, r0 * O, O, xq, r0 * D, D, beta, out, D);
+      } else {
+        blas_gemm(true, false, O, D, r, T(1), dy_MO.data<T>() + r0 * O, O, x_MD.data<T>() + r0 * D,
+                  D, beta, out, D);
+      }
+    };
+    for (int64_t e = 0; e < g.E; ++e) {
+      T* dw = dw_EOD.data<T>() + e * O * D;
+      if (S == 1) {
+        segment_grad(e, dw, T(1));
+        continue;
+      }
+      for (int64_t s = 0; s < S; ++s) segment_grad(e * S + s, part + s * O * D, T(0));
+      tree_sum_rows(part, S, O * D);  // part[0] = canonical sum of the S parts
+      const T* sum = part;
+      for (int64_t i = 0; i < O * D; ++i) dw[i] += sum[i];
+    }
+  });
+}
+
+}  // namespace moet::ops

@@ -1,0 +1,355 @@
+// quantize.cpp — the FP8 recipes' block quantizers and bf16 rounding (kernels/precision.h,
+// docs/precision.md). Scales follow Transformer Engine: MXFP8's E8M0 exponent is amax·(1/448)
+// rounded up to a power of two; FP8Block's scale is 448/amax rounded down to a power of two.
+// Amax ignores NaN (as fmaxf does); a NaN element stays NaN.
+#include <cfloat>
+#include <cstring>
+
+#include "core/bf16.h"
+#include "core/float8.h"
+#include "kernels/cpu/common.h"
+#include "kernels/ops.h"
+
+namespace moet::ops {
+using namespace cpu;
+
+const char* format_name(Format f) {
+  switch (f) {
+    case Format::F32:
+      return "fp32";
+    case Format::BF16:
+      return "bf16";
+    case Format::MXFP8:
+      return "mxfp8";
+    case Format::FP8Block:
+      return "fp8-blockwise";
+  }
+  return "?";
+}
+
+namespace {
+
+// One block's scaling: q = e4m3(x · mult), value = q · deq; `code` is the packed scale (E8M0
+// exponent for MXFP8).
+struct BlockScale {
+  float mult, deq;
+  uint8_t code;
+};
+
+// Transformer Engine's float_to_e8m0: the biased exponent of v rounded up to a power of two.
+uint8_t e8m0_round_up(float v) {
+  if (std::isnan(v)) return 0xFF;
+  if (std::isinf(v)) return 0xFE;
+  if (v == 0.0f) return 0;
+  const uint32_t u = std::bit_cast<uint32_t>(v);
+  uint32_t e = u >> 23;
+  const uint32_t m = u & 0x7FFFFFu;
+  if (m > 0 && e != 0xFE && !(e == 0 && m <= 0x400000u)) ++e;
+  return uint8_t(e);
+}
+
+BlockScale mxfp8_scale(float amax) {
+  constexpr float kRcp448 = 1.0f / kE4M3Max;
+  const uint8_t e = e8m0_round_up(amax * kRcp448);
+  // 2^(127 - e), and 1 for e == 0, as TE's exp2f_rcp
+  const float mult = e == 0 ? 1.0f : std::bit_cast<float>(uint32_t(254 - e) << 23);
+  return {mult, e8m0_to_float(e), e};
+}
+
+BlockScale fp8block_scale(float amax) {
+  float s = 1.0f;
+  if (!(amax == 0.0f || std::isinf(amax) || std::isnan(amax))) {
+    s = kE4M3Max / amax;
+    if (std::isinf(s)) s = FLT_MAX;
+    s = std::bit_cast<float>(std::bit_cast<uint32_t>(s) & 0xFF800000u);  // power of two, down
+  }
+  return {s, 1.0f / s, 0};
+}
+
+BlockScale block_scale(Format f, float amax) {
+  return f == Format::MXFP8 ? mxfp8_scale(amax) : fp8block_scale(amax);
+}
+
+// The value an element quantizes to (sign kept, NaN stays NaN).
+inline float fp8_value(float x, const BlockScale& s) {
+  const float y = x * s.mult;
+  const float a = e4m3_round_abs(std::fabs(y));
+  const float v = std::copysign(a * s.deq, y);
+  return y == y ? v : y;
+}
+
+inline void store(float* q, int64_t i, float v) { q[i] = v; }
+inline void store(uint16_t* q, int64_t i, float v) { q[i] = bf16_bits(v); }
+
+inline float abs_max(float m, float x) { return std::fabs(x) > m ? std::fabs(x) : m; }
+
+// Output targets of one quantization: any may be null.
+template <typename Q>
+struct Outputs {
+  Q* q;
+  uint8_t* codes;
+  uint8_t* scale_u8;  // MXFP8
+  float* scale_f32;   // FP8Block
+  void put_scale(int64_t i, const BlockScale& s) const {
+    if (scale_u8) scale_u8[i] = s.code;
+    if (scale_f32) scale_f32[i] = s.deq;
+  }
+};
+
+// Blocks of b consecutive elements in each row.
+template <typename Q>
+void quantize_rows(const float* x, int64_t R, int64_t C, int64_t b, Format f, const Outputs<Q>& o) {
+  const int64_t nb = (C + b - 1) / b;
+  parallel_ranges_min(R, std::max<int64_t>(1, kParallelMin / std::max<int64_t>(C, 1)),
+                      [&](int64_t r0, int64_t r1) {
+                        for (int64_t r = r0; r < r1; ++r)
+                          for (int64_t k = 0; k < nb; ++k) {
+                            const int64_t c0 = k * b, c1 = std::min(C, c0 + b);
+                            const float* xr = x + r * C;
+                            float amax = 0;
+                            for (int64_t c = c0; c < c1; ++c) amax = abs_max(amax, xr[c]);
+                            const BlockScale s = block_scale(f, amax);
+                            o.put_scale(r * nb + k, s);
+                            if (o.q)
+                              for (int64_t c = c0; c < c1; ++c)
+                                store(o.q, r * C + c, fp8_value(xr[c], s));
+                            if (o.codes)
+                              for (int64_t c = c0; c < c1; ++c)
+                                o.codes[r * C + c] = e4m3_bits(xr[c] * s.mult);
+                          }
+                      });
+}
+
+// Blocks of b consecutive rows in each column (or b×b squares when square).
+template <typename Q>
+void quantize_cols(const float* x, int64_t R, int64_t C, int64_t b, bool square, Format f,
+                   const Outputs<Q>& o) {
+  const int64_t nrb = (R + b - 1) / b, ncb = square ? (C + b - 1) / b : C;
+  constexpr int64_t kChunk = 256;  // columns per task
+  const int64_t chunks = (C + kChunk - 1) / kChunk;
+  parallel_ranges_min(
+      nrb * chunks, std::max<int64_t>(1, kParallelMin / (b * kChunk)), [&](int64_t t0, int64_t t1) {
+        float amax[kChunk];
+        BlockScale sc[kChunk];
+        for (int64_t t = t0; t < t1; ++t) {
+          const int64_t rb = t / chunks, j0 = (t % chunks) * kChunk, j1 = std::min(C, j0 + kChunk);
+          const int64_t r0 = rb * b, r1 = std::min(R, r0 + b), w = j1 - j0;
+          std::fill_n(amax, w, 0.0f);
+          for (int64_t r = r0; r < r1; ++r) {
+            const float* xr = x + r * C + j0;
+            for (int64_t j = 0; j < w; ++j) amax[j] = abs_max(amax[j], xr[j]);
+          }
+          if (square) {  // one scale per b columns: kChunk is a multiple of b (128)
+            for (int64_t j = 0; j < w; j += b) {
+              float m = 0;
+              for (int64_t i = j; i < std::min(w, j + b); ++i) m = abs_max(m, amax[i]);
+              const BlockScale s = block_scale(f, m);
+              for (int64_t i = j; i < std::min(w, j + b); ++i) sc[i] = s;
+              o.put_scale(rb * ncb + (j0 + j) / b, s);
+            }
+          } else {
+            for (int64_t j = 0; j < w; ++j) {
+              sc[j] = block_scale(f, amax[j]);
+              o.put_scale(rb * ncb + j0 + j, sc[j]);
+            }
+          }
+          for (int64_t r = r0; r < r1; ++r) {
+            const float* xr = x + r * C + j0;
+            if (o.q)
+              for (int64_t j = 0; j < w; ++j) store(o.q, r * C + j0 + j, fp8_value(xr[j], sc[j]));
+            if (o.codes)
+              for (int64_t j = 0; j < w; ++j)
+                o.codes[r * C + j0 + j] = e4m3_bits(xr[j] * sc[j].mult);
+          }
+        }
+      });
+}
+
+template <typename Q>
+void round_or_copy(const float* x, int64_t n, Format f, Q* q) {
+  parallel_ranges(n, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) store(q, i, f == Format::BF16 ? round_bf16(x[i]) : x[i]);
+  });
+}
+
+// Rows and columns of the 2-D view, and the scale grid of (fmt, axis).
+struct Grid {
+  int64_t R, C, b, rows, cols;
+};
+
+Grid grid_of(const Tensor& x, Format f, BlockAxis axis) {
+  MOET_CHECK(x.ndim >= 1, "quantize needs a tensor with at least one dimension");
+  const int64_t C = x.size(-1), R = rows_of(x), b = format_block(f);
+  MOET_CHECK(!(f == Format::MXFP8 && axis == BlockAxis::Square),
+             "MXFP8 blocks are one-dimensional (1×32 or 32×1), not square");
+  switch (axis) {
+    case BlockAxis::Rows:
+      return {R, C, b, R, (C + b - 1) / b};
+    case BlockAxis::Cols:
+      return {R, C, b, (R + b - 1) / b, C};
+    case BlockAxis::Square:
+      return {R, C, b, (R + b - 1) / b, (C + b - 1) / b};
+  }
+  return {};
+}
+
+template <typename Q>
+void quantize_into(const Tensor& x, Format f, BlockAxis axis, const Outputs<Q>& o) {
+  const Grid g = grid_of(x, f, axis);
+  const float* xs = x.f32();
+  if (axis == BlockAxis::Rows)
+    quantize_rows(xs, g.R, g.C, g.b, f, o);
+  else
+    quantize_cols(xs, g.R, g.C, g.b, axis == BlockAxis::Square, f, o);
+}
+
+}  // namespace
+
+int64_t scale_count(const Tensor& x_RC, Format fmt, BlockAxis axis) {
+  const Grid g = grid_of(x_RC, fmt, axis);
+  return g.rows * g.cols;
+}
+
+void quantize(const Tensor& x_RC, Format fmt, BlockAxis axis, Tensor& q_RC) {
+  MOET_CHECK(x_RC.dtype == DType::F32, "quantize: x must be F32, got ", dtype_name(x_RC.dtype));
+  MOET_CHECK(q_RC.numel() == x_RC.numel(), "quantize: q ", q_RC.shape_str(), " for x ",
+             x_RC.shape_str());
+  MOET_CHECK(q_RC.dtype == DType::F32 || q_RC.dtype == DType::BF16,
+             "quantize: q must be F32 or BF16, got ", dtype_name(q_RC.dtype));
+  const bool bf = q_RC.dtype == DType::BF16;
+  if (!is_fp8(fmt)) {
+    if (bf)
+      round_or_copy(x_RC.f32(), x_RC.numel(), fmt, q_RC.bf16());
+    else if (fmt == Format::BF16 || q_RC.ptr != x_RC.ptr)
+      round_or_copy(x_RC.f32(), x_RC.numel(), fmt, q_RC.f32());
+    return;
+  }
+  if (bf)
+    quantize_into(x_RC, fmt, axis, Outputs<uint16_t>{q_RC.bf16(), nullptr, nullptr, nullptr});
+  else
+    quantize_into(x_RC, fmt, axis, Outputs<float>{q_RC.f32(), nullptr, nullptr, nullptr});
+}
+
+void quantize_packed(const Tensor& x_RC, Format fmt, BlockAxis axis, Tensor& codes_RC,
+                     Tensor& scales, Tensor& q_RC) {
+  MOET_CHECK(is_fp8(fmt), "quantize_packed needs an FP8 format, got ", format_name(fmt));
+  MOET_CHECK(x_RC.dtype == DType::F32, "quantize: x must be F32, got ", dtype_name(x_RC.dtype));
+  MOET_CHECK(codes_RC.dtype == DType::U8 && codes_RC.numel() == x_RC.numel(),
+             "quantize: codes must be U8 of x's size, got ", codes_RC.shape_str());
+  const int64_t ns = scale_count(x_RC, fmt, axis);
+  const DType sd = fmt == Format::MXFP8 ? DType::U8 : DType::F32;
+  MOET_CHECK(scales.dtype == sd && scales.numel() == ns, "quantize: scales must be ",
+             dtype_name(sd), " with ", ns, " entries, got ", dtype_name(scales.dtype), " ",
+             scales.shape_str());
+  MOET_CHECK(q_RC.empty() || (q_RC.dtype == DType::F32 && q_RC.numel() == x_RC.numel()),
+             "quantize: q must be F32 of x's size");
+  Outputs<float> o{q_RC.empty() ? nullptr : q_RC.f32(), codes_RC.u8(),
+                   sd == DType::U8 ? scales.u8() : nullptr,
+                   sd == DType::F32 ? scales.f32() : nullptr};
+  quantize_into(x_RC, fmt, axis, o);
+}
+
+void dequantize(const Tensor& codes_RC, const Tensor& scales, Format fmt, BlockAxis axis,
+                Tensor& q_RC) {
+  MOET_CHECK(is_fp8(fmt), "dequantize needs an FP8 format, got ", format_name(fmt));
+  const Grid g = grid_of(codes_RC, fmt, axis);
+  MOET_CHECK(codes_RC.dtype == DType::U8 && q_RC.dtype == DType::F32 &&
+                 q_RC.numel() == codes_RC.numel() && scales.numel() == g.rows * g.cols,
+             "dequantize: codes ", codes_RC.shape_str(), " scales ", scales.shape_str(), " q ",
+             q_RC.shape_str());
+  const uint8_t* c = codes_RC.u8();
+  float* q = q_RC.f32();
+  parallel_ranges(g.R, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t j = 0; j < g.C; ++j) {
+        const int64_t s = axis == BlockAxis::Rows   ? r * g.cols + j / g.b
+                          : axis == BlockAxis::Cols ? (r / g.b) * g.cols + j
+                                                    : (r / g.b) * g.cols + j / g.b;
+        const float scale = fmt == Format::MXFP8 ? e8m0_to_float(scales.u8()[s]) : scales.f32()[s];
+        q[r * g.C + j] = e4m3_to_float(c[r * g.C + j]) * scale;
+      }
+  });
+}
+
+int64_t wire_row_bytes(int64_t D, Format fmt) {
+  switch (fmt) {
+    case Format::F32:
+      return 4 * D;
+    case Format::BF16:
+      return 2 * D;
+    case Format::MXFP8:
+      return D + (D + 31) / 32;
+    case Format::FP8Block:
+      return D + 4 * ((D + 127) / 128);
+  }
+  return 0;
+}
+
+void encode_rows(const Tensor& x_RD, Format fmt, void* out) {
+  MOET_CHECK(x_RD.dtype == DType::F32, "encode_rows: x must be F32");
+  const int64_t R = rows_of(x_RD), D = x_RD.size(-1), rb = wire_row_bytes(D, fmt);
+  const float* x = x_RD.f32();
+  auto* o = static_cast<unsigned char*>(out);
+  if (fmt == Format::F32) return void(std::memcpy(out, x, size_t(R * D) * 4));
+  parallel_ranges_min(R, std::max<int64_t>(1, kParallelMin / std::max<int64_t>(D, 1)),
+                      [&](int64_t r0, int64_t r1) {
+                        for (int64_t r = r0; r < r1; ++r) {
+                          const float* xr = x + r * D;
+                          unsigned char* w = o + r * rb;
+                          if (fmt == Format::BF16) {
+                            for (int64_t j = 0; j < D; ++j) {
+                              const uint16_t b = bf16_bits(xr[j]);
+                              std::memcpy(w + 2 * j, &b, 2);
+                            }
+                            continue;
+                          }
+                          const int64_t b = format_block(fmt), nb = (D + b - 1) / b;
+                          for (int64_t k = 0; k < nb; ++k) {
+                            float amax = 0;
+                            for (int64_t j = k * b; j < std::min(D, (k + 1) * b); ++j)
+                              amax = abs_max(amax, xr[j]);
+                            const BlockScale s = block_scale(fmt, amax);
+                            for (int64_t j = k * b; j < std::min(D, (k + 1) * b); ++j)
+                              w[j] = e4m3_bits(xr[j] * s.mult);
+                            if (fmt == Format::MXFP8)
+                              w[D + k] = s.code;
+                            else
+                              std::memcpy(w + D + 4 * k, &s.deq, 4);
+                          }
+                        }
+                      });
+}
+
+void decode_rows(const void* in, Format fmt, Tensor& x_RD) {
+  MOET_CHECK(x_RD.dtype == DType::F32, "decode_rows: x must be F32");
+  const int64_t R = rows_of(x_RD), D = x_RD.size(-1), rb = wire_row_bytes(D, fmt);
+  float* x = x_RD.f32();
+  const auto* w0 = static_cast<const unsigned char*>(in);
+  if (fmt == Format::F32) return void(std::memcpy(x, in, size_t(R * D) * 4));
+  parallel_ranges_min(R, std::max<int64_t>(1, kParallelMin / std::max<int64_t>(D, 1)),
+                      [&](int64_t r0, int64_t r1) {
+                        for (int64_t r = r0; r < r1; ++r) {
+                          const unsigned char* w = w0 + r * rb;
+                          float* xr = x + r * D;
+                          if (fmt == Format::BF16) {
+                            for (int64_t j = 0; j < D; ++j) {
+                              uint16_t b;
+                              std::memcpy(&b, w + 2 * j, 2);
+                              xr[j] = bf16_to_float(b);
+                            }
+                            continue;
+                          }
+                          const int64_t b = format_block(fmt);
+                          for (int64_t j = 0; j < D; ++j) {
+                            float scale;
+                            if (fmt == Format::MXFP8)
+                              scale = e8m0_to_float(w[D + j / b]);
+                            else
+                              std::memcpy(&scale, w + D + 4 * (j / b), 4);
+                            xr[j] = e4m3_to_float(w[j]) * scale;
+                          }
+                        }
+                      });
+}
+
+}  // namespace moet::ops

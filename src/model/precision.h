@@ -1,0 +1,44 @@
+// PrecisionPolicy: which number format each GEMM of the model runs in, from the training recipe
+// (--precision fp32 | bf16 | mxfp8 | fp8-blockwise, docs/precision.md). Layers ask it for their
+// linear layers' formats once, at construction; the kernels quantize, so the model's math reads
+// the same in every precision.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "kernels/precision.h"
+
+namespace moet {
+
+enum class Recipe : uint8_t { FP32, BF16, MXFP8, FP8Blockwise };
+
+// "fp32", "bf16", "mxfp8", "fp8-blockwise"; anything else is a user error naming the choices.
+Recipe parse_recipe(const std::string& name);
+const char* recipe_name(Recipe r);
+
+struct PrecisionPolicy {
+  Recipe recipe = Recipe::FP32;
+  // FP8 recipes: the first and the last this many decoder layers of the main model run in bf16
+  // (Megatron's num_layers_at_start_in_bf16 / _end_in_bf16, default 1 each).
+  int64_t bf16_layers = 1;
+
+  // The linear layers (attention projections, dense MLP, shared and routed experts) of decoder
+  // layer `layer` of `num_layers`; layer >= num_layers is an MTP module's block, which follows
+  // the recipe.
+  ops::LinearPrecision decoder(int64_t layer, int64_t num_layers) const;
+  // The output projection (LM head) and the MTP modules' eh_proj: bf16 unless fp32.
+  ops::LinearPrecision head() const;
+  // The router's gate projection: fp32 always (as Megatron's --moe-router-dtype fp32).
+  ops::LinearPrecision router() const { return {}; }
+  // Core attention's two products (q·kᵀ, p·v): fp32 in every recipe for now (docs/precision.md).
+  ops::Format attention() const { return ops::Format::F32; }
+  // The format the MoE tokens travel to the experts in: that of the experts' fprop (FP8 rows
+  // with their scales under an FP8 recipe, bf16 rows under bf16); expert outputs come back in
+  // bf16 unless fp32.
+  ops::Format dispatch(int64_t layer, int64_t num_layers) const {
+    return decoder(layer, num_layers).fprop;
+  }
+  ops::Format combine() const;
+};
+
+}  // namespace moet
