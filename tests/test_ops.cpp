@@ -152,18 +152,19 @@ void rope_case(Case& c, std::vector<int64_t> shape, int64_t off, int64_t R2) {
 void attention_case(Case& c, int64_t B, int64_t T, int64_t H, int64_t Kd, int64_t Vd) {
   auto &q = c.rand({B, T, H, Kd}, -2, 2), &k = c.rand({B, T, H, Kd}, -2, 2);
   auto &v = c.rand({B, T, H, Vd}), &R = c.rand({B, T, H, Vd});
-  auto &probs = c.make({B, H, T, T}), &o = c.make({B, T, H, Vd});
+  auto &lse = c.make({B, H, T}), &o = c.make({B, T, H, Vd});
   auto &dq = c.make({B, T, H, Kd}), &dk = c.make({B, T, H, Kd}), &dv = c.make({B, T, H, Vd});
   const double scale = 0.6;
   c.wrt = {{"q", &q}, {"k", &k}, {"v", &v}};
   c.grads = {{"dq", &dq}, {"dk", &dk}, {"dv", &dv}};
-  c.outs = {{"o", &o}, {"probs", &probs}};
+  c.outs = {{"o", &o}, {"lse", &lse}};
   c.loss = [&, scale] {
-    ops::attention_forward(q.t(), k.t(), v.t(), scale, probs.t(), o.t());
+    ops::attention_forward(q.t(), k.t(), v.t(), scale, lse.t(), o.t());
     return dot(R, o);
   };
   c.backward = [&, scale] {
-    ops::attention_backward(R.t(), q.t(), k.t(), v.t(), probs.t(), scale, dq.t(), dk.t(), dv.t());
+    ops::attention_backward(R.t(), q.t(), k.t(), v.t(), o.t(), lse.t(), scale, dq.t(), dk.t(),
+                            dv.t());
   };
 }
 

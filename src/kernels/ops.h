@@ -150,14 +150,19 @@ void rope_forward(Tensor& x_NHW, int64_t off, const Tensor& cos_TR2, const Tenso
 // The transpose (inverse rotation), in place on the gradient.
 void rope_backward(Tensor& dx_NHW, int64_t off, const Tensor& cos_TR2, const Tensor& sin_TR2);
 
-// Causal softmax attention for each (b, h): p = softmax(scale * q kᵀ) over s <= t,
-// o = p v. q, k: [B, T, H, Kd]; v, o: [B, T, H, Vd]; probs_BHTT saved for backward.
+// Causal softmax attention for each (b, h): o = softmax(scale · q kᵀ over s <= t) v, in tiles
+// with an online softmax (no T×T buffer); lse_BHT receives each row's log-sum-exp for backward.
+// q, k: [B, T, H, Kd]; v, o: [B, T, H, Vd]. operands BF16: both products take bf16-rounded
+// operands (q, k, v, the probabilities), fp32 accumulation and softmax.
 void attention_forward(const Tensor& q_BTHK, const Tensor& k_BTHK, const Tensor& v_BTHV,
-                       double scale, Tensor& probs_BHTT, Tensor& o_BTHV);
-// dq, dk, dv overwritten.
+                       double scale, Tensor& lse_BHT, Tensor& o_BTHV,
+                       Format operands = Format::F32);
+// dq, dk, dv overwritten; the probabilities are recomputed from q, k and lse. operands BF16:
+// every product's operands (q, k, v, dO, P, dS) rounded to bf16.
 void attention_backward(const Tensor& do_BTHV, const Tensor& q_BTHK, const Tensor& k_BTHK,
-                        const Tensor& v_BTHV, const Tensor& probs_BHTT, double scale,
-                        Tensor& dq_BTHK, Tensor& dk_BTHK, Tensor& dv_BTHV);
+                        const Tensor& v_BTHV, const Tensor& o_BTHV, const Tensor& lse_BHT,
+                        double scale, Tensor& dq_BTHK, Tensor& dk_BTHK, Tensor& dv_BTHV,
+                        Format operands = Format::F32);
 
 // ---------------------------------------------------------------- layout
 // out_N(A+B)[n] = [a[n] | b[n]].

@@ -40,7 +40,7 @@ void MlaAttention::plan(Workspace& ws) {
   q_NHK_ = a.alloc_f32({N, H_, K});
   k_NHK_ = a.alloc_f32({N, H_, K});
   v_NHU_ = a.alloc_f32({N, H_, U_});
-  probs_BHTT_ = a.alloc_f32({B_, H_, T_, T_});
+  lse_BHT_ = a.alloc_f32({B_, H_, T_});
   o_NHU_ = a.alloc_f32({N, H_, U_});
   Arena& s = ws.scratch;
   kva_NA_ = s.alloc_f32({N, C_ + R_});
@@ -80,7 +80,7 @@ void MlaAttention::forward(const Tensor& x_ND, Tensor& y_ND, const RopeCache& ro
   // causal softmax attention, then the output projection
   Tensor o4 = o_NHU_.view({B_, T_, H_, U_});
   ops::attention_forward(q_NHK_.view({B_, T_, H_, K}), k_NHK_.view({B_, T_, H_, K}),
-                         v_NHU_.view({B_, T_, H_, U_}), rope.softmax_scale, probs_BHTT_, o4);
+                         v_NHU_.view({B_, T_, H_, U_}), rope.softmax_scale, lse_BHT_, o4, attn_);
   ops::linear_forward(o_NHU_.view({N, H_ * U_}), o_->value, y_ND, lin_, o_->operands());
 }
 
@@ -93,8 +93,9 @@ void MlaAttention::backward(const Tensor& dy_ND, const Tensor& x_ND, Tensor& dx_
   Tensor dq4 = dq_NHK_.view({B_, T_, H_, K}), dk4 = dk_NHK_.view({B_, T_, H_, K}),
          dv4 = dv_NHU_.view({B_, T_, H_, U_});
   ops::attention_backward(do_NHU_.view({B_, T_, H_, U_}), q_NHK_.view({B_, T_, H_, K}),
-                          k_NHK_.view({B_, T_, H_, K}), v_NHU_.view({B_, T_, H_, U_}), probs_BHTT_,
-                          rope.softmax_scale, dq4, dk4, dv4);
+                          k_NHK_.view({B_, T_, H_, K}), v_NHU_.view({B_, T_, H_, U_}),
+                          o_NHU_.view({B_, T_, H_, U_}), lse_BHT_, rope.softmax_scale, dq4, dk4,
+                          dv4, attn_);
   // keys/values path
   ops::mla_split_kv_backward(dk_NHK_, dv_NHU_, dkv_NHW_, dkr_NR_);
   ops::linear_backward(dkv_NHW_.view({N, H_ * (P_ + U_)}), ckvn_NC_, kv_b_->value, dckvn_NC_, false,

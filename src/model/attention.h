@@ -35,7 +35,7 @@ class MlaAttention {
   Weight *q_a_, *q_a_norm_, *q_b_, *kv_a_, *kv_a_norm_, *kv_b_, *o_;
   // kept for backward
   Tensor cq_raw_NQ_, cq_NQ_, cq_rstd_N_, ckv_NC_, ckvn_NC_, ckv_rstd_N_, q_NHK_, k_NHK_, v_NHU_,
-      probs_BHTT_, o_NHU_;
+      lse_BHT_, o_NHU_;
   // temporaries
   Tensor kva_NA_, kr_NR_, kv_NHW_, do_NHU_, dq_NHK_, dk_NHK_, dv_NHU_, dkv_NHW_, dkr_NR_, dckvn_NC_,
       dckv_NC_, dkva_NA_, dcq_NQ_, dcq_raw_NQ_;

@@ -134,19 +134,19 @@ SystemSpec calibrate_local(int threads, std::FILE* log) {
   say(str("fp32 GEMM peak (forward + both gradients) ", peak * 1e3, " GFLOP/s over ", pts.size(),
           " shapes; efficiency fit ", g, " * prod x/(x+", d, ")"));
 
-  // Causal attention (moet's kernel: scores materialised, softmax, backward).
+  // Causal attention (moet's kernel: flash attention, backward recomputes the probabilities).
   {
     const int64_t B = 4, T = 256, H = 8, K = 64, Vd = 64;
     Arena arena((3 * B * T * H * K + 3 * B * T * H * Vd + B * H * T * T + 8) * 4 * 2);
     Tensor q = arena.alloc_f32({B, T, H, K}), k = arena.alloc_f32({B, T, H, K});
     Tensor v = arena.alloc_f32({B, T, H, Vd}), o = arena.alloc_f32({B, T, H, Vd});
-    Tensor pr = arena.alloc_f32({B, H, T, T}), dq = arena.alloc_f32({B, T, H, K});
+    Tensor lse = arena.alloc_f32({B, H, T}), dq = arena.alloc_f32({B, T, H, K});
     Tensor dk = arena.alloc_f32({B, T, H, K}), dv = arena.alloc_f32({B, T, H, Vd});
     ops::fill(q, 0.01), ops::fill(k, 0.02), ops::fill(v, 0.03);
     const double scale = 1 / std::sqrt(double(K));
-    const double tf = best_seconds([&] { ops::attention_forward(q, k, v, scale, pr, o); }, 0.3);
+    const double tf = best_seconds([&] { ops::attention_forward(q, k, v, scale, lse, o); }, 0.3);
     const double tb =
-        best_seconds([&] { ops::attention_backward(o, q, k, v, pr, scale, dq, dk, dv); }, 0.3);
+        best_seconds([&] { ops::attention_backward(o, q, k, v, o, lse, scale, dq, dk, dv); }, 0.3);
     const double flops = double(B) * T * T * H * (K + Vd);  // causal: half of 2·T²
     s.eff.attention_fwd = std::min(1.0, flops / tf / (peak * 1e12));
     s.eff.attention_bwd = std::min(1.0, 2.5 * flops / tb / (peak * 1e12));
