@@ -141,6 +141,13 @@ void embedding_backward(const Tensor& tokens_N, const Tensor& dout_ND, Tensor& d
 // grad_scale * (softmax - onehot) on valid rows and 0 on ignored rows (dlogits may alias logits).
 double cross_entropy(const Tensor& logits_NV, const Tensor& targets_N, double grad_scale,
                      Tensor& dlogits_NV);
+// The same in two halves, for an LM head that recomputes its logits in chunks instead of keeping
+// them: forward returns the summed loss and saves each row's log-sum-exp; backward turns the
+// (recomputed) logits into grad_scale · (softmax − onehot) in place from that log-sum-exp, with
+// no second max or sum.
+double cross_entropy_forward(const Tensor& logits_NV, const Tensor& targets_N, Tensor& lse_N);
+void cross_entropy_backward(Tensor& logits_NV, const Tensor& targets_N, const Tensor& lse_N,
+                            double grad_scale);
 
 // ---------------------------------------------------------------- attention
 // RoPE in place on x viewed [N, H, W]: dims [off, off+R) of every head, interleaved pairs

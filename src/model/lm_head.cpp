@@ -1,5 +1,7 @@
 #include "model/lm_head.h"
 
+#include <algorithm>
+
 #include "kernels/ops.h"
 
 namespace moet {
@@ -10,33 +12,53 @@ LmHead::LmHead(double eps, int64_t D, ParamStore& ps, const std::string& norm_na
   ps.reserve_operands(proj_, lin_);
 }
 
+int64_t LmHead::chunk_rows(int64_t N, int64_t V) {
+  const int64_t budget = (int64_t(16) << 20) / (int64_t(sizeof(float)) * std::max<int64_t>(V, 1));
+  return std::clamp<int64_t>(budget / 16 * 16, 64, std::max<int64_t>(N, 1));
+}
+
 void LmHead::plan(Workspace& ws) {
   const int64_t N = ws.N(), D = norm_->value.size(0), V = proj_->value.size(0);
+  chunk_ = std::min(N, chunk_rows(N, V));
   fn_ND_ = ws.act.alloc_f32({N, D});
   rstd_N_ = ws.act.alloc_f32({N});
-  logits_NV_ = ws.act.alloc_f32({N, V});
-  dlogits_NV_ = ws.scratch.alloc_f32({N, V});
+  lse_N_ = ws.act.alloc_f32({N});
+  logits_CV_ = ws.scratch.alloc_f32({chunk_, V});
   dfn_ND_ = ws.scratch.alloc_f32({N, D});
 }
 
 double LmHead::forward(const Tensor& h_ND, const Tensor& targets_N) {
   ops::rmsnorm_forward(h_ND, norm_->value, eps_, fn_ND_, rstd_N_);
-  ops::linear_forward(fn_ND_, proj_->value, logits_NV_, lin_, proj_->operands());
+  const int64_t N = fn_ND_.size(0);
   valid_ = 0;
   const int32_t* t = targets_N.i32();
-  for (int64_t n = 0; n < targets_N.numel(); ++n) valid_ += t[n] >= 0;
-  Tensor none;
-  double sum = ops::cross_entropy(logits_NV_, targets_N, 0.0, none);
+  for (int64_t n = 0; n < N; ++n) valid_ += t[n] >= 0;
+  double sum = 0;
+  for (int64_t r0 = 0; r0 < N; r0 += chunk_) {
+    const int64_t r1 = std::min(N, r0 + chunk_);
+    Tensor lg = logits_CV_.rows(0, r1 - r0), lse = lse_N_.rows(r0, r1);
+    ops::linear_forward(fn_ND_.rows(r0, r1), proj_->value, lg, lin_, proj_->operands());
+    sum += ops::cross_entropy_forward(lg, targets_N.rows(r0, r1), lse);
+  }
   return valid_ ? sum / double(valid_) : 0.0;
 }
 
 void LmHead::backward(const Tensor& h_ND, const Tensor& targets_N, double grad_scale, Tensor& dh_ND,
                       bool accumulate) {
-  ops::cross_entropy(logits_NV_, targets_N, valid_ ? grad_scale / double(valid_) : 0.0,
-                     dlogits_NV_);
-  ops::linear_backward(dlogits_NV_, fn_ND_, proj_->value, dfn_ND_, false, proj_->grad, lin_,
-                       proj_->operands());
+  const int64_t N = fn_ND_.size(0);
+  const double scale = valid_ ? grad_scale / double(valid_) : 0.0;
+  for (int64_t r0 = 0; r0 < N; r0 += chunk_) {
+    const int64_t r1 = std::min(N, r0 + chunk_);
+    Tensor lg = logits_CV_.rows(0, r1 - r0), fn = fn_ND_.rows(r0, r1), dfn = dfn_ND_.rows(r0, r1);
+    ops::linear_forward(fn, proj_->value, lg, lin_, proj_->operands());  // recomputed
+    ops::cross_entropy_backward(lg, targets_N.rows(r0, r1), lse_N_.rows(r0, r1), scale);
+    ops::linear_backward(lg, fn, proj_->value, dfn, false, proj_->grad, lin_, proj_->operands());
+  }
   ops::rmsnorm_backward(dfn_ND_, h_ND, norm_->value, rstd_N_, dh_ND, accumulate, norm_->grad);
+}
+
+void LmHead::logits(Tensor& logits_NV) {
+  ops::linear_forward(fn_ND_, proj_->value, logits_NV, lin_, proj_->operands());
 }
 
 }  // namespace moet

@@ -1,5 +1,8 @@
 // LM head: final RMSNorm, the (shared) output projection and cross-entropy. The main model and
-// every MTP module have one, each with its own norm and the same projection weight.
+// every MTP module have one, each with its own norm and the same projection weight. The logits
+// are never kept whole: forward runs the projection and the loss in row chunks and saves each
+// row's log-sum-exp; backward recomputes a chunk's logits and turns them into their gradient
+// from it (ops::cross_entropy_forward/backward), so memory is one chunk, not [tokens, vocab].
 #pragma once
 #include <string>
 
@@ -19,16 +22,19 @@ class LmHead {
   // dh (= or += when accumulate) of grad_scale × the mean loss.
   void backward(const Tensor& h_ND, const Tensor& targets_N, double grad_scale, Tensor& dh_ND,
                 bool accumulate);
-  const Tensor& logits() const { return logits_NV_; }
+  // The logits of the last forward, recomputed into logits_NV ([tokens, vocab], F32).
+  void logits(Tensor& logits_NV);
+  // Rows per chunk for a vocabulary of V: a chunk's logits stay within about 16 MB.
+  static int64_t chunk_rows(int64_t N, int64_t V);
 
  private:
   double eps_;
   Weight* norm_;
   Weight* proj_;
   ops::LinearPrecision lin_;
-  int64_t valid_ = 0;
-  Tensor fn_ND_, rstd_N_, logits_NV_;  // kept
-  Tensor dlogits_NV_, dfn_ND_;         // temporaries
+  int64_t valid_ = 0, chunk_ = 0;
+  Tensor fn_ND_, rstd_N_, lse_N_;  // kept
+  Tensor logits_CV_, dfn_ND_;      // temporaries
 };
 
 }  // namespace moet

@@ -73,7 +73,9 @@ class Model {
   const ModelConfig& config() const { return cfg_; }
   const PrecisionPolicy& precision() const { return precision_; }
   ParamStore& params() { return shared_ ? shared_->params() : params_; }
-  const Tensor& logits() const { return head_->logits(); }  // main logits [B*T, V]
+  // The main logits of the last forward, recomputed into logits_NV ([B*T, V], F32): the LM head
+  // keeps only each row's log-sum-exp.
+  void logits(Tensor& logits_NV) { head_->logits(logits_NV); }
   const std::vector<MoeLayer*>& moe_layers() const { return moe_layers_; }
   int64_t micro_batch() const { return B_; }
   int64_t seq_len() const { return T_; }

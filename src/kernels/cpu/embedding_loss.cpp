@@ -63,53 +63,94 @@ void embedding_backward(const Tensor& tokens_N, const Tensor& dout_ND, Tensor& d
   });
 }
 
-// Per row: m = max, lse = m + log Σ exp(x - m) (sum in double); loss = lse - x[target];
-// dlogits = grad_scale (softmax - onehot). Row losses are summed in row order.
-double cross_entropy(const Tensor& logits_NV, const Tensor& targets_N, double grad_scale,
-                     Tensor& dlogits_NV) {
+namespace {
+
+void check_ce(const Tensor& logits_NV, const Tensor& targets_N, const Tensor& lse_N) {
   const int64_t V = logits_NV.size(-1), N = rows_of(logits_NV);
-  MOET_CHECK(targets_N.numel() == N && (dlogits_NV.empty() || dlogits_NV.numel() == N * V),
-             "cross_entropy: logits ", logits_NV.shape_str(), " targets ", targets_N.shape_str(),
-             " dlogits ", dlogits_NV.shape_str());
+  MOET_CHECK(targets_N.numel() == N && lse_N.numel() == N, "cross_entropy: logits ",
+             logits_NV.shape_str(), " targets ", targets_N.shape_str(), " lse ", lse_N.shape_str());
   check_i32(targets_N);
-  check_dtype(logits_NV.dtype, {&dlogits_NV});
+  check_dtype(logits_NV.dtype, {&lse_N});
   const int32_t* tgt = targets_N.i32();
   for (int64_t n = 0; n < N; ++n)
     MOET_CHECK(tgt[n] < V, "target ", tgt[n], " at row ", n, " is outside the vocabulary [0, ", V,
                ")");
+}
+
+}  // namespace
+
+// Per row: m = max, lse = m + log Σ exp(x - m) (sum in double); loss = lse - x[target]. Row
+// losses are summed in row order.
+double cross_entropy_forward(const Tensor& logits_NV, const Tensor& targets_N, Tensor& lse_N) {
+  check_ce(logits_NV, targets_N, lse_N);
+  const int64_t V = logits_NV.size(-1), N = rows_of(logits_NV);
+  const int32_t* tgt = targets_N.i32();
   return dispatch_float(logits_NV.dtype, [&](auto t0) {
     using T = decltype(t0);
     const T* lg = logits_NV.data<T>();
-    T* dl = dlogits_NV.empty() ? nullptr : dlogits_NV.data<T>();
+    T* lse = lse_N.data<T>();
     double* row_loss = scratch<double>(N);
 #pragma omp parallel for schedule(static) if (N * V > kParallelMin)
     for (int64_t n = 0; n < N; ++n) {
       const T* x = lg + n * V;
-      T* d = dl ? dl + n * V : nullptr;
-      const int32_t t = tgt[n];
-      if (t < 0) {
-        row_loss[n] = 0;
-        if (d) std::fill_n(d, V, T(0));
-        continue;
-      }
       T m = x[0];
 #pragma omp simd reduction(max : m)
       for (int64_t j = 1; j < V; ++j) m = std::max(m, x[j]);
       double s = 0;
 #pragma omp simd reduction(+ : s)
       for (int64_t j = 0; j < V; ++j) s += double(exp_fast(x[j] - m));
-      const double lse = double(m) + std::log(s);
-      row_loss[n] = lse - double(x[t]);
-      if (d) {
-        const T c = T(grad_scale / s);
-        for (int64_t j = 0; j < V; ++j)
-          d[j] = c * exp_fast(x[j] - m);  // x[j] read, then d[j] written
-        d[t] -= T(grad_scale);
-      }
+      const double l = double(m) + std::log(s);
+      lse[n] = T(l);
+      row_loss[n] = tgt[n] < 0 ? 0.0 : l - double(x[tgt[n]]);
     }
     double total = 0;
     for (int64_t n = 0; n < N; ++n) total += row_loss[n];
     return total;
+  });
+}
+
+// dlogits = grad_scale (exp(x - lse) - onehot) in place; rows with a negative target get 0.
+void cross_entropy_backward(Tensor& logits_NV, const Tensor& targets_N, const Tensor& lse_N,
+                            double grad_scale) {
+  check_ce(logits_NV, targets_N, lse_N);
+  const int64_t V = logits_NV.size(-1), N = rows_of(logits_NV);
+  const int32_t* tgt = targets_N.i32();
+  dispatch_float(logits_NV.dtype, [&](auto t0) {
+    using T = decltype(t0);
+    T* lg = logits_NV.data<T>();
+    const T* lse = lse_N.data<T>();
+    const T g = T(grad_scale);
+#pragma omp parallel for schedule(static) if (N * V > kParallelMin)
+    for (int64_t n = 0; n < N; ++n) {
+      T* d = lg + n * V;
+      const int32_t t = tgt[n];
+      if (t < 0) {
+        std::fill_n(d, V, T(0));
+        continue;
+      }
+      const T l = lse[n];
+#pragma omp simd
+      for (int64_t j = 0; j < V; ++j) d[j] = g * exp_fast(d[j] - l);
+      d[t] -= g;
+    }
+  });
+}
+
+double cross_entropy(const Tensor& logits_NV, const Tensor& targets_N, double grad_scale,
+                     Tensor& dlogits_NV) {
+  const int64_t V = logits_NV.size(-1), N = rows_of(logits_NV);
+  MOET_CHECK(dlogits_NV.empty() || dlogits_NV.numel() == N * V, "cross_entropy: logits ",
+             logits_NV.shape_str(), " dlogits ", dlogits_NV.shape_str());
+  check_dtype(logits_NV.dtype, {&dlogits_NV});
+  return dispatch_float(logits_NV.dtype, [&](auto t0) {
+    using T = decltype(t0);
+    Tensor lse(scratch<T>(size_t(N), 1), logits_NV.dtype, {N});
+    const double loss = cross_entropy_forward(logits_NV, targets_N, lse);
+    if (!dlogits_NV.empty()) {
+      if (dlogits_NV.ptr != logits_NV.ptr) copy(logits_NV, dlogits_NV);
+      cross_entropy_backward(dlogits_NV, targets_N, lse, grad_scale);
+    }
+    return loss;
   });
 }
 
