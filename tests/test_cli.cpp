@@ -44,6 +44,7 @@ TEST(Cli, BadInputGetsOneClearLineAndNonZeroExit) {
   expect_one_line_error("train" + tiny + "--steps 0", "--steps must be positive");
   expect_one_line_error("train" + tiny + "--steps x", "--steps");
   expect_one_line_error("train" + tiny + "--precision fp8", "--precision 'fp8'");
+  expect_one_line_error("train" + tiny + "--precision mxfp8 --bf16-layers -1", "--bf16-layers");
   expect_one_line_error("train" + tiny + "--data /no/such.txt", "/no/such.txt");
   expect_one_line_error("train" + tiny + "--schedule linear", "--schedule 'linear'");
   expect_one_line_error("train --model " + kRoot + "/configs/tiny.json --seq 100000",
@@ -60,6 +61,53 @@ TEST(Cli, ExistingMetricsFileIsNeverOverwritten) {
   std::string content((std::istreambuf_iterator<char>(in)), {});
   EXPECT_EQ(content, "precious\n");
   std::filesystem::remove(path);
+}
+
+// Every recipe trains through the CLI and says which kernels run.
+TEST(Cli, TrainsInEveryPrecision) {
+  for (const char* p : {"fp32", "bf16", "mxfp8", "fp8-blockwise"}) {
+    const std::string cmd = kMoet + " train" + tiny + "--data mock --steps 2 --threads 1 " +
+                            "--bf16-layers 0 --precision " + p + " 2>&1";
+    FILE* f = popen(cmd.c_str(), "r");
+    std::string out;
+    std::array<char, 512> buf;
+    while (size_t n = fread(buf.data(), 1, buf.size(), f)) out.append(buf.data(), n);
+    EXPECT_EQ(pclose(f), 0) << out;
+    EXPECT_NE(out.find(std::string("precision: ") + p), std::string::npos) << out;
+    EXPECT_NE(out.find("GEMMs"), std::string::npos) << out;
+  }
+}
+
+// Peak resident memory stays within 1.3x of what parameters, gradients, optimizer state, weight
+// operands and activations need (above what the process held before the model).
+TEST(Cli, PeakMemoryIsWithinOnePointThreeOfWhatTrainingNeeds) {
+  for (const char* p : {"fp32", "mxfp8"}) {
+    std::string metrics = std::filesystem::temp_directory_path() / "moet_cli_mem.jsonl";
+    std::filesystem::remove(metrics);
+    const std::string cmd = kMoet + " train --model " + kRoot +
+                            "/configs/small.json --data mock --steps 2 --micro-batch 2 --seq 128 "
+                            "--eval-batches 0 --precision " +
+                            p + " --metrics " + metrics + " 2>&1";
+    FILE* f = popen(cmd.c_str(), "r");
+    std::string out;
+    std::array<char, 512> buf;
+    while (size_t n = fread(buf.data(), 1, buf.size(), f)) out.append(buf.data(), n);
+    ASSERT_EQ(pclose(f), 0) << out;
+    // "memory: ... : 1283 MB (process before the model: 17 MB)"
+    const size_t at = out.find(" MB (process before the model: ");
+    ASSERT_NE(at, std::string::npos) << out;
+    const double need = std::stod(out.substr(out.rfind(": ", at) + 2));
+    const double before = std::stod(out.substr(at + 31));
+    std::ifstream in(metrics);
+    std::string line, last;
+    while (std::getline(in, line)) last = line;
+    const size_t k = last.find("\"peak_rss_mb\":");
+    ASSERT_NE(k, std::string::npos) << last;
+    const double peak = std::stod(last.substr(k + 14));
+    EXPECT_GT(need, 500) << p;
+    EXPECT_LE(peak - before, 1.3 * need) << p << ": need " << need << " MB, peak " << peak;
+    std::filesystem::remove(metrics);
+  }
 }
 
 TEST(Cli, TrainsTinyOnMockData) {

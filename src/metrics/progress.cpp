@@ -105,6 +105,7 @@ std::string metrics_json_line(const StepMetrics& m) {
   optional("ep_load_imbalance", m.ep_load_imbalance);
   optional("elapsed_s", m.elapsed_s);
   optional("eta_s", m.eta_s);
+  optional("peak_rss_mb", m.peak_rss_mb);
   return j.dump();
 }
 

@@ -42,6 +42,7 @@ struct StepMetrics {
   double comm_bytes_other_nodes = kNone;  // the part of comm_bytes that left the node
   double elapsed_s = kNone;
   double eta_s = kNone;
+  double peak_rss_mb = kNone;  // the process's peak resident set size so far (MB)
 };
 
 // One line, e.g. "step  12/100 | loss 5.4321 (lm 5.4012 mtp 5.6930) | lr 3.00e-04 |

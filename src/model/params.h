@@ -92,6 +92,8 @@ class ParamStore {
   const NamedSlice& named(const std::string& name) const;
 
   int64_t numel() const { return numel_; }
+  // Bytes of the low-precision weight operand copies (0 in fp32).
+  int64_t operand_bytes() const { return int64_t(operands_.capacity()); }
   Tensor all_values() const;  // the whole arena as one flat F32 tensor
   Tensor all_grads() const;
 

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -15,6 +16,7 @@
 #include "kernels/ops.h"
 #include "metrics/flops.h"
 #include "metrics/gemm_peak.h"
+#include "metrics/memory.h"
 #include "metrics/progress.h"
 #include "metrics/trace.h"
 #include "model/model.h"
@@ -182,6 +184,7 @@ double run_training(const TrainOptions& o, Communicator* world) {
   // --deterministic: a model for one sequence, run B times per micro-batch.
   const int64_t lane_batch = o.deterministic ? 1 : o.a2a_overlap ? B / 2 : B;
   const PrecisionPolicy precision = precision_policy(o);
+  const int64_t rss_before_model = current_rss_bytes();
   Model model(cfg, lane_batch, T, lw, dispatchers, precision);
   model.init_parameters(o.seed);
   model.set_trace(trace.get());
@@ -209,6 +212,13 @@ double run_training(const TrainOptions& o, Communicator* world) {
   StepRunner runner(model, oc, sched, o.bias_update_rate, dp ? &*dp : nullptr);
   if (lane2) runner.set_second_lane(lane2.get(), true);
   if (o.deterministic) runner.set_deterministic(B);
+  MemoryNeed need;
+  need.params = need.grads = model.params().numel() * int64_t(sizeof(float));
+  need.optimizer =
+      runner.optimizer().has_moments() ? 2 * need.params : (dp ? dp->zero1_moment_bytes() : 0);
+  need.weight_operands = model.params().operand_bytes();
+  need.activations =
+      int64_t(model.activation_bytes()) + (lane2 ? int64_t(lane2->activation_bytes()) : 0);
 
   // MFU divides by the measured peak of the GEMMs the recipe runs (its main linear layers)
   const ops::Format main_format =
@@ -232,10 +242,16 @@ double run_training(const TrainOptions& o, Communicator* world) {
                     ? "bf16"
                     : "fp32",
                 peak);
+    std::printf("memory: %s (process before the model: %.0f MB)\n", need.describe().c_str(),
+                double(rss_before_model) / 1048576.0);
     std::fflush(stdout);
   }
 
   std::vector<int32_t> tokens(A * B * (T + 1));
+  // made once: a std::function built per step would allocate
+  const std::function<const int32_t*(int64_t)> micro_batch = [&](int64_t a) {
+    return tokens.data() + a * B * (T + 1);
+  };
   auto t_start = std::chrono::steady_clock::now();
   double last_loss = 0;
   for (int64_t step = 0; step < o.steps; ++step) {
@@ -243,7 +259,7 @@ double run_training(const TrainOptions& o, Communicator* world) {
     for (int64_t a = 0; a < A; ++a)  // this rank's B sequences of the global batch
       ds->fill_sequences(step, a, rank * B, B, T, tokens.data() + a * B * (T + 1));
     TraceRecorder::Span step_span(trace.get(), step_lane, "step");
-    StepResult r = runner.run(step, A, [&](int64_t a) { return tokens.data() + a * B * (T + 1); });
+    StepResult r = runner.run(step, A, micro_batch);
     step_span.end();
     double dt = seconds_since(t0);
     last_loss = r.losses.loss;
@@ -291,6 +307,7 @@ double run_training(const TrainOptions& o, Communicator* world) {
       if (rows_mean > 0) m.ep_load_imbalance = rows_max / rows_mean;
     }
     m.elapsed_s = seconds_since(t_start);
+    m.peak_rss_mb = double(peak_rss_bytes()) / 1048576.0;
     m.eta_s = m.elapsed_s / double(step + 1) * double(o.steps - step - 1);
     bool last = step + 1 == o.steps;
     if ((o.eval_every > 0 && (step + 1) % o.eval_every == 0) || (last && o.eval_batches > 0)) {

@@ -1,0 +1,21 @@
+// Memory: what a training process needs (parameters, gradients, optimizer state, low-precision
+// weight operands, activations) against what it holds (resident set size, from /proc).
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace moet {
+
+struct MemoryNeed {
+  int64_t params = 0, grads = 0, optimizer = 0, weight_operands = 0, activations = 0;
+  int64_t total() const { return params + grads + optimizer + weight_operands + activations; }
+  // "parameters 238 MB, gradients 238, optimizer 476, weight operands 119, activations 95:
+  // 1166 MB"
+  std::string describe() const;
+};
+
+// The process's resident set size now, and its peak so far (VmRSS, VmHWM); 0 where unknown.
+int64_t current_rss_bytes();
+int64_t peak_rss_bytes();
+
+}  // namespace moet
