@@ -110,6 +110,34 @@ TEST(Cli, PeakMemoryIsWithinOnePointThreeOfWhatTrainingNeeds) {
   }
 }
 
+// moet bench --model: the per-op profile of a training step, as a table and as JSON.
+TEST(Cli, BenchProfilesEachOpOfATrainingStep) {
+  std::string json = std::filesystem::temp_directory_path() / "moet_cli_bench.json";
+  std::filesystem::remove(json);
+  const std::string cmd = kMoet + " bench --model " + kRoot +
+                          "/configs/tiny.json --micro-batch 2 --seq 16 --steps 2 --warmup 1 "
+                          "--threads 1 --precision mxfp8 --bf16-layers 0 --json " +
+                          json + " 2>&1";
+  FILE* f = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 512> buf;
+  while (size_t n = fread(buf.data(), 1, buf.size(), f)) out.append(buf.data(), n);
+  ASSERT_EQ(pclose(f), 0) << out;
+  for (const char* op : {"| GEMM fprop |", "| expert GEMM wgrad |", "| attention bwd |",
+                         "| quantize mxfp8 |", "| adamw |", "| weight operands |"})
+    EXPECT_NE(out.find(op), std::string::npos) << op << " missing in\n" << out;
+  std::ifstream in(json);
+  std::string content((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_NE(content.find("\"ms_per_step\""), std::string::npos) << content;
+  EXPECT_NE(content.find("\"precision\": \"mxfp8\""), std::string::npos) << content;
+  // refuses to overwrite the JSON
+  EXPECT_NE(std::system((kMoet + " bench --model " + kRoot + "/configs/tiny.json --json " + json +
+                         " >/dev/null 2>&1")
+                            .c_str()),
+            0);
+  std::filesystem::remove(json);
+}
+
 TEST(Cli, TrainsTinyOnMockData) {
   CliResult r = moet("train" + tiny + "--data mock --steps 2 --peak-tflops 0.1 --threads 1");
   EXPECT_EQ(r.code, 0) << r.err;

@@ -8,6 +8,7 @@
 #include "model/config.h"
 #include "sim/calibrate.h"
 #include "sim/report.h"
+#include "train/op_profile.h"
 
 namespace moet::cli {
 
@@ -80,6 +81,17 @@ CLI::App* add_bench_command(CLI::App& app, BenchArgs& a) {
   c->add_option("--out", a.out, "system file to write (default configs/systems/local.json)");
   c->add_flag("--overwrite", a.overwrite, "replace an existing calibration");
   c->add_option("--threads", a.threads, "threads (default: all cores)");
+  c->add_option("--model", a.model,
+                "profile a training step of this model per op instead (time, share, GFLOP/s or "
+                "GB/s of each op)");
+  c->add_option("--precision", a.precision, "with --model: the recipe")->capture_default_str();
+  c->add_option("--bf16-layers", a.bf16_layers, "with --model: bf16 layers of FP8 recipes")
+      ->capture_default_str();
+  c->add_option("--micro-batch", a.micro_batch, "with --model")->capture_default_str();
+  c->add_option("--seq", a.seq, "with --model")->capture_default_str();
+  c->add_option("--steps", a.steps, "with --model: profiled steps")->capture_default_str();
+  c->add_option("--warmup", a.warmup, "with --model: untimed steps first")->capture_default_str();
+  c->add_option("--json", a.json, "with --model: also write the profile as JSON to this file");
   return c;
 }
 
@@ -115,6 +127,21 @@ void run_plan(const PlanArgs& a) {
 }
 
 void run_bench(const BenchArgs& a) {
+  if (!a.model.empty()) {
+    OpProfileOptions o;
+    o.model_path = a.model, o.precision = a.precision, o.bf16_layers = a.bf16_layers;
+    o.micro_batch = a.micro_batch, o.seq = a.seq, o.steps = a.steps, o.warmup = a.warmup;
+    o.threads = a.threads;
+    if (!a.json.empty() && std::filesystem::exists(a.json))
+      throw Error(str(a.json, " exists; refusing to overwrite it"));
+    const OpProfile p = profile_training_step(o);
+    std::fputs(op_profile_table(p).c_str(), stdout);
+    if (!a.json.empty()) {
+      std::ofstream f(a.json);
+      if (!(f << op_profile_json(p))) throw Error(str("cannot write ", a.json));
+    }
+    return;
+  }
   const std::string out = a.out.empty() ? sim::systems_dir() + "/local.json" : a.out;
   if (std::filesystem::exists(out) && !a.overwrite)
     throw Error(str(out, " exists (an earlier calibration); pass --overwrite to replace it"));

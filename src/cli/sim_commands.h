@@ -27,6 +27,9 @@ struct BenchArgs {
   std::string out;  // default: configs/systems/local.json
   bool overwrite = false;
   int threads = 0;
+  // --model: a per-op profile of a training step instead of the machine calibration
+  std::string model, precision = "auto", json;
+  int64_t bf16_layers = 1, micro_batch = 4, seq = 256, steps = 3, warmup = 2;
 };
 
 CLI::App* add_simulate_command(CLI::App& app, SimulateArgs& a);

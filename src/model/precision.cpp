@@ -1,6 +1,7 @@
 #include "model/precision.h"
 
 #include "core/error.h"
+#include "kernels/ops.h"
 
 namespace moet {
 
@@ -24,6 +25,14 @@ const char* recipe_name(Recipe r) {
       return "fp8-blockwise";
   }
   return "?";
+}
+
+PrecisionPolicy resolve_precision(const std::string& name, int64_t bf16_layers) {
+  PrecisionPolicy p;
+  p.recipe =
+      name == "auto" ? (ops::cpu_has_bf16() ? Recipe::BF16 : Recipe::FP32) : parse_recipe(name);
+  p.bf16_layers = bf16_layers;
+  return p;
 }
 
 ops::LinearPrecision PrecisionPolicy::decoder(int64_t layer, int64_t num_layers) const {

@@ -16,6 +16,11 @@ enum class Recipe : uint8_t { FP32, BF16, MXFP8, FP8Blockwise };
 Recipe parse_recipe(const std::string& name);
 const char* recipe_name(Recipe r);
 
+struct PrecisionPolicy;
+// The policy of --precision NAME (or "auto": bf16 where the CPU multiplies bf16, else fp32) and
+// --bf16-layers.
+PrecisionPolicy resolve_precision(const std::string& name, int64_t bf16_layers);
+
 struct PrecisionPolicy {
   Recipe recipe = Recipe::FP32;
   // FP8 recipes: the first and the last this many decoder layers of the main model run in bf16

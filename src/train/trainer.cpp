@@ -115,14 +115,6 @@ double evaluate(Model& model, int64_t B, const TokenDataset& ds, int64_t batches
   return mean;
 }
 
-PrecisionPolicy precision_policy(const TrainOptions& o) {
-  PrecisionPolicy p;
-  p.recipe = o.precision == "auto" ? (ops::cpu_has_bf16() ? Recipe::BF16 : Recipe::FP32)
-                                   : parse_recipe(o.precision);
-  p.bf16_layers = o.bf16_layers;
-  return p;
-}
-
 }  // namespace
 
 double run_training(const TrainOptions& o, Communicator* world) {
@@ -183,7 +175,7 @@ double run_training(const TrainOptions& o, Communicator* world) {
   const LossWeights lw{o.mtp_lambda, o.balance_alpha, o.z_loss_coef};
   // --deterministic: a model for one sequence, run B times per micro-batch.
   const int64_t lane_batch = o.deterministic ? 1 : o.a2a_overlap ? B / 2 : B;
-  const PrecisionPolicy precision = precision_policy(o);
+  const PrecisionPolicy precision = resolve_precision(o.precision, o.bf16_layers);
   const int64_t rss_before_model = current_rss_bytes();
   Model model(cfg, lane_batch, T, lw, dispatchers, precision);
   model.init_parameters(o.seed);

@@ -1,6 +1,7 @@
 // adamw.cpp — PyTorch's AdamW (torch.optim.AdamW, single-tensor path) on one flat range.
 #include "kernels/cpu/common.h"
 #include "kernels/ops.h"
+#include "kernels/profile.h"
 
 namespace moet::ops {
 using namespace cpu;
@@ -32,6 +33,7 @@ void update_range(T* __restrict p, const T* __restrict g, T* __restrict m, T* __
 // As torch: p *= 1 - lr wd; m.lerp_(g, 1 - β1); v = β2 v + (1 - β2) g²;
 // denom = sqrt(v) / sqrt(1 - β2^t) + eps; p -= lr / (1 - β1^t) * m / denom.
 void adamw_update(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const AdamWSpec& spec) {
+  OpScope op_scope("adamw", 0, double(p.bytes()) * 7);
   const int64_t n = p.numel();
   MOET_CHECK(g.numel() == n && m.numel() == n && v.numel() == n, "adamw: p ", p.shape_str(), " g ",
              g.shape_str(), " m ", m.shape_str(), " v ", v.shape_str());

@@ -11,6 +11,7 @@
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/common.h"
 #include "kernels/ops.h"
+#include "kernels/profile.h"
 
 namespace moet::ops {
 using namespace cpu;
@@ -54,6 +55,12 @@ void rope_apply(Tensor& x, int64_t off, const Tensor& cos_TR2, const Tensor& sin
       }
     }
   });
+}
+
+// Causal attention FLOPs of q·kᵀ and p·v (half of the square), times mult (backward: 2.5).
+double attention_flops(const Tensor& q, const Tensor& v, double mult) {
+  const double B = double(q.size(0)), T = double(q.size(1)), H = double(q.size(2));
+  return mult * B * H * T * T * double(q.size(3) + v.size(3));
 }
 
 struct AttnDims {
@@ -217,15 +224,18 @@ void attn_bwd(const AttnDims& d, const T* dout, const T* q, const T* k, const T*
 }  // namespace
 
 void rope_forward(Tensor& x_NHW, int64_t off, const Tensor& cos_TR2, const Tensor& sin_TR2) {
+  OpScope op_scope("rope", 0, 2.0 * double(x_NHW.bytes()));
   rope_apply<false>(x_NHW, off, cos_TR2, sin_TR2);
 }
 
 void rope_backward(Tensor& dx_NHW, int64_t off, const Tensor& cos_TR2, const Tensor& sin_TR2) {
+  OpScope op_scope("rope", 0, 2.0 * double(dx_NHW.bytes()));
   rope_apply<true>(dx_NHW, off, cos_TR2, sin_TR2);
 }
 
 void attention_forward(const Tensor& q_BTHK, const Tensor& k_BTHK, const Tensor& v_BTHV,
                        double scale, Tensor& lse_BHT, Tensor& o_BTHV, Format operands) {
+  OpScope op_scope("attention fwd", attention_flops(q_BTHK, v_BTHV, 1.0), 0);
   const AttnDims d = attn_dims(q_BTHK, k_BTHK, v_BTHV, lse_BHT, o_BTHV);
   const bool bf16 = operands == Format::BF16;
   MOET_CHECK(operands == Format::F32 || bf16, "attention operands must be fp32 or bf16, got ",
@@ -243,6 +253,7 @@ void attention_backward(const Tensor& do_BTHV, const Tensor& q_BTHK, const Tenso
                         const Tensor& v_BTHV, const Tensor& o_BTHV, const Tensor& lse_BHT,
                         double scale, Tensor& dq_BTHK, Tensor& dk_BTHK, Tensor& dv_BTHV,
                         Format operands) {
+  OpScope op_scope("attention bwd", attention_flops(q_BTHK, v_BTHV, 2.5), 0);
   const AttnDims d = attn_dims(q_BTHK, k_BTHK, v_BTHV, lse_BHT, do_BTHV);
   MOET_CHECK(o_BTHV.numel() == do_BTHV.numel() && o_BTHV.dtype == do_BTHV.dtype,
              "attention bwd: o ", o_BTHV.shape_str(), " vs dO ", do_BTHV.shape_str());

@@ -3,6 +3,7 @@
 
 #include "kernels/cpu/common.h"
 #include "kernels/ops.h"
+#include "kernels/profile.h"
 
 namespace moet::ops {
 using namespace cpu;
@@ -12,6 +13,7 @@ constexpr int64_t kSumChunk = 1 << 13;  // sum_squares: fixed chunk, independent
 }  // namespace
 
 void copy(const Tensor& src, Tensor& dst) {
+  OpScope op_scope("copy/add", 0, double(src.bytes() + dst.bytes()));
   MOET_CHECK(src.numel() == dst.numel(), "copy: ", src.shape_str(), " -> ", dst.shape_str());
   const int64_t n = src.numel();
   if (src.dtype == dst.dtype) {
@@ -41,6 +43,7 @@ void copy(const Tensor& src, Tensor& dst) {
 }
 
 void fill(Tensor& x, double value) {
+  OpScope op_scope("copy/add", 0, double(x.bytes()));
   const int64_t n = x.numel();
   if (x.dtype == DType::I32) {
     int32_t* p = x.i32();
@@ -59,6 +62,7 @@ void fill(Tensor& x, double value) {
 }
 
 void add(const Tensor& a, const Tensor& b, Tensor& out) {
+  OpScope op_scope("copy/add", 0, 3.0 * double(out.bytes()));
   MOET_CHECK(a.numel() == b.numel() && a.numel() == out.numel(), "add: ", a.shape_str(), " + ",
              b.shape_str(), " -> ", out.shape_str());
   check_dtype(out.dtype, {&a, &b});
@@ -74,6 +78,7 @@ void add(const Tensor& a, const Tensor& b, Tensor& out) {
 }
 
 void add_inplace(Tensor& acc, const Tensor& x, double alpha) {
+  OpScope op_scope("copy/add", 0, 3.0 * double(acc.bytes()));
   MOET_CHECK(acc.numel() == x.numel(), "add_inplace: ", acc.shape_str(), " += ", x.shape_str());
   check_dtype(acc.dtype, {&x});
   const int64_t n = acc.numel();
@@ -88,6 +93,7 @@ void add_inplace(Tensor& acc, const Tensor& x, double alpha) {
 }
 
 void scale_inplace(Tensor& x, double alpha) {
+  OpScope op_scope("copy/add", 0, 2.0 * double(x.bytes()));
   const int64_t n = x.numel();
   dispatch_float(x.dtype, [&](auto t0) {
     using T = decltype(t0);
@@ -102,6 +108,7 @@ void scale_inplace(Tensor& x, double alpha) {
 // takes the elements i ≡ j mod 8, so the loop vectorises without reassociation) then combined
 // lane 0..7; chunk sums added in chunk order. The grouping never depends on the thread count.
 double sum_squares(const Tensor& x) {
+  OpScope op_scope("sum of squares", 0, double(x.bytes()));
   const int64_t n = x.numel();
   if (n == 0) return 0.0;
   return dispatch_float(x.dtype, [&](auto t0) {

@@ -3,6 +3,7 @@
 
 #include "kernels/cpu/common.h"
 #include "kernels/ops.h"
+#include "kernels/profile.h"
 
 namespace moet::ops {
 using namespace cpu;
@@ -20,6 +21,7 @@ void check_tokens(const Tensor& tokens_N, int64_t V) {
 }  // namespace
 
 void embedding_forward(const Tensor& tokens_N, const Tensor& table_VD, Tensor& out_ND) {
+  OpScope op_scope("embedding", 0, 2.0 * double(out_ND.bytes()));
   const int64_t V = table_VD.size(0), D = table_VD.size(-1), N = tokens_N.numel();
   MOET_CHECK(table_VD.ndim == 2 && out_ND.numel() == N * D && out_ND.size(-1) == D,
              "embedding: tokens ", tokens_N.shape_str(), " table ", table_VD.shape_str(), " out ",
@@ -39,6 +41,7 @@ void embedding_forward(const Tensor& tokens_N, const Tensor& table_VD, Tensor& o
 // Parallel over fixed column blocks; each block walks the tokens in order, so repeated tokens
 // accumulate in token order whatever the thread count.
 void embedding_backward(const Tensor& tokens_N, const Tensor& dout_ND, Tensor& dtable_VD) {
+  OpScope op_scope("embedding", 0, 3.0 * double(dout_ND.bytes()));
   const int64_t V = dtable_VD.size(0), D = dtable_VD.size(-1), N = tokens_N.numel();
   MOET_CHECK(dtable_VD.ndim == 2 && dout_ND.numel() == N * D && dout_ND.size(-1) == D,
              "embedding bwd: tokens ", tokens_N.shape_str(), " dtable ", dtable_VD.shape_str(),
@@ -82,6 +85,7 @@ void check_ce(const Tensor& logits_NV, const Tensor& targets_N, const Tensor& ls
 // Per row: m = max, lse = m + log Σ exp(x - m) (sum in double); loss = lse - x[target]. Row
 // losses are summed in row order.
 double cross_entropy_forward(const Tensor& logits_NV, const Tensor& targets_N, Tensor& lse_N) {
+  OpScope op_scope("cross-entropy", 0, double(logits_NV.bytes()));
   check_ce(logits_NV, targets_N, lse_N);
   const int64_t V = logits_NV.size(-1), N = rows_of(logits_NV);
   const int32_t* tgt = targets_N.i32();
@@ -112,6 +116,7 @@ double cross_entropy_forward(const Tensor& logits_NV, const Tensor& targets_N, T
 // dlogits = grad_scale (exp(x - lse) - onehot) in place; rows with a negative target get 0.
 void cross_entropy_backward(Tensor& logits_NV, const Tensor& targets_N, const Tensor& lse_N,
                             double grad_scale) {
+  OpScope op_scope("cross-entropy", 0, 2.0 * double(logits_NV.bytes()));
   check_ce(logits_NV, targets_N, lse_N);
   const int64_t V = logits_NV.size(-1), N = rows_of(logits_NV);
   const int32_t* tgt = targets_N.i32();

@@ -1,12 +1,22 @@
 // gemm.cpp — matrix products: gemm, the linear layer (HF [out, in] weights) in any precision of
 // kernels/precision.h, and the weights' low-precision operand copies.
 #include "kernels/cpu/operands.h"
+#include "kernels/profile.h"
 
 namespace moet::ops {
 using namespace cpu;
 
+namespace {
+double gemm_flops(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b) {
+  const double M = double(trans_a ? a.size(1) : a.size(0)),
+               K = double(trans_a ? a.size(0) : a.size(1));
+  return 2.0 * M * K * double(trans_b ? b.size(0) : b.size(1));
+}
+}  // namespace
+
 void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double alpha,
           double beta) {
+  OpScope op_scope("GEMM (other)", gemm_flops(a, trans_a, b, trans_b), 0);
   MOET_CHECK(a.ndim == 2 && b.ndim == 2 && c.ndim == 2, "gemm needs 2-D tensors, got ",
              a.shape_str(), " ", b.shape_str(), " ", c.shape_str());
   const int64_t M = trans_a ? a.size(1) : a.size(0), K = trans_a ? a.size(0) : a.size(1);
@@ -32,6 +42,7 @@ bool weight_dgrad_separate(const LinearPrecision& p) {
 }
 
 void prepare_weight(const Tensor& w, const LinearPrecision& p, WeightOperands& wq) {
+  OpScope op_scope("weight operands", 0, 3.0 * double(w.bytes()));
   MOET_CHECK(w.dtype == DType::F32 && (w.ndim == 2 || w.ndim == 3), "prepare_weight: w ",
              w.shape_str());
   const int64_t E = w.ndim == 3 ? w.size(0) : 1, O = w.size(-2), D = w.size(-1);
@@ -72,6 +83,7 @@ void linear_forward(const Tensor& x_ND, const Tensor& w_OD, Tensor& y_NO, const 
   MOET_CHECK(x_ND.size(-1) == D && y_NO.size(-1) == O && rows_of(y_NO) == N, "linear: x ",
              x_ND.shape_str(), " w ", w_OD.shape_str(), " y ", y_NO.shape_str());
   check_dtype(y_NO.dtype, {&x_ND, &w_OD});
+  OpScope op_scope("GEMM fprop", 2.0 * double(N) * double(O) * double(D));
   if (p.fprop != Format::F32) {
     MOET_CHECK(y_NO.dtype == DType::F32, "low-precision linear needs F32 tensors");
     Tensor xq = operand_buffer({N, D}, kSlotX);
@@ -101,7 +113,9 @@ void linear_backward(const Tensor& dy_NO, const Tensor& x_ND, const Tensor& w_OD
   // element-wise formats quantize dy the same way for both GEMMs: one copy serves both
   const bool share_dy = p.dgrad == p.wgrad && !is_fp8(p.dgrad) && !dx_ND.empty();
   Tensor dyq;
+  const double flops = 2.0 * double(N) * double(O) * double(D);
   if (!dx_ND.empty()) {
+    OpScope op_scope("GEMM dgrad", flops);
     if (p.dgrad == Format::F32) {
       dispatch_float(dy_NO.dtype, [&](auto t0) {
         using T = decltype(t0);
@@ -116,6 +130,7 @@ void linear_backward(const Tensor& dy_NO, const Tensor& x_ND, const Tensor& w_OD
     }
   }
   if (dw_OD.empty()) return;
+  OpScope op_scope("GEMM wgrad", flops);
   if (p.wgrad == Format::F32) {
     dispatch_float(dy_NO.dtype, [&](auto t0) {
       using T = decltype(t0);

@@ -1,6 +1,7 @@
 // grouped_gemm.cpp — the experts' grouped linear layer: one GEMM per non-empty (expert,
 // source) segment of contiguous rows, in any precision of kernels/precision.h.
 #include "kernels/cpu/operands.h"
+#include "kernels/profile.h"
 
 namespace moet::ops {
 using namespace cpu;
@@ -93,6 +94,7 @@ void grouped_linear_forward(const Tensor& x_MD, const Tensor& offsets_E1, const 
   check_dtype(y_MO.dtype, {&x_MD, &w_EOD});
   const int32_t* off = offsets_E1.i32();
   const int64_t D = g.D, O = g.O;
+  OpScope op_scope("expert GEMM fprop", 2.0 * double(g.M) * double(O) * double(D));
   if (p.fprop != Format::F32) {
     MOET_CHECK(y_MO.dtype == DType::F32, "low-precision grouped linear needs F32 tensors");
     // x already in the format and operands in fp32: x is the operand as it is
@@ -136,8 +138,10 @@ void grouped_linear_backward(const Tensor& dy_MO, const Tensor& x_MD, const Tens
   const int64_t D = g.D, O = g.O, S = g.S;
   const bool low = p.dgrad != Format::F32 || p.wgrad != Format::F32;
   MOET_CHECK(!low || dy_MO.dtype == DType::F32, "low-precision grouped linear needs F32 tensors");
+  const double flops = 2.0 * double(g.M) * double(O) * double(D);
   // dgrad: one GEMM per segment
   if (!dx_MD.empty()) {
+    OpScope op_scope("expert GEMM dgrad", flops);
     if (p.dgrad != Format::F32) {
       Tensor dyq = operand_buffer({g.M, O}, kSlotDy);
       quantize(dy_MO, p.dgrad, BlockAxis::Rows, dyq);
@@ -161,6 +165,7 @@ void grouped_linear_backward(const Tensor& dy_MO, const Tensor& x_MD, const Tens
     }
   }
   if (dw_EOD.empty()) return;
+  OpScope op_scope("expert GEMM wgrad", flops);
   // wgrad operands: the segments' rows in b×1 blocks (or the tensors themselves in fp32)
   Tensor dyq = dy_MO, xq = x_MD;
   if (p.wgrad != Format::F32) {

@@ -3,11 +3,13 @@
 
 #include "kernels/cpu/common.h"
 #include "kernels/ops.h"
+#include "kernels/profile.h"
 
 namespace moet::ops {
 using namespace cpu;
 
 void concat_cols(const Tensor& a_NA, const Tensor& b_NB, Tensor& out_NC) {
+  OpScope op_scope("copy/add", 0, 2.0 * double(out_NC.bytes()));
   const int64_t A = a_NA.size(-1), B = b_NB.size(-1), N = rows_of(out_NC);
   MOET_CHECK(out_NC.size(-1) == A + B && rows_of(a_NA) == N && rows_of(b_NB) == N,
              "concat_cols: a ", a_NA.shape_str(), " b ", b_NB.shape_str(), " out ",
@@ -27,6 +29,7 @@ void concat_cols(const Tensor& a_NA, const Tensor& b_NB, Tensor& out_NC) {
 }
 
 void split_cols(const Tensor& d_NC, Tensor& da_NA, Tensor& db_NB) {
+  OpScope op_scope("copy/add", 0, 2.0 * double(d_NC.bytes()));
   const int64_t A = da_NA.size(-1), B = db_NB.size(-1), N = rows_of(d_NC);
   MOET_CHECK(d_NC.size(-1) == A + B && rows_of(da_NA) == N && rows_of(db_NB) == N, "split_cols: d ",
              d_NC.shape_str(), " da ", da_NA.shape_str(), " db ", db_NB.shape_str());
@@ -69,6 +72,7 @@ MlaDims mla_dims(const Tensor& kv, const Tensor& kr, const Tensor& k, const Tens
 }  // namespace
 
 void mla_split_kv(const Tensor& kv_NHW, const Tensor& kr_NR, Tensor& k_NHK, Tensor& v_NHU) {
+  OpScope op_scope("copy/add", 0, 2.0 * double(k_NHK.bytes() + v_NHU.bytes()));
   const MlaDims d = mla_dims(kv_NHW, kr_NR, k_NHK, v_NHU);
   dispatch_float(kv_NHW.dtype, [&](auto t0) {
     using T = decltype(t0);
@@ -91,6 +95,7 @@ void mla_split_kv(const Tensor& kv_NHW, const Tensor& kr_NR, Tensor& k_NHK, Tens
 
 void mla_split_kv_backward(const Tensor& dk_NHK, const Tensor& dv_NHU, Tensor& dkv_NHW,
                            Tensor& dkr_NR) {
+  OpScope op_scope("copy/add", 0, 2.0 * double(dkv_NHW.bytes()));
   const MlaDims d = mla_dims(dkv_NHW, dkr_NR, dk_NHK, dv_NHU);
   dispatch_float(dk_NHK.dtype, [&](auto t0) {
     using T = decltype(t0);

@@ -5,6 +5,7 @@
 
 #include "kernels/cpu/common.h"
 #include "kernels/ops.h"
+#include "kernels/profile.h"
 
 namespace moet::ops {
 using namespace cpu;
@@ -52,6 +53,7 @@ double logsumexp(const T* x, int64_t n) {
 
 void router_forward(const Tensor& logits_NE, const Tensor& bias_E, const RouterSpec& spec,
                     Tensor& scores_NE, Tensor& idx_NK, Tensor& gates_NK) {
+  OpScope op_scope("router", 0, 3.0 * double(logits_NE.bytes()));
   check_spec(spec);
   const int64_t E = spec.n_experts, G = spec.n_group, EG = E / G, K = spec.top_k;
   const int64_t N = rows_of(logits_NE);
@@ -109,6 +111,7 @@ void router_forward(const Tensor& logits_NE, const Tensor& bias_E, const RouterS
 // normalisation ds_j = c dg_j; then dlogit_j = ds_j s_j (1 - s_j); unchosen experts get 0.
 void router_backward(const Tensor& dgates_NK, const Tensor& scores_NE, const Tensor& idx_NK,
                      const RouterSpec& spec, Tensor& dlogits_NE) {
+  OpScope op_scope("router", 0, 2.0 * double(dlogits_NE.bytes()));
   check_spec(spec);
   const int64_t E = spec.n_experts, K = spec.top_k, N = rows_of(scores_NE);
   MOET_CHECK(scores_NE.size(-1) == E && dgates_NK.numel() == N * K && idx_NK.numel() == N * K &&
@@ -150,6 +153,7 @@ void router_backward(const Tensor& dgates_NK, const Tensor& scores_NE, const Ten
 // Z_t = Σ_j s_tj. dL/ds_tj = (f_bj / Z_t - Σ_e f_be s_te / Z_t²) / (B T); then times s (1 - s).
 double balance_loss(const Tensor& scores_NE, const Tensor& idx_NK, int64_t B, int64_t T,
                     double coef, Tensor& dlogits_NE) {
+  OpScope op_scope("router", 0, double(scores_NE.bytes()));
   const int64_t N = B * T, E = scores_NE.size(-1);
   MOET_CHECK(B >= 1 && T >= 1 && rows_of(scores_NE) == N && idx_NK.numel() % N == 0 &&
                  (dlogits_NE.empty() || dlogits_NE.numel() == N * E),
@@ -196,6 +200,7 @@ double balance_loss(const Tensor& scores_NE, const Tensor& idx_NK, int64_t B, in
 
 // z = mean_n lse_n²; dz/dx_nj = 2 lse_n softmax_nj / N.
 double z_loss(const Tensor& logits_NE, double coef, Tensor& dlogits_NE) {
+  OpScope op_scope("router", 0, double(logits_NE.bytes()));
   const int64_t E = logits_NE.size(-1), N = rows_of(logits_NE);
   MOET_CHECK(dlogits_NE.empty() || dlogits_NE.numel() == N * E, "z_loss: logits ",
              logits_NE.shape_str(), " dlogits ", dlogits_NE.shape_str());

@@ -5,12 +5,14 @@
 
 #include "kernels/cpu/common.h"
 #include "kernels/ops.h"
+#include "kernels/profile.h"
 
 namespace moet::ops {
 using namespace cpu;
 
 void moe_permute_plan(const Tensor& idx_NK, int64_t n_experts, Tensor& offsets_E1, Tensor& slot_NK,
                       Tensor& token_M) {
+  OpScope op_scope("permute", 0, 3.0 * double(idx_NK.bytes()));
   const int64_t E = n_experts, M = idx_NK.numel(), K = idx_NK.ndim >= 2 ? idx_NK.size(-1) : 1;
   MOET_CHECK(E >= 1 && offsets_E1.numel() == E + 1 && slot_NK.numel() == M &&
                  token_M.numel() == M && M < INT32_MAX,
@@ -41,6 +43,7 @@ void moe_permute_plan(const Tensor& idx_NK, int64_t n_experts, Tensor& offsets_E
 }
 
 void gather_rows(const Tensor& x_ND, const Tensor& token_M, Tensor& xp_MD) {
+  OpScope op_scope("permute", 0, 2.0 * double(xp_MD.bytes()));
   const int64_t D = x_ND.size(-1), N = rows_of(x_ND), M = token_M.numel();
   MOET_CHECK(xp_MD.numel() == M * D && xp_MD.size(-1) == D, "gather_rows: x ", x_ND.shape_str(),
              " token ", token_M.shape_str(), " xp ", xp_MD.shape_str());
@@ -67,6 +70,7 @@ void check_slots(const Tensor& slot_NK, int64_t M) {
 }  // namespace
 
 void gather_rows_backward(const Tensor& dxp_MD, const Tensor& slot_NK, Tensor& dx_ND) {
+  OpScope op_scope("permute", 0, 2.0 * double(dxp_MD.bytes()));
   const int64_t D = dx_ND.size(-1), N = rows_of(dx_ND), M = rows_of(dxp_MD);
   MOET_CHECK(dxp_MD.size(-1) == D && (N == 0 || slot_NK.numel() % N == 0),
              "gather_rows_backward: dxp ", dxp_MD.shape_str(), " slot ", slot_NK.shape_str(),
@@ -93,6 +97,7 @@ void gather_rows_backward(const Tensor& dxp_MD, const Tensor& slot_NK, Tensor& d
 
 void unpermute_forward(const Tensor& yp_MD, const Tensor& slot_NK, const Tensor& gates_NK,
                        Tensor& y_ND, bool accumulate) {
+  OpScope op_scope("unpermute", 0, 2.0 * double(yp_MD.bytes()));
   const int64_t D = y_ND.size(-1), N = rows_of(y_ND), M = rows_of(yp_MD);
   MOET_CHECK(yp_MD.size(-1) == D && gates_NK.numel() == slot_NK.numel() &&
                  (N == 0 || slot_NK.numel() % N == 0),
@@ -123,6 +128,7 @@ void unpermute_forward(const Tensor& yp_MD, const Tensor& slot_NK, const Tensor&
 
 void unpermute_backward(const Tensor& dy_ND, const Tensor& yp_MD, const Tensor& slot_NK,
                         const Tensor& gates_NK, Tensor& dyp_MD, Tensor& dgates_NK) {
+  OpScope op_scope("unpermute", 0, 3.0 * double(yp_MD.bytes()));
   const int64_t D = dy_ND.size(-1), N = rows_of(dy_ND), M = rows_of(yp_MD);
   MOET_CHECK(yp_MD.size(-1) == D && gates_NK.numel() == slot_NK.numel() &&
                  (N == 0 || slot_NK.numel() % N == 0) &&

@@ -3,6 +3,7 @@
 
 #include "kernels/cpu/common.h"
 #include "kernels/ops.h"
+#include "kernels/profile.h"
 
 namespace moet::ops {
 using namespace cpu;
@@ -13,6 +14,7 @@ constexpr int64_t kColBlock = 64;  // rmsnorm dw: columns per task (fixed, so th
 
 void rmsnorm_forward(const Tensor& x_ND, const Tensor& w_D, double eps, Tensor& y_ND,
                      Tensor& rstd_N) {
+  OpScope op_scope("rmsnorm", 0, 2.0 * double(x_ND.bytes()));
   const int64_t D = x_ND.size(-1), N = rows_of(x_ND);
   MOET_CHECK(w_D.numel() == D && y_ND.numel() == N * D && (rstd_N.empty() || rstd_N.numel() == N),
              "rmsnorm: x ", x_ND.shape_str(), " w ", w_D.shape_str(), " y ", y_ND.shape_str(),
@@ -42,6 +44,7 @@ void rmsnorm_forward(const Tensor& x_ND, const Tensor& w_D, double eps, Tensor& 
 // dx_j = r w_j dy_j - x_j r³/D Σ_i dy_i w_i x_i;  dw_j += Σ_n dy_nj x_nj r_n.
 void rmsnorm_backward(const Tensor& dy_ND, const Tensor& x_ND, const Tensor& w_D,
                       const Tensor& rstd_N, Tensor& dx_ND, bool accumulate_dx, Tensor& dw_D) {
+  OpScope op_scope("rmsnorm", 0, 3.0 * double(x_ND.bytes()));
   const int64_t D = x_ND.size(-1), N = rows_of(x_ND);
   MOET_CHECK(w_D.numel() == D && dy_ND.numel() == N * D && rstd_N.numel() == N &&
                  (dx_ND.empty() || dx_ND.numel() == N * D) && (dw_D.empty() || dw_D.numel() == D),
@@ -90,6 +93,7 @@ void rmsnorm_backward(const Tensor& dy_ND, const Tensor& x_ND, const Tensor& w_D
 }
 
 void swiglu_forward(const Tensor& gu_N2F, Tensor& h_NF) {
+  OpScope op_scope("swiglu", 0, 1.5 * double(gu_N2F.bytes()));
   const int64_t F = h_NF.size(-1), N = rows_of(h_NF);
   MOET_CHECK(gu_N2F.size(-1) == 2 * F && rows_of(gu_N2F) == N, "swiglu: gu ", gu_N2F.shape_str(),
              " h ", h_NF.shape_str());
@@ -110,6 +114,7 @@ void swiglu_forward(const Tensor& gu_N2F, Tensor& h_NF) {
 
 // h = g σ(g) u:  dg = dh u σ(g) (1 + g (1 - σ(g))),  du = dh g σ(g).
 void swiglu_backward(const Tensor& dh_NF, const Tensor& gu_N2F, Tensor& dgu_N2F) {
+  OpScope op_scope("swiglu", 0, 2.5 * double(gu_N2F.bytes()));
   const int64_t F = dh_NF.size(-1), N = rows_of(dh_NF);
   MOET_CHECK(gu_N2F.size(-1) == 2 * F && rows_of(gu_N2F) == N && dgu_N2F.numel() == N * 2 * F,
              "swiglu bwd: dh ", dh_NF.shape_str(), " gu ", gu_N2F.shape_str(), " dgu ",

@@ -9,6 +9,7 @@
 #include "core/float8.h"
 #include "kernels/cpu/common.h"
 #include "kernels/ops.h"
+#include "kernels/profile.h"
 
 namespace moet::ops {
 using namespace cpu;
@@ -28,6 +29,20 @@ const char* format_name(Format f) {
 }
 
 namespace {
+
+const char* quantize_name(Format f) {
+  switch (f) {
+    case Format::F32:
+      return "copy/add";
+    case Format::BF16:
+      return "quantize bf16";
+    case Format::MXFP8:
+      return "quantize mxfp8";
+    case Format::FP8Block:
+      return "quantize fp8-blockwise";
+  }
+  return "quantize";
+}
 
 // One block's scaling: q = e4m3(x · mult), value = q · deq; `code` is the packed scale (E8M0
 // exponent for MXFP8).
@@ -211,6 +226,7 @@ int64_t scale_count(const Tensor& x_RC, Format fmt, BlockAxis axis) {
 }
 
 void quantize(const Tensor& x_RC, Format fmt, BlockAxis axis, Tensor& q_RC) {
+  OpScope op_scope(quantize_name(fmt), 0, double(x_RC.bytes() + q_RC.bytes()));
   MOET_CHECK(x_RC.dtype == DType::F32, "quantize: x must be F32, got ", dtype_name(x_RC.dtype));
   MOET_CHECK(q_RC.numel() == x_RC.numel(), "quantize: q ", q_RC.shape_str(), " for x ",
              x_RC.shape_str());
@@ -286,6 +302,7 @@ int64_t wire_row_bytes(int64_t D, Format fmt) {
 }
 
 void encode_rows(const Tensor& x_RD, Format fmt, void* out) {
+  OpScope op_scope("wire pack", 0, double(x_RD.bytes()) * 1.5);
   MOET_CHECK(x_RD.dtype == DType::F32, "encode_rows: x must be F32");
   const int64_t R = rows_of(x_RD), D = x_RD.size(-1), rb = wire_row_bytes(D, fmt);
   const float* x = x_RD.f32();
@@ -321,6 +338,7 @@ void encode_rows(const Tensor& x_RD, Format fmt, void* out) {
 }
 
 void decode_rows(const void* in, Format fmt, Tensor& x_RD) {
+  OpScope op_scope("wire pack", 0, double(x_RD.bytes()) * 1.5);
   MOET_CHECK(x_RD.dtype == DType::F32, "decode_rows: x must be F32");
   const int64_t R = rows_of(x_RD), D = x_RD.size(-1), rb = wire_row_bytes(D, fmt);
   float* x = x_RD.f32();
