@@ -4,13 +4,15 @@
 usage: check_reference.py [--golden DIR [--config CONFIG]]
 
 With --golden, also re-derives step.safetensors from params.safetensors in float64 and
-compares (and checks the three files' names, dtypes and shapes).
+compares (and checks the three files' names, dtypes and shapes); files written with
+make_golden.py --precision P are re-derived in that recipe (read from their metadata).
 """
 
 import argparse
 import copy
 import math
 import os
+import struct
 import sys
 import tempfile
 import traceback
@@ -24,6 +26,7 @@ from torch.nn.utils.stateless import functional_call  # noqa: E402
 
 from config import ModelConfig, load_config, load_config_dict  # noqa: E402
 from flops import flops_per_token  # noqa: E402
+import quant  # noqa: E402
 from model import (DeepseekV3, LossWeights, combine_losses, hf_state_dict,  # noqa: E402
                    init_parameters, load_hf_state_dict, select_experts)
 from rope import apply_rope, rope_parameters, rope_tables, softmax_scale  # noqa: E402
@@ -397,22 +400,420 @@ def optimizer_schedule_clip_bias():
 
 
 # ------------------------------------------------------------------------------------------
+# Low-precision recipes (quant.py, docs/precision.md)
+# ------------------------------------------------------------------------------------------
+E4M3_TABLE = torch.tensor([quant.e4m3_decode(c) for c in range(127)], dtype=torch.float64)
+
+
+def _f32(v: float) -> float:
+    """v rounded to the nearest float32 (Python float in, Python float out)."""
+    return struct.unpack("<f", struct.pack("<f", v))[0]
+
+
+def e4m3_nearest(vals: torch.Tensor) -> torch.Tensor:
+    """Brute force over the 127 non-negative finite E4M3 values (float64): the nearest one,
+    ties to the even code (mantissa LSB 0), beyond 448 and Inf -> 448, sign kept, NaN kept."""
+    v = vals.to(torch.float64)
+    a = v.abs()
+    d = (a[:, None] - E4M3_TABLE[None, :]).abs()
+    cand = d == d.min(1, keepdim=True).values
+    even = (torch.arange(127) % 2 == 0)[None, :]
+    ce = cand & even
+    pick = torch.where(ce.any(1), ce.to(torch.int64).argmax(1), cand.to(torch.int64).argmax(1))
+    r = E4M3_TABLE[pick]
+    r = torch.where(torch.isinf(a), torch.full_like(r, 448.0), r)
+    r = torch.copysign(r, v)
+    return torch.where(torch.isnan(v), v, r)
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal values (signed zeros by sign bit), NaN where the other is NaN."""
+    a, b = a.to(torch.float64), b.to(torch.float64)
+    na, nb = torch.isnan(a), torch.isnan(b)
+    ok = (a == b) & (torch.signbit(a) == torch.signbit(b))
+    return bool(torch.equal(na, nb) and (ok | (na & nb)).all())
+
+
+@check
+def e4m3_rounding_exhaustive():
+    codes = torch.tensor([quant.e4m3_decode(c) for c in range(256)], dtype=torch.float32)
+    assert _same(quant.e4m3_round(codes), codes), "code values do not round-trip"
+    pos = E4M3_TABLE.to(torch.float32)
+    mid = ((pos[:-1].double() + pos[1:].double()) / 2).float()      # exact in fp32
+    assert torch.equal(mid.double(), (pos[:-1].double() + pos[1:].double()) / 2)
+    inf32 = torch.tensor(float("inf"))
+    probe = torch.cat([mid, torch.nextafter(mid, inf32 * 0), torch.nextafter(mid, inf32),
+                       torch.rand(20000, generator=torch.Generator().manual_seed(20)) * 470])
+    probe = torch.cat([probe, -probe])
+    assert _same(quant.e4m3_round(probe), e4m3_nearest(probe)), "E4M3 rounding / ties"
+    # ties by hand: to the even code
+    cases = {2.0**-10: 0.0, 3 * 2.0**-10: 2.0**-8, 1.0625: 1.0, 1.1875: 1.25, 17 / 16 * 2.0**-6: 2.0**-6,
+             232.0: 224.0, 432.0: 448.0, 15 * 2.0**-10: 2.0**-6,
+             # saturation (satfinite): beyond 448, the 448/480 tie and infinities
+             448.0: 448.0, 449.0: 448.0, 464.0: 448.0, 470.0: 448.0, 1e30: 448.0, 3e38: 448.0,
+             float("inf"): 448.0, 1e-30: 0.0}
+    x = torch.tensor(list(cases), dtype=torch.float32)
+    want = torch.tensor(list(cases.values()), dtype=torch.float32)
+    assert _same(quant.e4m3_round(x), want), quant.e4m3_round(x)
+    assert _same(quant.e4m3_round(-x), -want)
+    sp = torch.tensor([float("nan"), -0.0, 0.0])
+    assert _same(quant.e4m3_round(sp), sp)
+
+
+@check
+def bf16_rounding():
+    g = torch.Generator().manual_seed(21)
+    x = torch.randn(50000, generator=g) * torch.exp(torch.randn(50000, generator=g) * 20)
+    u = torch.randint(0, 2**16, (50000,), generator=g, dtype=torch.int64) << 16
+    low = torch.tensor([0x0000, 0x7FFF, 0x8000, 0x8001, 0xFFFF])[torch.randint(0, 5, (50000,), generator=g)]
+    ties = quant.f32_from_bits(u | low)
+    ties = ties[~torch.isnan(ties)]
+    for t in (x, ties, torch.tensor([3.3961e38, 3.4e38, -3.4e38, 1e-40, -0.0, float("inf")])):
+        assert _same(quant.bf16_round(t), t.to(torch.bfloat16).to(torch.float32)), "bf16 RNE"
+    one = torch.tensor([1 + 2.0**-8, 1 + 3 * 2.0**-8, 1 + 2.0**-8 + 2.0**-20])
+    assert torch.equal(quant.bf16_round(one), torch.tensor([1.0, 1 + 2.0**-6, 1 + 2.0**-7]))
+    assert torch.isnan(quant.bf16_round(torch.tensor([float("nan")]))).all()
+
+
+def _mx_e_by_hand(amax: float) -> int:
+    """TE's float_to_e8m0(fp32(amax * fp32(1/448))) with Python floats."""
+    v = _f32(amax * _f32(1 / 448))
+    if math.isnan(v):
+        return 255
+    if math.isinf(v):
+        return 254
+    if v == 0 or v <= 2.0**-127:
+        return 0
+    if v < 2.0**-126:
+        return 1
+    m, ex = math.frexp(v)               # v = m 2^ex, m in [0.5, 1)
+    e = ex - 1 + 127 + (m != 0.5)       # rounded up unless a power of two
+    return min(e, 254)
+
+
+@check
+def mxfp8_scale_rules():
+    assert quant._RCP448.item() == _f32(1 / 448)
+    g = torch.Generator().manual_seed(22)
+    for k in list(range(-140, -110)) + list(range(-30, 30)) + list(range(110, 119)):
+        a0 = _f32(448.0 * 2.0**k)
+        t0 = torch.tensor(a0, dtype=torch.float32)
+        for amax in (torch.nextafter(t0, t0 * 0).item(), a0, torch.nextafter(t0, t0 * 4).item()):
+            if amax == 0 or math.isinf(amax):
+                continue
+            blk = torch.rand(1, 32, generator=g) * 2 - 1
+            blk = (blk * amax).to(torch.float32)
+            blk[0, 5] = -amax if k % 2 else amax
+            v, e, mult, deq = quant.quantize_blocks(blk, "mxfp8", "rows")
+            eh = _mx_e_by_hand(amax)
+            assert e.item() == eh, (k, amax, e.item(), eh)
+            if eh not in (0, 254, 255):     # value = nearest E4M3 of x 2^(127-e), times 2^(e-127)
+                sc = 2.0 ** (eh - 127)
+                want = e4m3_nearest(blk[0].double() / sc) * sc
+                assert _same(v[0], want.float()), (k, amax)
+                assert (v[0].abs() <= 448 * sc).all()
+    # zero / special blocks
+    z = torch.zeros(1, 32)
+    v, e, mult, deq = quant.quantize_blocks(z, "mxfp8", "rows")
+    assert e.item() == 0 and mult.item() == 1.0 and deq.item() == 2.0**-127 and _same(v, z)
+    nan = torch.full((1, 32), float("nan"))
+    v, e, _, _ = quant.quantize_blocks(nan, "mxfp8", "rows")
+    assert e.item() == 0 and torch.isnan(v).all()                  # amax ignores NaN
+    x = torch.tensor([[float("nan"), 3.0, -2.0] + [0.0] * 29])
+    v, e, _, _ = quant.quantize_blocks(x, "mxfp8", "rows")
+    assert e.item() == _mx_e_by_hand(3.0) and torch.isnan(v[0, 0]) and v[0, 1] == 3.0 and v[0, 2] == -2.0
+    inf = torch.tensor([[float("inf")] + [1.0] * 31])
+    _, e, mult, _ = quant.quantize_blocks(inf, "mxfp8", "rows")
+    assert e.item() == 254 and mult.item() == 0.0
+    try:
+        quant.quantize(torch.ones(64, 64), "mxfp8", "square")
+        raise AssertionError("square MXFP8 blocks must be refused")
+    except ValueError:
+        pass
+
+
+@check
+def blockwise_scale_rules():
+    g = torch.Generator().manual_seed(23)
+    for k in list(range(-120, -100)) + list(range(-30, 30)) + list(range(100, 120)):
+        a0 = _f32(448.0 * 2.0**k)
+        t0 = torch.tensor(a0, dtype=torch.float32)
+        for amax in (torch.nextafter(t0, t0 * 0).item(), a0, torch.nextafter(t0, t0 * 4).item()):
+            if amax == 0 or math.isinf(amax):
+                continue
+            blk = ((torch.rand(1, 128, generator=g) * 2 - 1) * amax).to(torch.float32)
+            blk[0, 77] = amax
+            v, stored, mult, deq = quant.quantize_blocks(blk, "fp8-blockwise", "rows")
+            q = _f32(448.0 / amax)
+            q = 3.4028234663852886e38 if math.isinf(q) else q
+            s = 2.0 ** (math.frexp(q)[1] - 1)      # rounded down to a power of two
+            assert mult.item() == s and deq.item() == _f32(1 / s) and stored.item() == deq.item(), (k, amax)
+            want = e4m3_nearest(blk[0].double() * s) / s
+            assert _same(v[0], want.float()), (k, amax)
+    for amax, s in ((0.0, 1.0), (float("inf"), 1.0), (float("nan"), 1.0), (1e-38, 2.0**127)):
+        _, _, mult, _ = quant.quantize_blocks(torch.full((1, 128), amax), "fp8-blockwise", "rows")
+        assert mult.item() == s, (amax, mult.item())
+
+
+@check
+def partial_blocks_are_zero_padding():
+    g = torch.Generator().manual_seed(24)
+    for fmt, axes in (("mxfp8", ("rows", "cols")), ("fp8-blockwise", ("rows", "cols", "square"))):
+        b = quant.BLOCK[fmt]
+        for R, C in ((70, 150), (1, 33), (129, 1), (33, 1), (3, 257), (200, 300), (5, 5)):
+            x = (torch.randn(R, C, generator=g) * torch.exp(torch.randn(R, C, generator=g) * 3)).float()
+            x[0, 0] = float("nan") if R * C > 4 else x[0, 0]
+            Rp, Cp = -(-R // b) * b, -(-C // b) * b
+            pad = torch.zeros(Rp, Cp)
+            pad[:R, :C] = x
+            for ax in axes:
+                assert _same(quant.quantize(x, fmt, ax), quant.quantize(pad, fmt, ax)[:R, :C]), (fmt, R, C, ax)
+            # column blocks are row blocks of the transpose
+            assert _same(quant.quantize(x, fmt, "cols"), quant.quantize(x.t().contiguous(), fmt, "rows").t())
+            if fmt == "fp8-blockwise":   # a square block by hand: one scale from its amax
+                blk = pad[:b, :b]
+                s = quant.fp8block_scale(torch.nan_to_num(blk.abs(), nan=0.0).amax().reshape(1))[1]
+                want = quant.e4m3_round(blk * s) * (1 / s)
+                assert _same(quant.quantize(x, fmt, "square")[:min(R, b), :min(C, b)],
+                             want[:min(R, b), :min(C, b)])
+            # idempotent: quantizing quantized values changes nothing
+            for ax in axes:
+                q = quant.quantize(x, fmt, ax)
+                assert _same(quant.quantize(q, fmt, ax), q), (fmt, ax)
+
+
+def _hand_operands(fmt):
+    """Each GEMM's operands built independently of QuantizedLinear: row blocks only, column
+    and weight-dgrad blocks through transposes, square blocks tile by tile."""
+    def rows(t):
+        return quant.quantize(t.float().contiguous(), fmt, "rows").double()
+
+    def cols(t):
+        return rows(t.t()).t()
+
+    def weight(t, dgrad):
+        if fmt == "fp8-blockwise":
+            O, D = t.shape
+            out = torch.empty(O, D, dtype=torch.float64)
+            for i in range(0, O, 128):
+                for j in range(0, D, 128):
+                    blk = t[i:i + 128, j:j + 128].float()
+                    s = quant.fp8block_scale(blk.abs().amax().reshape(1))[1]
+                    out[i:i + 128, j:j + 128] = (quant.e4m3_round(blk * s) * (1 / s)).double()
+            return out
+        return cols(t) if dgrad else rows(t)
+    return rows, cols, weight
+
+
+@check
+def quantized_linear_gemm_operands():
+    """fprop, dgrad, wgrad of QuantizedLinear are the products of the spec's operands."""
+    g = torch.Generator().manual_seed(25)
+    for fmt in ("bf16", "mxfp8", "fp8-blockwise"):
+        for (N, D, O) in ((40, 70, 45), (130, 200, 140), (7, 32, 256)):
+            # A wide dynamic range inside each block (elements 2^±12 apart): with power-of-two
+            # scales E4M3 is scale invariant above its subnormals, so only such data tells
+            # one block layout from another.
+            def wide(*shape):
+                return (torch.randn(*shape, dtype=torch.float64, generator=g)
+                        * torch.exp2(torch.rand(*shape, dtype=torch.float64, generator=g) * 24 - 12))
+            x = wide(N, D).requires_grad_(True)
+            w = (wide(O, D) * 0.05).requires_grad_(True)
+            dy = wide(N, O) * 1e-3
+            y = quant.quantized_linear(x.view(N // N, N, D), w, fmt).view(N, O)
+            y.backward(dy)
+            rows, cols, weight = _hand_operands(fmt)
+            tol = dict(rtol=1e-12, atol=1e-14)
+            assert torch.allclose(y, rows(x) @ weight(w, False).t(), **tol), (fmt, "fprop")
+            assert torch.allclose(x.grad, rows(dy) @ weight(w, True), **tol), (fmt, "dgrad")
+            assert torch.allclose(w.grad, cols(dy).t() @ cols(x), **tol), (fmt, "wgrad")
+            # the recipe really quantizes (not a plain product)
+            assert not torch.allclose(w.grad, dy.t() @ x, rtol=1e-6)
+            # x already in format: fprop uses x as it is, wgrad blocks it along tokens
+            x2 = x.detach().clone().requires_grad_(True)
+            y2 = quant.quantized_linear(x2, w, fmt, x_in_format=True)
+            assert torch.allclose(y2, x2 @ weight(w, False).t(), **tol)
+
+
+@check
+def grouped_wgrad_blocks_start_at_each_segment():
+    """Experts' wgrad: b x 1 blocks along tokens restart at each expert's first row."""
+    g = torch.Generator().manual_seed(30)
+    counts = [5, 0, 37, 1, 70]
+    M, D, O = sum(counts), 48, 40
+    x = (torch.randn(M, D, dtype=torch.float64, generator=g)
+         * torch.exp2(torch.rand(M, D, dtype=torch.float64, generator=g) * 24 - 12))
+    ws = [torch.randn(O, D, dtype=torch.float64, generator=g).requires_grad_(True) for _ in counts]
+    dy = torch.randn(M, O, dtype=torch.float64, generator=g)
+    for fmt in ("mxfp8", "fp8-blockwise"):
+        for w in ws:
+            w.grad = None
+        quant.grouped_quantized_linear(x, counts, ws, fmt).backward(dy)
+        r0 = 0
+        for n, w in zip(counts, ws):
+            xs, ds = x[r0:r0 + n], dy[r0:r0 + n]
+            want = (quant.qop(ds, fmt, "cols").t() @ quant.qop(xs, fmt, "cols") if n
+                    else torch.zeros(O, D, dtype=torch.float64))
+            got = w.grad if w.grad is not None else torch.zeros(O, D, dtype=torch.float64)
+            assert torch.allclose(got, want, rtol=1e-12, atol=1e-14), (fmt, n)
+            r0 += n
+        # blocks from row 0 of the whole tensor would give other operands
+        whole = quant.qop(x, fmt, "cols")
+        assert not torch.equal(whole[5:42], quant.qop(x[5:42], fmt, "cols"))
+
+
+@check
+def quantized_linear_plumbing_gradcheck():
+    """With identity quantizers (format fp32 through the Function) the custom backward is the
+    exact derivative: the transposes, reshapes and operand roles are right."""
+    g = torch.Generator().manual_seed(26)
+    x = torch.randn(2, 3, 5, dtype=torch.float64, generator=g, requires_grad=True)
+    w = torch.randn(4, 5, dtype=torch.float64, generator=g, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda a, b: quant.QuantizedLinear.apply(a, b, "fp32", False),
+                                    (x, w))
+    xs = x.detach().clone().requires_grad_(True)
+    assert torch.autograd.gradcheck(lambda a: quant.quantize_ste(a, "fp32") * 1.0, (xs,))
+    # straight-through quantizer: identity gradient whatever the format
+    for fmt in ("bf16", "mxfp8", "fp8-blockwise"):
+        xq = torch.randn(3, 40, dtype=torch.float64, generator=g, requires_grad=True)
+        gq = torch.randn(3, 40, dtype=torch.float64, generator=g)
+        quant.quantize_ste(xq, fmt).backward(gq)
+        assert torch.equal(xq.grad, gq)
+
+
+def _ste_linear_bf16(x, w, fmt, x_in_format=False):
+    """bf16 linear from plain autograd pieces: straight-through rounding of x and W
+    (x + (round(x) - x).detach()) and a hook rounding the output gradient, so
+    dx = bf16(dy)·bf16(W) and dW = bf16(dy)ᵀ·bf16(x)."""
+    assert fmt == "bf16"
+
+    def ste(t):
+        return t + (quant.qop(t.detach(), "bf16") - t).detach()
+    y = torch.nn.functional.linear(x if x_in_format else ste(x), ste(w))
+    if y.requires_grad:
+        y.register_hook(lambda gy: quant.qop(gy, "bf16"))
+    return y
+
+
+@check
+def bf16_model_gradients_are_straight_through():
+    """The bf16 recipe's gradients (QuantizedLinear) equal those of the same model built from
+    plain autograd pieces with straight-through rounding; the fp32 recipe is the default."""
+    import model as model_mod
+    cfg = micro_config()
+    seq = torch.randint(0, cfg.vocab_size, (2, 7), generator=torch.Generator().manual_seed(27))
+    w8 = LossWeights(0.3, 0.05, 0.01)
+
+    def grads(precision, patch=None):
+        m = new_model(cfg, seed=27)
+        m.set_precision(precision)
+        saved = model_mod.quantized_linear
+        if patch:
+            model_mod.quantized_linear = patch
+        try:
+            out = m(seq, return_logits=True)
+            loss = combine_losses(out, w8, cfg.num_nextn_predict_layers)[0]
+            loss.backward()
+        finally:
+            model_mod.quantized_linear = saved
+        return loss, out.logits, {n: p.grad.clone() for n, p in m.named_parameters() if p.grad is not None}
+
+    l1, lg1, g1 = grads("bf16")
+    l2, lg2, g2 = grads("bf16", _ste_linear_bf16)
+    assert abs(l1.item() - l2.item()) < 1e-13 and torch.allclose(lg1, lg2, rtol=1e-12, atol=1e-14)
+    assert g1.keys() == g2.keys()
+    for n in g1:
+        assert torch.allclose(g1[n], g2[n], rtol=1e-10, atol=1e-15), n
+    # fp32 recipe is the default path, and bf16 differs from it
+    l0, lg0, g0 = grads("fp32")
+    m = new_model(cfg, seed=27)
+    out = m(seq, return_logits=True)
+    assert torch.equal(out.logits, lg0)
+    assert not torch.allclose(lg0, lg1, rtol=1e-9)
+
+
+@check
+def precision_policy():
+    cfg = load_config(os.path.join(ROOT, "configs", "tiny.json"))
+    L = cfg.num_hidden_layers
+    want = {("fp32", 1): ["fp32"] * 4, ("bf16", 1): ["bf16"] * 4,
+            ("mxfp8", 1): ["bf16", "mxfp8", "bf16", "mxfp8"],
+            ("fp8-blockwise", 0): ["fp8-blockwise"] * 4,
+            ("mxfp8", 2): ["bf16", "bf16", "bf16", "mxfp8"]}
+    for (p, n), fmts in want.items():
+        m = DeepseekV3(cfg, torch.float64, precision=p, bf16_layers=n)
+        got = [layer.self_attn.q_a_proj.fmt for layer in m.model.layers]
+        assert got == fmts, (p, n, got)
+        for layer, f in zip(m.model.layers, fmts):
+            mlp = layer.mlp
+            if layer.is_moe:
+                assert mlp.fmt == f and mlp.experts[3].down_proj.fmt == f and mlp.shared_experts.fmt == f
+                assert mlp.combine_fmt == ("fp32" if p == "fp32" else "bf16")
+            else:
+                assert mlp.fmt == f and mlp.up_proj.fmt == f
+            assert layer.self_attn.kv_a_proj_with_mqa.fmt == f and layer.self_attn.o_proj.fmt == f
+        head = "fp32" if p == "fp32" else "bf16"
+        assert m.head_fmt == head and m.model.layers[L].eh_proj.fmt == head
+
+
+@check
+def moe_low_precision_matches_naive():
+    """Forward of an MoE layer in each recipe, token by token: the routed experts take the
+    row-quantized token as it is, their outputs are rounded to bf16 before the gates; the
+    shared expert quantizes the unquantized token itself; the router stays unquantized."""
+    cfg = micro_config(hidden_size=48, moe_intermediate_size=40)
+    g = torch.Generator().manual_seed(28)
+    x = torch.randn(2, 5, cfg.hidden_size, dtype=torch.float64, generator=g)
+    for fmt in ("bf16", "mxfp8", "fp8-blockwise"):
+        m = new_model(cfg, seed=29)
+        m.set_precision(fmt, bf16_layers=0)
+        moe = m.model.layers[1].mlp
+        y, aux = moe(x)
+        xf = x.reshape(-1, cfg.hidden_size)
+        s = torch.sigmoid(xf @ moe.gate.weight.T)
+        xq = quant.qop(xf, fmt, "rows")
+        yn = torch.zeros_like(xf)
+        for n in range(xf.shape[0]):
+            ch = aux.chosen[n].tolist()
+            w = torch.stack([s[n, e] for e in ch])
+            w = w / w.sum() * cfg.routed_scaling_factor
+            for wk, e in zip(w, ch):
+                ex = moe.experts[e]
+                wgu = torch.cat([ex.gate_proj.weight, ex.up_proj.weight])
+                gu = xq[n:n + 1] @ quant.qop(wgu, fmt, quant.weight_axis(fmt, False)).T
+                gg, uu = gu.split(cfg.moe_intermediate_size, -1)
+                h = torch.nn.functional.silu(gg) * uu
+                ye = quant.qop(h, fmt, "rows") @ quant.qop(ex.down_proj.weight, fmt,
+                                                              quant.weight_axis(fmt, False)).T
+                yn[n] += wk * quant.qop(ye, "bf16")[0]
+            yn[n] += moe.shared_experts(xf[n:n + 1])[0]
+        assert torch.allclose(y.reshape(-1, cfg.hidden_size), yn, rtol=1e-12, atol=1e-14), fmt
+        # backward runs, and the gradient reaching x through the dispatch is unquantized
+        xr = x.clone().requires_grad_(True)
+        moe(xr)[0].sum().backward()
+        assert torch.isfinite(xr.grad).all()
+
+
+# ------------------------------------------------------------------------------------------
 def check_golden(gdir, config):
     """Structure of the golden files, and step.safetensors re-derived from params."""
     cfg = load_config(config)
     params = load_file(os.path.join(gdir, "params.safetensors"))
     step = load_file(os.path.join(gdir, "step.safetensors"))
     train = load_file(os.path.join(gdir, "train.safetensors"))
-    m = DeepseekV3(cfg, torch.float64)
+    import json
+    from safetensors_io import load_metadata
+    meta = load_metadata(os.path.join(gdir, "step.safetensors"))
+    # the recipe the files were written in (fp32 files carry no "precision" key)
+    m = DeepseekV3(cfg, torch.float64, precision=meta.get("precision", "fp32"),
+                   bf16_layers=int(meta.get("bf16_layers", "1")))
+    print(f"    golden precision {m.precision} (bf16_layers {m.bf16_layers})")
     load_hf_state_dict(m, params)
     assert all(t.dtype == torch.float32 for t in params.values())
     tok = step["tokens"]
     assert tok.dtype == torch.int32 and tok.dim() == 2
     out = m(tok.long(), return_logits=True)
     spec_w = LossWeights(0.3, 0.01, 0.001)
-    import json
-    from safetensors_io import load_metadata
-    meta = load_metadata(os.path.join(gdir, "step.safetensors"))
     if "spec" in meta:
         sp = json.loads(meta["spec"])
         spec_w = LossWeights(sp["mtp_lambda"], sp["balance_alpha"], sp["z_loss_coef"])

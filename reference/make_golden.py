@@ -2,6 +2,7 @@
 """Write the golden files of docs/model.md ("Golden files") for one config.
 
 usage: make_golden.py CONFIG OUTDIR [--spec reference/golden_spec.json]
+                      [--precision fp32|bf16|mxfp8|fp8-blockwise] [--bf16-layers N]
 
 Prints one line per file written on stdout (per-step training losses go to stderr).
 Float64 math throughout, tensors saved as F32 (tokens I32):
@@ -16,6 +17,12 @@ Random draws, all from one torch.Generator seeded with spec["seed"], in this ord
      the float64 math uses exactly the stored values);
   2. step tokens [B, T+1]; 3. train tokens [steps, grad_accum, B, T+1]
 (tokens uniform over the vocabulary).  Training starts from the params.safetensors values.
+
+--precision runs every GEMM in the recipe of docs/precision.md (reference/quant.py: float64
+math on the quantized operands, quantized from their float32 rounding); the parameters and
+tokens do not depend on it (params.safetensors is the same file in every precision).  A
+non-fp32 recipe is recorded in the metadata of step and train ("precision", "bf16_layers"); fp32
+files carry no such key, so they are byte for byte what they were before the recipes existed.
 """
 
 import argparse
@@ -32,6 +39,7 @@ import torch  # noqa: E402
 from config import load_config  # noqa: E402
 from model import (MoE, DeepseekV3, combine_losses, hf_state_dict,  # noqa: E402
                    init_parameters, routing_margin)
+from quant import PRECISIONS  # noqa: E402
 from safetensors_io import save_file  # noqa: E402
 from train import TrainHParams, make_optimizer, train_step  # noqa: E402
 
@@ -55,6 +63,10 @@ def main(argv=None) -> int:
     ap.add_argument("--spec", default=os.path.join(HERE, "golden_spec.json"))
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads (1 keeps the float64 sums in one fixed order)")
+    ap.add_argument("--precision", default="fp32", choices=PRECISIONS,
+                    help="training recipe of docs/precision.md (default fp32)")
+    ap.add_argument("--bf16-layers", type=int, default=1,
+                    help="FP8 recipes: first and last N main decoder layers in bf16 (default 1)")
     args = ap.parse_args(argv)
 
     t0 = time.time()
@@ -71,14 +83,18 @@ def main(argv=None) -> int:
     os.makedirs(args.outdir, exist_ok=True)
     meta = {"config": os.path.abspath(args.config), "spec": json.dumps(spec, sort_keys=True),
             "generator": "reference/make_golden.py (float64 math, F32 storage)"}
+    params_meta = dict(meta)   # the parameters do not depend on the recipe
+    if args.precision != "fp32":
+        meta["precision"] = args.precision
+        meta["bf16_layers"] = str(args.bf16_layers)
 
     # ---- parameters ------------------------------------------------------------------
     gen = torch.Generator().manual_seed(int(spec["seed"]))
-    model = DeepseekV3(cfg, torch.float64)
+    model = DeepseekV3(cfg, torch.float64, precision=args.precision, bf16_layers=args.bf16_layers)
     init_parameters(model, gen, round_to_fp32=True)
     init_state = {n: t.detach().clone() for n, t in hf_state_dict(model).items()}
     path = os.path.join(args.outdir, "params.safetensors")
-    save_file({n: _f32(t) for n, t in init_state.items()}, path, meta)
+    save_file({n: _f32(t) for n, t in init_state.items()}, path, params_meta)
     print(f"wrote {path}: {len(init_state)} tensors, "
           f"{sum(t.numel() for t in init_state.values())} values")
 

@@ -21,6 +21,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from config import ModelConfig
+from quant import (combine_format, decoder_format, head_format, quantize_ste,
+                   quantized_linear)
 from rope import apply_rope, rope_tables, softmax_scale
 
 
@@ -47,22 +49,48 @@ class RMSNorm(nn.Module):
         return (y * self.weight.to(sd)).to(x.dtype)
 
 
-def _linear(d_in: int, d_out: int, dtype: torch.dtype) -> nn.Linear:
+class Linear(nn.Linear):
+    """Bias-free linear layer (weight [out, in] as in HF) whose GEMMs run in number format
+    `fmt` (reference/quant.py; "fp32" is the plain product, the default)."""
+
+    fmt = "fp32"
+
+    def forward(self, x: torch.Tensor, x_in_format: bool = False) -> torch.Tensor:
+        if self.fmt == "fp32":
+            return F.linear(x, self.weight)
+        return quantized_linear(x, self.weight, self.fmt, x_in_format)
+
+
+def _linear(d_in: int, d_out: int, dtype: torch.dtype) -> Linear:
     """Bias-free linear layer; weight stored [out_features, in_features] as in HF."""
-    return nn.Linear(d_in, d_out, bias=False, dtype=dtype)
+    return Linear(d_in, d_out, bias=False, dtype=dtype)
 
 
 class SwiGLU(nn.Module):
-    """down(silu(gate(x)) * up(x)): dense MLP, routed expert and shared expert alike."""
+    """down(silu(gate(x)) * up(x)): dense MLP, routed expert and shared expert alike.
+
+    In a low-precision format the gate and up projections are one linear layer with the
+    weight [gate; up] ([2F, D], as moet stores it), so FP8 blocks may span both halves."""
 
     def __init__(self, d: int, width: int, dtype: torch.dtype):
         super().__init__()
         self.gate_proj = _linear(d, width, dtype)
         self.up_proj = _linear(d, width, dtype)
         self.down_proj = _linear(width, d, dtype)
+        self.fmt = "fp32"
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+    def set_format(self, fmt: str):
+        self.fmt = fmt
+        for lin in (self.gate_proj, self.up_proj, self.down_proj):
+            lin.fmt = fmt
+
+    def forward(self, x: torch.Tensor, x_in_format: bool = False) -> torch.Tensor:
+        """x_in_format: x already holds the fprop operand (the MoE's dispatched rows)."""
+        if self.fmt == "fp32":
+            return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        w = torch.cat([self.gate_proj.weight, self.up_proj.weight], 0)
+        g, u = quantized_linear(x, w, self.fmt, x_in_format).split(self.gate_proj.out_features, -1)
+        return self.down_proj(F.silu(g) * u)
 
 
 class MLA(nn.Module):
@@ -81,6 +109,12 @@ class MLA(nn.Module):
         self.kv_a_layernorm = RMSNorm(self.C, cfg.rms_norm_eps, dtype)
         self.kv_b_proj = _linear(self.C, H * (self.P + self.U), dtype)
         self.o_proj = _linear(H * self.U, D, dtype)
+
+    def set_format(self, fmt: str):
+        """The five projections' format (core attention stays in the model's dtype)."""
+        for lin in (self.q_a_proj, self.q_b_proj, self.kv_a_proj_with_mqa, self.kv_b_proj,
+                    self.o_proj):
+            lin.fmt = fmt
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         """x: [B, T, D]; cos/sin: [T, R/2] -> [B, T, D]."""
@@ -195,6 +229,15 @@ class MoE(nn.Module):
             self.shared_experts = SwiGLU(D, cfg.moe_intermediate_size * cfg.n_shared_experts, dtype)
         else:
             self.shared_experts = None
+        self.fmt = "fp32"           # experts' (and shared expert's) linears, dispatched rows
+        self.combine_fmt = "fp32"   # experts' outputs before the combine
+
+    def set_format(self, fmt: str, combine_fmt: str):
+        self.fmt, self.combine_fmt = fmt, combine_fmt
+        for ex in self.experts:
+            ex.set_format(fmt)
+        if self.shared_experts is not None:
+            self.shared_experts.set_format(fmt)
 
     def forward(self, x: torch.Tensor):
         """x: [B, T, D] -> (y [B, T, D], MoEAux)."""
@@ -222,13 +265,20 @@ class MoE(nn.Module):
         order = torch.sort(flat, stable=True).indices                       # [M]
         load = torch.bincount(flat, minlength=E)                            # [E]
         tok = order // K                                                    # token of each row
-        x_perm = xf.index_select(0, tok)                                    # [M, D]
+        # Low precision: the rows travel in the experts' fprop format (quantized 1 x b along
+        # D here, straight-through in backward) and the experts use them as they are.
+        low = self.fmt != "fp32"
+        x_disp = quantize_ste(xf, self.fmt, "rows") if low else xf
+        x_perm = x_disp.index_select(0, tok)                                # [M, D]
         w_perm = w.reshape(-1).index_select(0, order).to(x.dtype)           # [M]
         outs = []
         for e, xe in enumerate(x_perm.split(load.tolist())):
             if xe.shape[0] > 0:
-                outs.append(self.experts[e](xe))
-        y_perm = torch.cat(outs, dim=0) * w_perm[:, None]
+                outs.append(self.experts[e](xe, x_in_format=True) if low else self.experts[e](xe))
+        yp = torch.cat(outs, dim=0)
+        if self.combine_fmt != "fp32":     # outputs come back rounded (straight-through)
+            yp = quantize_ste(yp, self.combine_fmt, "rows")
+        y_perm = yp * w_perm[:, None]
         y = xf.new_zeros(N, D).index_add(0, tok, y_perm)
         if self.shared_experts is not None:
             y = y + self.shared_experts(xf)
@@ -263,6 +313,14 @@ class DecoderLayer(nn.Module):
             self.mlp = MoE(cfg, dtype)
         else:
             self.mlp = SwiGLU(D, cfg.intermediate_size, dtype)
+
+    def set_format(self, fmt: str, combine_fmt: str):
+        """Format of this block's linears (attention projections, MLP / experts)."""
+        self.self_attn.set_format(fmt)
+        if self.is_moe:
+            self.mlp.set_format(fmt, combine_fmt)
+        else:
+            self.mlp.set_format(fmt)
 
     def forward(self, h, cos, sin):
         """h: [B, T, D] -> (out [B, T, D], MoEAux or None)."""
@@ -323,9 +381,14 @@ class ModelOutput:
 
 
 class DeepseekV3(nn.Module):
-    """Main model + MTP modules + losses.  `forward(seq)` with seq [B, T+1] int64."""
+    """Main model + MTP modules + losses.  `forward(seq)` with seq [B, T+1] int64.
 
-    def __init__(self, cfg: ModelConfig, dtype: torch.dtype = torch.float32):
+    precision: the training recipe of docs/precision.md ("fp32", "bf16", "mxfp8",
+    "fp8-blockwise"); bf16_layers: FP8 recipes run the first and the last that many decoder
+    layers of the main model in bf16."""
+
+    def __init__(self, cfg: ModelConfig, dtype: torch.dtype = torch.float32,
+                 precision: str = "fp32", bf16_layers: int = 1):
         super().__init__()
         self.cfg = cfg
         self.dtype = dtype
@@ -335,9 +398,27 @@ class DeepseekV3(nn.Module):
         else:
             self.lm_head = None
         self._rope_cache = {}   # (T, device) -> (cos, sin); deliberately not a buffer
+        self.set_precision(precision, bf16_layers)
+
+    def set_precision(self, precision: str, bf16_layers: int = 1):
+        """Formats of every GEMM from the recipe (src/model/precision.cpp's policy): decoder
+        linears by layer, LM head and eh_proj bf16 unless fp32; router and core attention
+        stay in the model's dtype."""
+        L = self.cfg.num_hidden_layers
+        self.precision, self.bf16_layers = precision, bf16_layers
+        self.head_fmt = head_format(precision)
+        for i, layer in enumerate(self.model.layers):
+            layer.set_format(decoder_format(precision, i, L, bf16_layers),
+                             combine_format(precision))
+            if isinstance(layer, MTPLayer):
+                layer.eh_proj.fmt = self.head_fmt
+        if self.lm_head is not None:
+            self.lm_head.fmt = self.head_fmt
 
     def _lm_head(self, x: torch.Tensor) -> torch.Tensor:
         w = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+        if self.head_fmt != "fp32":
+            return quantized_linear(x, w, self.head_fmt)
         return F.linear(x, w)
 
     def _rope(self, T: int, device):
