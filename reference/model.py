@@ -21,8 +21,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from config import ModelConfig
-from quant import (combine_format, decoder_format, head_format, quantize_ste,
-                   quantized_linear)
+from quant import (Bf16Attention, attention_format, combine_format, decoder_format,
+                   head_format, quantize_ste, quantized_linear)
 from rope import apply_rope, rope_tables, softmax_scale
 
 
@@ -110,11 +110,12 @@ class MLA(nn.Module):
         self.kv_b_proj = _linear(self.C, H * (self.P + self.U), dtype)
         self.o_proj = _linear(H * self.U, D, dtype)
 
-    def set_format(self, fmt: str):
-        """The five projections' format (core attention stays in the model's dtype)."""
+    def set_format(self, fmt: str, attn_fmt: str = "fp32"):
+        """The five projections' format, and core attention's (fp32, or bf16 operands)."""
         for lin in (self.q_a_proj, self.q_b_proj, self.kv_a_proj_with_mqa, self.kv_b_proj,
                     self.o_proj):
             lin.fmt = fmt
+        self.attn_fmt = attn_fmt
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         """x: [B, T, D]; cos/sin: [T, R/2] -> [B, T, D]."""
@@ -137,6 +138,9 @@ class MLA(nn.Module):
         k = k.transpose(1, 2)                                            # [B, H, T, P+R]
         v = v.transpose(1, 2)                                            # [B, H, T, U]
 
+        if getattr(self, "attn_fmt", "fp32") == "bf16":
+            o = Bf16Attention.apply(q, k, v, self.scale).transpose(1, 2).reshape(B, T, H * U)
+            return self.o_proj(o)
         scores = torch.matmul(q, k.transpose(-1, -2)) * self.scale      # [B, H, T, T]
         causal = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
         scores = scores.masked_fill(causal, float("-inf"))
@@ -314,9 +318,10 @@ class DecoderLayer(nn.Module):
         else:
             self.mlp = SwiGLU(D, cfg.intermediate_size, dtype)
 
-    def set_format(self, fmt: str, combine_fmt: str):
-        """Format of this block's linears (attention projections, MLP / experts)."""
-        self.self_attn.set_format(fmt)
+    def set_format(self, fmt: str, combine_fmt: str, attn_fmt: str = "fp32"):
+        """Format of this block's linears (attention projections, MLP / experts) and of core
+        attention."""
+        self.self_attn.set_format(fmt, attn_fmt)
         if self.is_moe:
             self.mlp.set_format(fmt, combine_fmt)
         else:
@@ -402,14 +407,14 @@ class DeepseekV3(nn.Module):
 
     def set_precision(self, precision: str, bf16_layers: int = 1):
         """Formats of every GEMM from the recipe (src/model/precision.cpp's policy): decoder
-        linears by layer, LM head and eh_proj bf16 unless fp32; router and core attention
-        stay in the model's dtype."""
+        linears by layer, LM head, eh_proj and core attention bf16 unless fp32; the router
+        stays in the model's dtype."""
         L = self.cfg.num_hidden_layers
         self.precision, self.bf16_layers = precision, bf16_layers
         self.head_fmt = head_format(precision)
         for i, layer in enumerate(self.model.layers):
             layer.set_format(decoder_format(precision, i, L, bf16_layers),
-                             combine_format(precision))
+                             combine_format(precision), attention_format(precision))
             if isinstance(layer, MTPLayer):
                 layer.eh_proj.fmt = self.head_fmt
         if self.lm_head is not None:

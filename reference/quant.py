@@ -293,6 +293,39 @@ def quantize_ste(x, fmt: str, axis: str = "rows"):
     return x if fmt == "fp32" else QuantizeSTE.apply(x, fmt, axis)
 
 
+class Bf16Attention(torch.autograd.Function):
+    """Causal attention whose two products take bf16 operands (moet's attention under the bf16
+    and FP8 recipes).  Forward: S = r(q)·r(k)ᵀ·scale, P = softmax(S), O = r(P)·r(v); backward:
+    dV = r(P)ᵀ·r(dO), dP = r(dO)·r(v)ᵀ, dS = P∘(dP − rowsum(r(dO)∘O)), dQ = r(dS)·r(k)·scale,
+    dK = r(dS)ᵀ·r(q)·scale, with r = bf16 rounding (of the float32 value).  moet rounds each key
+    tile's unnormalised probabilities in forward (flash attention); rounding is relative, so the
+    two differ by bf16 rounding noise there.  q, k: [B, H, T, K]; v: [B, H, T, U]."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, scale):
+        T = q.shape[-2]
+        qb, kb, vb = qop(q, "bf16"), qop(k, "bf16"), qop(v, "bf16")
+        s = torch.matmul(qb, kb.transpose(-1, -2)) * scale
+        causal = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)
+        p = torch.softmax(s.masked_fill(causal, float("-inf")), dim=-1)
+        o = torch.matmul(qop(p, "bf16"), vb)
+        ctx.save_for_backward(qb, kb, vb, p, o)
+        ctx.scale = scale
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        qb, kb, vb, p, o = ctx.saved_tensors
+        dob = qop(do, "bf16")
+        dv = torch.matmul(qop(p, "bf16").transpose(-1, -2), dob)
+        dp = torch.matmul(dob, vb.transpose(-1, -2))
+        ds = p * (dp - (dob * o).sum(-1, keepdim=True))
+        dsb = qop(ds, "bf16")
+        dq = torch.matmul(dsb, kb) * ctx.scale
+        dk = torch.matmul(dsb.transpose(-1, -2), qb) * ctx.scale
+        return dq, dk, dv, None
+
+
 def grouped_quantized_linear(x_MD, counts, weights, fmt: str, x_in_format: bool = False):
     """The experts' grouped linear (single process): rows x_MD sorted by expert, `counts[e]`
     rows for expert e, weights[e] [O, D].  One quantized linear per non-empty segment, so each
@@ -319,6 +352,11 @@ def decoder_format(precision: str, layer: int, num_layers: int, bf16_layers: int
 
 def head_format(precision: str) -> str:
     """LM head and MTP eh_proj: bf16 unless fp32."""
+    return "fp32" if precision == "fp32" else "bf16"
+
+
+def attention_format(precision: str) -> str:
+    """Core attention's products: bf16 operands unless fp32 (PrecisionPolicy::attention)."""
     return "fp32" if precision == "fp32" else "bf16"
 
 

@@ -248,7 +248,8 @@ TEST(OpsCrossEntropy, StableForLargeLogits) {
 
 // ------------------------------------------------------------------ attention
 
-// Naive attention in double: o and each row's log-sum-exp. round: operands as bf16.
+// Naive attention in double: o and each row's log-sum-exp. round: the products' operands (q, k,
+// v and the normalised probabilities) as bf16.
 void naive_attention(const Buf& q, const Buf& k, const Buf& v, int64_t B, int64_t T, int64_t H,
                      int64_t Kd, int64_t Vd, double scale, bool round, std::vector<double>& want_o,
                      std::vector<double>& want_lse) {
@@ -271,7 +272,7 @@ void naive_attention(const Buf& q, const Buf& k, const Buf& v, int64_t B, int64_
         for (int64_t s = 0; s <= t; ++s) z += std::exp(sc[s] - m);
         want_lse[(b * H + h) * T + t] = m + std::log(z);
         for (int64_t s = 0; s <= t; ++s) {
-          const double pr = std::exp(sc[s] - m) / z;
+          const double pr = rd(std::exp(sc[s] - m) / z);
           for (int64_t j = 0; j < Vd; ++j)
             want_o[((b * T + t) * H + h) * Vd + j] +=
                 pr * rd(v.get(((b * T + s) * H + h) * Vd + j));
@@ -298,8 +299,8 @@ TEST(OpsAttention, ForwardMatchesNaive) {
   }
 }
 
-// bf16 operands: the products see bf16 q, k, v (and probabilities, whose rounding is a relative
-// 2^-9 per term): close to attention on the rounded inputs, and further from the fp32 result.
+// bf16 operands: the products see bf16 q, k, v and normalised probabilities: attention on the
+// rounded operands to fp32 accumulation, and visibly away from the fp32 result.
 TEST(OpsAttention, Bf16OperandsRoundTheProducts) {
   Rng r(12);
   const int64_t B = 1, T = 70, H = 2, Kd = 16, Vd = 8;

@@ -35,8 +35,11 @@ struct PrecisionPolicy {
   ops::LinearPrecision head() const;
   // The router's gate projection: fp32 always (as Megatron's --moe-router-dtype fp32).
   ops::LinearPrecision router() const { return {}; }
-  // Core attention's two products (q·kᵀ, p·v): fp32 in every recipe for now (docs/precision.md).
-  ops::Format attention() const { return ops::Format::F32; }
+  // Core attention's two products (q·kᵀ, p·v): bf16 operands unless fp32 (softmax statistics and
+  // accumulation fp32), as Megatron runs attention in bf16 under its FP8 recipes.
+  ops::Format attention() const {
+    return recipe == Recipe::FP32 ? ops::Format::F32 : ops::Format::BF16;
+  }
   // The format the MoE tokens travel to the experts in: that of the experts' fprop (FP8 rows
   // with their scales under an FP8 recipe, bf16 rows under bf16); expert outputs come back in
   // bf16 unless fp32.

@@ -107,7 +107,10 @@ const T* operand_copy(const T* x, int64_t n, bool bf16, int which) {
 
 // Flash attention forward (online softmax over key tiles): per (b, h) and query tile, running
 // row maxima m and sums l, the output accumulated in a tile buffer and rescaled as m grows; the
-// log-sum-exp of every row is kept for backward. No T×T buffer.
+// log-sum-exp of every row is kept for backward. No T×T buffer. With bf16 operands the
+// probabilities that meet v are rounded normalised — the very P of backward — so a first pass
+// over the key tiles finds each row's log-sum-exp and a second forms P = exp(S − lse) and P·v
+// (one more q·kᵀ; the rounding then does not depend on the tiling).
 template <typename T>
 void attn_fwd(const AttnDims& d, const T* q, const T* k, const T* v, T scale, T* lse, T* o,
               bool bf16) {
@@ -128,7 +131,9 @@ void attn_fwd(const AttnDims& d, const T* q, const T* k, const T* v, T scale, T*
       std::fill_n(m, r, -std::numeric_limits<T>::infinity());
       std::fill_n(l, r, T(0));
       std::fill_n(acc, r * Vd, T(0));
-      for (int64_t j0 = 0; j0 < i1; j0 += kTile) {
+      // one key tile: scores into S; with accumulate, S becomes exp(S − m) and acc += S·v with
+      // the running statistics, else only the statistics are updated (first bf16 pass)
+      auto key_tile = [&](int64_t j0, bool accumulate) {
         const int64_t j1 = std::min(i1, j0 + kTile), c = j1 - j0;
         blas_gemm(false, true, r, c, Kd, scale, Q + i0 * lq, lq, K + j0 * lq, lq, T(0), S, c);
         for (int64_t i = 0; i < r; ++i) {
@@ -146,16 +151,39 @@ void attn_fwd(const AttnDims& d, const T* q, const T* k, const T* v, T scale, T*
           const T corr = exp_fast(m[i] - mx);  // 0 on the first tile (m = -inf)
           l[i] = l[i] * corr + sum;
           m[i] = mx;
+          if (!accumulate) continue;
           T* a = acc + i * Vd;
           for (int64_t j = 0; j < Vd; ++j) a[j] *= corr;
         }
-        round_operands(S, r * c, bf16);
+        if (accumulate)
+          blas_gemm(false, false, r, Vd, c, T(1), S, c, V + j0 * lv, lv, T(1), acc, Vd);
+      };
+      // the normalised probabilities of one key tile, rounded, times v (second bf16 pass)
+      auto key_tile_normalised = [&](int64_t j0) {
+        const int64_t j1 = std::min(i1, j0 + kTile), c = j1 - j0;
+        blas_gemm(false, true, r, c, Kd, scale, Q + i0 * lq, lq, K + j0 * lq, lq, T(0), S, c);
+        for (int64_t i = 0; i < r; ++i) {
+          T* row = S + i * c;
+          const int64_t valid = std::min(c, i0 + i - j0 + 1);
+          const T li = L[i0 + i];
+#pragma omp simd
+          for (int64_t s = 0; s < valid; ++s) row[s] = exp_fast(row[s] - li);
+          std::fill(row + std::max<int64_t>(valid, 0), row + c, T(0));
+        }
+        round_operands(S, r * c, true);
         blas_gemm(false, false, r, Vd, c, T(1), S, c, V + j0 * lv, lv, T(1), acc, Vd);
-      }
-      for (int64_t i = 0; i < r; ++i) {
-        const T inv = T(1) / l[i];
-        for (int64_t j = 0; j < Vd; ++j) O[(i0 + i) * lv + j] = acc[i * Vd + j] * inv;
-        L[i0 + i] = m[i] + std::log(l[i]);
+      };
+      for (int64_t j0 = 0; j0 < i1; j0 += kTile) key_tile(j0, !bf16);
+      for (int64_t i = 0; i < r; ++i) L[i0 + i] = m[i] + std::log(l[i]);
+      if (bf16) {
+        for (int64_t j0 = 0; j0 < i1; j0 += kTile) key_tile_normalised(j0);
+        for (int64_t i = 0; i < r; ++i)
+          for (int64_t j = 0; j < Vd; ++j) O[(i0 + i) * lv + j] = acc[i * Vd + j];
+      } else {
+        for (int64_t i = 0; i < r; ++i) {
+          const T inv = T(1) / l[i];
+          for (int64_t j = 0; j < Vd; ++j) O[(i0 + i) * lv + j] = acc[i * Vd + j] * inv;
+        }
       }
     }
   }
