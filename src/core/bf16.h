@@ -6,10 +6,11 @@
 
 namespace moet {
 
+// Branch-free (a select), so loops over it vectorise.
 inline uint16_t bf16_bits(float x) {
   const uint32_t u = std::bit_cast<uint32_t>(x);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return uint16_t((u >> 16) | 0x40u);  // quiet NaN
-  return uint16_t((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+  const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+  return uint16_t((u & 0x7FFFFFFFu) > 0x7F800000u ? (u >> 16) | 0x40u : rounded);  // NaN quiet
 }
 
 inline float bf16_to_float(uint16_t b) { return std::bit_cast<float>(uint32_t(b) << 16); }

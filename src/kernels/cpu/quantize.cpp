@@ -85,18 +85,81 @@ BlockScale block_scale(Format f, float amax) {
   return f == Format::MXFP8 ? mxfp8_scale(amax) : fp8block_scale(amax);
 }
 
-// The value an element quantizes to (sign kept, NaN stays NaN).
-inline float fp8_value(float x, const BlockScale& s) {
-  const float y = x * s.mult;
-  const float a = e4m3_round_abs(std::fabs(y));
-  const float v = std::copysign(a * s.deq, y);
-  return y == y ? v : y;
+// The same scales for n blocks at once, with selects only (amax is never NaN: NaN is ignored),
+// so the loops vectorise: mult[i], deq[i], and code[i] (E8M0 exponent, MXFP8) when non-null.
+void block_scales(Format f, const float* __restrict amax, int64_t n, float* __restrict mult,
+                  float* __restrict deq, uint8_t* __restrict code) {
+  if (f == Format::MXFP8) {
+    constexpr float kRcp448 = 1.0f / kE4M3Max;
+    uint8_t codes[256];
+    for (int64_t i0 = 0; i0 < n; i0 += 256) {
+      const int64_t m = std::min<int64_t>(256, n - i0);
+#pragma omp simd
+      for (int64_t i = 0; i < m; ++i) {
+        const float v = amax[i0 + i] * kRcp448;
+        const uint32_t u = std::bit_cast<uint32_t>(v), e = u >> 23, man = u & 0x7FFFFFu;
+        const uint32_t up = (man != 0) & (e != 0xFEu) & !((e == 0) & (man <= 0x400000u));
+        const uint32_t ex = e == 0xFFu ? 0xFEu : e + up;  // +Inf: 0xFE (TE's float_to_e8m0)
+        mult[i0 + i] = ex == 0 ? 1.0f : std::bit_cast<float>((254u - ex) << 23);
+        deq[i0 + i] = std::bit_cast<float>(ex == 0 ? 0x00400000u : ex << 23);
+        codes[i] = uint8_t(ex);
+      }
+      if (code) std::copy(codes, codes + m, code + i0);
+    }
+    return;
+  }
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const float a = amax[i];
+    const bool plain = a == 0.0f || a > FLT_MAX;  // zero or +Inf: scale 1
+    float s = kE4M3Max / (plain ? 1.0f : a);
+    s = s > FLT_MAX ? FLT_MAX : s;
+    s = std::bit_cast<float>(std::bit_cast<uint32_t>(s) & 0xFF800000u);
+    s = plain ? 1.0f : s;
+    mult[i] = s;
+    deq[i] = 1.0f / s;
+  }
 }
 
-inline void store(float* q, int64_t i, float v) { q[i] = v; }
-inline void store(uint16_t* q, int64_t i, float v) { q[i] = bf16_bits(v); }
+// The value an element quantizes to (sign kept, NaN stays NaN): e4m3_round_abs of |x·mult|
+// times deq, written with selects and bit operations only, so the loops over it vectorise.
+inline float fp8_value(float x, float mult, float deq) {
+  const float y = x * mult;
+  const uint32_t yb = std::bit_cast<uint32_t>(y), ab = yb & 0x7FFFFFFFu;
+  const float a = std::bit_cast<float>(ab);
+  const float normal = std::bit_cast<float>((ab + 0x7FFFFu + ((ab >> 20) & 1u)) & 0xFFF00000u);
+  const float sub = (a + 16384.0f) - 16384.0f;
+  const float v = std::min(a < 0.015625f ? sub : normal, kE4M3Max) * deq;
+  const float signed_v = std::bit_cast<float>(std::bit_cast<uint32_t>(v) | (yb & 0x80000000u));
+  return ab > 0x7F800000u ? y : signed_v;
+}
 
-inline float abs_max(float m, float x) { return std::fabs(x) > m ? std::fabs(x) : m; }
+inline float store_value(float v, float*) { return v; }
+inline uint16_t store_value(float v, uint16_t*) { return bf16_bits(v); }
+
+// max(m, |x|), NaN ignored (as fmaxf): std::max keeps m when |x| is NaN.
+inline float abs_max(float m, float x) { return std::max(m, std::fabs(x)); }
+
+// q[j] = the values of x[j], j < n, with one scale (mult, deq), or a scale per element.
+template <typename Q>
+inline void fp8_values(const float* __restrict x, int64_t n, float mult, float deq,
+                       Q* __restrict q) {
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j) q[j] = store_value(fp8_value(x[j], mult, deq), q);
+}
+template <typename Q>
+inline void fp8_values(const float* __restrict x, int64_t n, const float* __restrict mult,
+                       const float* __restrict deq, Q* __restrict q) {
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j) q[j] = store_value(fp8_value(x[j], mult[j], deq[j]), q);
+}
+
+inline float block_amax(const float* __restrict x, int64_t n) {
+  float m = 0;
+#pragma omp simd reduction(max : m)
+  for (int64_t j = 0; j < n; ++j) m = abs_max(m, x[j]);
+  return m;
+}
 
 // Output targets of one quantization: any may be null.
 template <typename Q>
@@ -111,28 +174,50 @@ struct Outputs {
   }
 };
 
-// Blocks of b consecutive elements in each row.
-template <typename Q>
-void quantize_rows(const float* x, int64_t R, int64_t C, int64_t b, Format f, const Outputs<Q>& o) {
-  const int64_t nb = (C + b - 1) / b;
+// Blocks of kB consecutive elements in each row: per row, the blocks' amax, then their scales
+// (block_scales, vectorised across blocks), then the values block by block (full blocks with a
+// trip count known at compile time) and the last partial block.
+template <int64_t kB, typename Q>
+void quantize_rows_b(const float* x, int64_t R, int64_t C, Format f, const Outputs<Q>& o) {
+  const int64_t nb = (C + kB - 1) / kB;
   parallel_ranges_min(R, std::max<int64_t>(1, kParallelMin / std::max<int64_t>(C, 1)),
                       [&](int64_t r0, int64_t r1) {
+                        constexpr int64_t kMax = 256;  // blocks per pass
+                        float amax[kMax], mult[kMax], deq[kMax];
+                        uint8_t code[kMax];
                         for (int64_t r = r0; r < r1; ++r)
-                          for (int64_t k = 0; k < nb; ++k) {
-                            const int64_t c0 = k * b, c1 = std::min(C, c0 + b);
-                            const float* xr = x + r * C;
-                            float amax = 0;
-                            for (int64_t c = c0; c < c1; ++c) amax = abs_max(amax, xr[c]);
-                            const BlockScale s = block_scale(f, amax);
-                            o.put_scale(r * nb + k, s);
-                            if (o.q)
-                              for (int64_t c = c0; c < c1; ++c)
-                                store(o.q, r * C + c, fp8_value(xr[c], s));
-                            if (o.codes)
-                              for (int64_t c = c0; c < c1; ++c)
-                                o.codes[r * C + c] = e4m3_bits(xr[c] * s.mult);
+                          for (int64_t k0 = 0; k0 < nb; k0 += kMax) {
+                            const int64_t k1 = std::min(nb, k0 + kMax);
+                            for (int64_t k = k0; k < k1; ++k) {
+                              const int64_t c0 = k * kB;
+                              amax[k - k0] = C - c0 >= kB ? block_amax(x + r * C + c0, kB)
+                                                          : block_amax(x + r * C + c0, C - c0);
+                            }
+                            block_scales(f, amax, k1 - k0, mult, deq, o.scale_u8 ? code : nullptr);
+                            for (int64_t k = k0; k < k1; ++k) {
+                              const int64_t c0 = k * kB, n = std::min(C - c0, kB), i = k - k0;
+                              const float* xr = x + r * C + c0;
+                              if (o.scale_u8) o.scale_u8[r * nb + k] = code[i];
+                              if (o.scale_f32) o.scale_f32[r * nb + k] = deq[i];
+                              if (o.q) {
+                                if (n == kB)
+                                  fp8_values(xr, kB, mult[i], deq[i], o.q + r * C + c0);
+                                else
+                                  fp8_values(xr, n, mult[i], deq[i], o.q + r * C + c0);
+                              }
+                              if (o.codes)
+                                for (int64_t c = 0; c < n; ++c)
+                                  o.codes[r * C + c0 + c] = e4m3_bits(xr[c] * mult[i]);
+                            }
                           }
                       });
+}
+
+template <typename Q>
+void quantize_rows(const float* x, int64_t R, int64_t C, int64_t b, Format f, const Outputs<Q>& o) {
+  if (b == 32) return quantize_rows_b<32>(x, R, C, f, o);
+  MOET_ASSERT(b == 128);
+  quantize_rows_b<128>(x, R, C, f, o);
 }
 
 // Blocks of b consecutive rows in each column (or b×b squares when square).
@@ -144,37 +229,37 @@ void quantize_cols(const float* x, int64_t R, int64_t C, int64_t b, bool square,
   const int64_t chunks = (C + kChunk - 1) / kChunk;
   parallel_ranges_min(
       nrb * chunks, std::max<int64_t>(1, kParallelMin / (b * kChunk)), [&](int64_t t0, int64_t t1) {
-        float amax[kChunk];
-        BlockScale sc[kChunk];
+        float amax[kChunk], mult[kChunk], deq[kChunk];
+        uint8_t code[kChunk];
         for (int64_t t = t0; t < t1; ++t) {
           const int64_t rb = t / chunks, j0 = (t % chunks) * kChunk, j1 = std::min(C, j0 + kChunk);
           const int64_t r0 = rb * b, r1 = std::min(R, r0 + b), w = j1 - j0;
           std::fill_n(amax, w, 0.0f);
           for (int64_t r = r0; r < r1; ++r) {
-            const float* xr = x + r * C + j0;
+            const float* __restrict xr = x + r * C + j0;
+#pragma omp simd
             for (int64_t j = 0; j < w; ++j) amax[j] = abs_max(amax[j], xr[j]);
           }
           if (square) {  // one scale per b columns: kChunk is a multiple of b (128)
             for (int64_t j = 0; j < w; j += b) {
-              float m = 0;
-              for (int64_t i = j; i < std::min(w, j + b); ++i) m = abs_max(m, amax[i]);
-              const BlockScale s = block_scale(f, m);
-              for (int64_t i = j; i < std::min(w, j + b); ++i) sc[i] = s;
+              const int64_t n = std::min(w, j + b) - j;
+              const BlockScale s = block_scale(f, block_amax(amax + j, n));
+              std::fill_n(mult + j, n, s.mult);
+              std::fill_n(deq + j, n, s.deq);
               o.put_scale(rb * ncb + (j0 + j) / b, s);
             }
           } else {
+            block_scales(f, amax, w, mult, deq, o.scale_u8 ? code : nullptr);
             for (int64_t j = 0; j < w; ++j) {
-              sc[j] = block_scale(f, amax[j]);
-              o.put_scale(rb * ncb + j0 + j, sc[j]);
+              if (o.scale_u8) o.scale_u8[rb * ncb + j0 + j] = code[j];
+              if (o.scale_f32) o.scale_f32[rb * ncb + j0 + j] = deq[j];
             }
           }
           for (int64_t r = r0; r < r1; ++r) {
             const float* xr = x + r * C + j0;
-            if (o.q)
-              for (int64_t j = 0; j < w; ++j) store(o.q, r * C + j0 + j, fp8_value(xr[j], sc[j]));
+            if (o.q) fp8_values(xr, w, mult, deq, o.q + r * C + j0);
             if (o.codes)
-              for (int64_t j = 0; j < w; ++j)
-                o.codes[r * C + j0 + j] = e4m3_bits(xr[j] * sc[j].mult);
+              for (int64_t j = 0; j < w; ++j) o.codes[r * C + j0 + j] = e4m3_bits(xr[j] * mult[j]);
           }
         }
       });
@@ -183,7 +268,13 @@ void quantize_cols(const float* x, int64_t R, int64_t C, int64_t b, bool square,
 template <typename Q>
 void round_or_copy(const float* x, int64_t n, Format f, Q* q) {
   parallel_ranges(n, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) store(q, i, f == Format::BF16 ? round_bf16(x[i]) : x[i]);
+    if (f == Format::BF16) {
+#pragma omp simd
+      for (int64_t i = i0; i < i1; ++i) q[i] = store_value(round_bf16(x[i]), q);
+    } else {
+#pragma omp simd
+      for (int64_t i = i0; i < i1; ++i) q[i] = store_value(x[i], q);
+    }
   });
 }
 
@@ -308,33 +399,31 @@ void encode_rows(const Tensor& x_RD, Format fmt, void* out) {
   const float* x = x_RD.f32();
   auto* o = static_cast<unsigned char*>(out);
   if (fmt == Format::F32) return void(std::memcpy(out, x, size_t(R * D) * 4));
-  parallel_ranges_min(R, std::max<int64_t>(1, kParallelMin / std::max<int64_t>(D, 1)),
-                      [&](int64_t r0, int64_t r1) {
-                        for (int64_t r = r0; r < r1; ++r) {
-                          const float* xr = x + r * D;
-                          unsigned char* w = o + r * rb;
-                          if (fmt == Format::BF16) {
-                            for (int64_t j = 0; j < D; ++j) {
-                              const uint16_t b = bf16_bits(xr[j]);
-                              std::memcpy(w + 2 * j, &b, 2);
-                            }
-                            continue;
-                          }
-                          const int64_t b = format_block(fmt), nb = (D + b - 1) / b;
-                          for (int64_t k = 0; k < nb; ++k) {
-                            float amax = 0;
-                            for (int64_t j = k * b; j < std::min(D, (k + 1) * b); ++j)
-                              amax = abs_max(amax, xr[j]);
-                            const BlockScale s = block_scale(fmt, amax);
-                            for (int64_t j = k * b; j < std::min(D, (k + 1) * b); ++j)
-                              w[j] = e4m3_bits(xr[j] * s.mult);
-                            if (fmt == Format::MXFP8)
-                              w[D + k] = s.code;
-                            else
-                              std::memcpy(w + D + 4 * k, &s.deq, 4);
-                          }
-                        }
-                      });
+  parallel_ranges_min(
+      R, std::max<int64_t>(1, kParallelMin / std::max<int64_t>(D, 1)), [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          const float* xr = x + r * D;
+          unsigned char* w = o + r * rb;
+          if (fmt == Format::BF16) {
+            for (int64_t j = 0; j < D; ++j) {
+              const uint16_t b = bf16_bits(xr[j]);
+              std::memcpy(w + 2 * j, &b, 2);
+            }
+            continue;
+          }
+          const int64_t b = format_block(fmt), nb = (D + b - 1) / b;
+          for (int64_t k = 0; k < nb; ++k) {
+            const BlockScale s =
+                block_scale(fmt, block_amax(xr + k * b, std::min(D, (k + 1) * b) - k * b));
+            for (int64_t j = k * b; j < std::min(D, (k + 1) * b); ++j)
+              w[j] = e4m3_bits(xr[j] * s.mult);
+            if (fmt == Format::MXFP8)
+              w[D + k] = s.code;
+            else
+              std::memcpy(w + D + 4 * k, &s.deq, 4);
+          }
+        }
+      });
 }
 
 void decode_rows(const void* in, Format fmt, Tensor& x_RD) {
