@@ -18,11 +18,12 @@ namespace moet::ops::cpu {
 constexpr int64_t kParallelMin = 1 << 14;
 
 // Calls fn(begin, end) on contiguous ranges covering [0, n), one per OpenMP thread, or once on
-// the calling thread when n < min_items. Loops inside fn see plain locals, not the shared
-// variables of an outlined parallel region, so the compiler vectorises them.
+// the calling thread when n < min_items or when already inside a parallel region (an op called
+// from a thread of another op's loop runs on that thread). Loops inside fn see plain locals, not
+// the shared variables of an outlined parallel region, so the compiler vectorises them.
 template <typename Fn>
 void parallel_ranges_min(int64_t n, int64_t min_items, Fn&& fn) {
-  if (n < min_items || n < 2) {
+  if (n < min_items || n < 2 || omp_in_parallel()) {
     fn(int64_t{0}, n);
     return;
   }

@@ -70,18 +70,27 @@ Tensor expert_weights(const Tensor& w_EOD, int64_t E, int64_t O, int64_t D, Form
   return q;
 }
 
+// Runs fn(s) for every non-empty segment s, segments spread over the threads (each GEMM on one
+// thread, single-threaded inside: small and uneven experts keep both cores busy, and a
+// segment's result does not depend on the thread count).
+template <typename Fn>
+void for_each_segment(int64_t G, const int32_t* off, Fn&& fn) {
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t s = 0; s < G; ++s)
+    if (off[s + 1] > off[s]) fn(s);
+}
+
 // Quantizes the rows of each non-empty segment with b×1 blocks that start at its first row.
 void quantize_segments_cols(const Tensor& x_MD, const int32_t* off, int64_t G, Format f,
                             Tensor& q_MD) {
   const int64_t D = x_MD.size(-1);
   const size_t es = dtype_size(q_MD.dtype);
-  for (int64_t g = 0; g < G; ++g) {
+  for_each_segment(G, off, [&](int64_t g) {
     const int64_t r0 = off[g], r = off[g + 1] - off[g];
-    if (r == 0) continue;
     const Tensor xs(x_MD.data<float>() + r0 * D, DType::F32, {r, D});
     Tensor qs(static_cast<char*>(q_MD.ptr) + r0 * D * es, q_MD.dtype, {r, D});
     quantize(xs, f, BlockAxis::Cols, qs);
-  }
+  });
 }
 
 }  // namespace
@@ -104,22 +113,20 @@ void grouped_linear_forward(const Tensor& x_MD, const Tensor& offsets_E1, const 
       quantize(x_MD, x_in_format ? Format::F32 : p.fprop, BlockAxis::Rows, xq);
     }
     const Tensor w = expert_weights(w_EOD, g.E, O, D, p.fprop, false, wq);
-    for (int64_t s = 0; s < g.G; ++s) {
+    for_each_segment(g.G, off, [&](int64_t s) {
       const int64_t r0 = off[s], r = off[s + 1] - off[s], e = s / g.S;
-      if (r == 0) continue;
       gemm_operands(false, true, r, O, D, 1.0f, xq, r0 * D, D, w, e * O * D, D, 0.0f,
                     y_MO.f32() + r0 * O, O);
-    }
+    });
     return;
   }
   dispatch_float(y_MO.dtype, [&](auto t0) {
     using T = decltype(t0);
-    for (int64_t s = 0; s < g.G; ++s) {
+    for_each_segment(g.G, off, [&](int64_t s) {
       const int64_t r0 = off[s], r = off[s + 1] - off[s], e = s / g.S;
-      if (r == 0) continue;
       blas_gemm(false, true, r, O, D, T(1), x_MD.data<T>() + r0 * D, D, w_EOD.data<T>() + e * O * D,
                 D, T(0), y_MO.data<T>() + r0 * O, O);
-    }
+    });
   });
 }
 
@@ -146,21 +153,19 @@ void grouped_linear_backward(const Tensor& dy_MO, const Tensor& x_MD, const Tens
       Tensor dyq = operand_buffer({g.M, O}, kSlotDy);
       quantize(dy_MO, p.dgrad, BlockAxis::Rows, dyq);
       const Tensor w = expert_weights(w_EOD, g.E, O, D, p.dgrad, true, wq);
-      for (int64_t s = 0; s < g.G; ++s) {
+      for_each_segment(g.G, off, [&](int64_t s) {
         const int64_t r0 = off[s], r = off[s + 1] - off[s], e = s / S;
-        if (r == 0) continue;
         gemm_operands(false, false, r, D, O, 1.0f, dyq, r0 * O, O, w, e * O * D, D, 0.0f,
                       dx_MD.f32() + r0 * D, D);
-      }
+      });
     } else {
       dispatch_float(dy_MO.dtype, [&](auto t0) {
         using T = decltype(t0);
-        for (int64_t s = 0; s < g.G; ++s) {
+        for_each_segment(g.G, off, [&](int64_t s) {
           const int64_t r0 = off[s], r = off[s + 1] - off[s], e = s / S;
-          if (r == 0) continue;
           blas_gemm(false, false, r, D, O, T(1), dy_MO.data<T>() + r0 * O, O,
                     w_EOD.data<T>() + e * O * D, D, T(0), dx_MD.data<T>() + r0 * D, D);
-        }
+        });
       });
     }
   }
@@ -179,7 +184,6 @@ void grouped_linear_backward(const Tensor& dy_MO, const Tensor& x_MD, const Tens
   // order, so the result does not depend on how experts are spread over ranks.
   dispatch_float(dy_MO.dtype, [&](auto t0) {
     using T = decltype(t0);
-    T* part = S > 1 ? scratch<T>(size_t(S * O * D), 2) : nullptr;
     auto segment_grad = [&](int64_t s, T* out, T beta) {
       const int64_t r0 = off[s], r = off[s + 1] - off[s];
       if (r == 0) {
@@ -193,12 +197,15 @@ void grouped_linear_backward(const Tensor& dy_MO, const Tensor& x_MD, const Tens
                   D, beta, out, D);
       }
     };
+    // experts over the threads, each expert's segments and their tree sum on one thread
+#pragma omp parallel for schedule(dynamic, 1)
     for (int64_t e = 0; e < g.E; ++e) {
       T* dw = dw_EOD.data<T>() + e * O * D;
       if (S == 1) {
-        segment_grad(e, dw, T(1));
+        if (off[e + 1] > off[e]) segment_grad(e, dw, T(1));
         continue;
       }
+      T* part = scratch<T>(size_t(S * O * D), 2);  // this thread's
       for (int64_t s = 0; s < S; ++s) segment_grad(e * S + s, part + s * O * D, T(0));
       tree_sum_rows(part, S, O * D);  // part[0] = canonical sum of the S parts
       const T* sum = part;
