@@ -1,5 +1,5 @@
 // attention.cpp — RoPE (interleaved pairs) and causal softmax attention. Attention is flash
-// attention: for each (b, h) in parallel, tiles of 64 queries × 64 keys (the masked upper
+// attention: for each (b, h) in parallel, tiles of 128 queries × 128 keys (the masked upper
 // triangle skipped), BLAS GEMMs on strided per-head slices (row stride H*Kd or H*Vd), an online
 // softmax, only each row's log-sum-exp kept for backward, which recomputes the probabilities.
 // Scratch per thread is a few tiles, whatever the sequence length.
@@ -18,7 +18,7 @@ using namespace cpu;
 
 namespace {
 
-constexpr int64_t kTile = 64;  // attention tiles: kTile queries × kTile keys
+constexpr int64_t kTile = 128;  // attention tiles: kTile queries × kTile keys
 
 // x viewed [N, H, W] (2-D input is [N, W] with H = 1); rotates dims [off, off + 2*R2).
 template <bool kInverse>
