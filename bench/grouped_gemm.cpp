@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
   for (int64_t e = 0; e < E; ++e)
     lo = std::min<int64_t>(lo, off[e + 1] - off[e]),
     hi = std::max<int64_t>(hi, off[e + 1] - off[e]);
-  Arena a(size_t(4) * (M * 2 * F * 4 + E * 3 * F * D * 3 + M * D * 4) + (64 << 20));
+  Arena a(size_t(4) * (M * 2 * F * 4 + E * 3 * F * D * 5 + M * D * 4) + (64 << 20));
   Tensor x = a.alloc_f32({M, D}), gu = a.alloc_f32({M, 2 * F}), h = a.alloc_f32({M, F});
   Tensor y = a.alloc_f32({M, D}), dx = a.alloc_f32({M, D}), dgu = a.alloc_f32({M, 2 * F});
   Tensor dh = a.alloc_f32({M, F});
@@ -88,22 +88,38 @@ int main(int argc, char** argv) {
                 100 * td / tg);
   };
   const double f1 = 2.0 * M * D * 2 * F, f2 = 2.0 * M * F * D;
+  // weight operands prepared once, as training does once per step (ops::prepare_weight)
+  const DType od = ops::gemm_operand_dtype();
+  ops::WeightOperands q1, q2, qd1, qd2;
+  const bool low = f != ops::Format::F32, sep = ops::weight_dgrad_separate(p);
+  auto operands = [&](const Tensor& w, ops::WeightOperands& q) {
+    if (!low) return;
+    q.fprop = a.alloc(od, {w.numel()});
+    q.fprop = Tensor(q.fprop.ptr, od, {w.numel() / w.size(-1), w.size(-1)});
+    if (sep)
+      q.dgrad = Tensor(a.alloc(od, {w.numel()}).ptr, od, {w.numel() / w.size(-1), w.size(-1)});
+    ops::prepare_weight(w, p, q);
+  };
+  operands(w1, q1), operands(w2, q2), operands(dense_w1, qd1), operands(dense_w2, qd2);
+  const ops::WeightOperands *p1 = low ? &q1 : nullptr, *p2 = low ? &q2 : nullptr,
+                            *pd1 = low ? &qd1 : nullptr, *pd2 = low ? &qd2 : nullptr;
   Tensor none;
   row(
-      "gate/up fprop", f1, [&] { ops::grouped_linear_forward(x, ot, w1, gu, 1, p); },
-      [&] { ops::linear_forward(x, dense_w1, gu, p); });
+      "gate/up fprop", f1, [&] { ops::grouped_linear_forward(x, ot, w1, gu, 1, p, p1); },
+      [&] { ops::linear_forward(x, dense_w1, gu, p, pd1); });
   row(
-      "down fprop", f2, [&] { ops::grouped_linear_forward(h, ot, w2, y, 1, p); },
-      [&] { ops::linear_forward(h, dense_w2, y, p); });
+      "down fprop", f2, [&] { ops::grouped_linear_forward(h, ot, w2, y, 1, p, p2); },
+      [&] { ops::linear_forward(h, dense_w2, y, p, pd2); });
   row(
-      "gate/up dgrad", f1, [&] { ops::grouped_linear_backward(dgu, x, ot, w1, dx, none, 1, p); },
-      [&] { ops::linear_backward(dgu, x, dense_w1, dx, false, none, p); });
+      "gate/up dgrad", f1,
+      [&] { ops::grouped_linear_backward(dgu, x, ot, w1, dx, none, 1, p, p1); },
+      [&] { ops::linear_backward(dgu, x, dense_w1, dx, false, none, p, pd1); });
   row(
       "gate/up wgrad", f1, [&] { ops::grouped_linear_backward(dgu, x, ot, w1, none, dw1, 1, p); },
       [&] { ops::linear_backward(dgu, x, dense_w1, none, false, dwd1, p); });
   row(
-      "down dgrad", f2, [&] { ops::grouped_linear_backward(y, h, ot, w2, dh, none, 1, p); },
-      [&] { ops::linear_backward(y, h, dense_w2, dh, false, none, p); });
+      "down dgrad", f2, [&] { ops::grouped_linear_backward(y, h, ot, w2, dh, none, 1, p, p2); },
+      [&] { ops::linear_backward(y, h, dense_w2, dh, false, none, p, pd2); });
   row(
       "down wgrad", f2, [&] { ops::grouped_linear_backward(y, h, ot, w2, none, dw2, 1, p); },
       [&] { ops::linear_backward(y, h, dense_w2, none, false, dwd2, p); });

@@ -1,6 +1,7 @@
 // test_lm_head.cpp — the chunked LM head (logits recomputed per chunk, only each row's
-// log-sum-exp kept) gives the loss and gradients of the plain one: full logits, cross-entropy,
-// and the projection's backward — across several chunks and with ignored targets.
+// log-sum-exp kept; or, in training, each chunk's gradient taken in forward) gives the loss and
+// gradients of the plain one: full logits, cross-entropy, and the projection's backward —
+// across several chunks and with ignored targets.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,7 +16,7 @@ namespace moet {
 namespace {
 
 TEST(LmHead, ChunksGiveThePlainHeadsLossAndGradients) {
-  const int64_t N = 500, D = 24, V = 20000;
+  const int64_t N = 300, D = 24, V = 131072;  // DeepSeek-V3-sized vocabulary: chunks of 128 rows
   const int64_t C = LmHead::chunk_rows(N, V);
   ASSERT_LT(C, N / 2) << "the test wants at least three chunks";
   ParamStore ps;
@@ -23,7 +24,7 @@ TEST(LmHead, ChunksGiveThePlainHeadsLossAndGradients) {
   LmHead head(1e-6, D, ps, "model.norm.weight", proj);
   ps.allocate();
   ps.initialize(3, 0.5);
-  Arena act(64 << 20), scratch(256 << 20);
+  Arena act(64 << 20), scratch(int64_t(256) << 20);
   Workspace ws{act, scratch, 1, N};
   head.plan(ws);
   std::mt19937 g(1);
@@ -38,6 +39,21 @@ TEST(LmHead, ChunksGiveThePlainHeadsLossAndGradients) {
   const double loss = head.forward(ht, tt);
   head.backward(ht, tt, 0.7, dht, false);
   std::vector<float> dw(proj->grad.f32(), proj->grad.f32() + V * D);
+  // training's form: the scale announced to forward, which then takes the projection's
+  // gradient from the logits at hand; the same numbers (the same GEMMs in the same order)
+  ps.zero_grads();
+  std::vector<float> dh_fused(N * D);
+  Tensor dhf(dh_fused.data(), DType::F32, {N, D});
+  EXPECT_EQ(head.forward(ht, tt, 0.7), loss);
+  head.backward(ht, tt, 0.7, dhf, false);
+  for (int64_t i = 0; i < N * D; ++i) ASSERT_EQ(dh_fused[i], dh[i]) << i;
+  for (int64_t i = 0; i < V * D; ++i) ASSERT_EQ(proj->grad.f32()[i], dw[i]) << i;
+  EXPECT_THROW(
+      {
+        head.forward(ht, tt, 0.7);
+        head.backward(ht, tt, 0.5, dhf, false);
+      },
+      Error);
 
   // the plain head: norm, full logits, cross-entropy, backward
   std::vector<float> fn(N * D), rstd(N), lg(N * V), dfn(N * D), dh2(N * D), w1(D, 1.0f);

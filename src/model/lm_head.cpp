@@ -13,7 +13,7 @@ LmHead::LmHead(double eps, int64_t D, ParamStore& ps, const std::string& norm_na
 }
 
 int64_t LmHead::chunk_rows(int64_t N, int64_t V) {
-  const int64_t budget = (int64_t(16) << 20) / (int64_t(sizeof(float)) * std::max<int64_t>(V, 1));
+  const int64_t budget = (int64_t(64) << 20) / (int64_t(sizeof(float)) * std::max<int64_t>(V, 1));
   return std::clamp<int64_t>(budget / 16 * 16, 64, std::max<int64_t>(N, 1));
 }
 
@@ -23,22 +23,28 @@ void LmHead::plan(Workspace& ws) {
   fn_ND_ = ws.act.alloc_f32({N, D});
   rstd_N_ = ws.act.alloc_f32({N});
   lse_N_ = ws.act.alloc_f32({N});
+  dfn_ND_ = ws.act.alloc_f32({N, D});
   logits_CV_ = ws.scratch.alloc_f32({chunk_, V});
-  dfn_ND_ = ws.scratch.alloc_f32({N, D});
 }
 
-double LmHead::forward(const Tensor& h_ND, const Tensor& targets_N) {
+double LmHead::forward(const Tensor& h_ND, const Tensor& targets_N, double grad_scale) {
   ops::rmsnorm_forward(h_ND, norm_->value, eps_, fn_ND_, rstd_N_);
   const int64_t N = fn_ND_.size(0);
   valid_ = 0;
   const int32_t* t = targets_N.i32();
   for (int64_t n = 0; n < N; ++n) valid_ += t[n] >= 0;
+  fused_scale_ = grad_scale;
+  const double scale = valid_ ? grad_scale / double(valid_) : 0.0;
   double sum = 0;
   for (int64_t r0 = 0; r0 < N; r0 += chunk_) {
     const int64_t r1 = std::min(N, r0 + chunk_);
-    Tensor lg = logits_CV_.rows(0, r1 - r0), lse = lse_N_.rows(r0, r1);
-    ops::linear_forward(fn_ND_.rows(r0, r1), proj_->value, lg, lin_, proj_->operands());
+    Tensor lg = logits_CV_.rows(0, r1 - r0), lse = lse_N_.rows(r0, r1), fn = fn_ND_.rows(r0, r1);
+    ops::linear_forward(fn, proj_->value, lg, lin_, proj_->operands());
     sum += ops::cross_entropy_forward(lg, targets_N.rows(r0, r1), lse);
+    if (grad_scale == 0) continue;
+    ops::cross_entropy_backward(lg, targets_N.rows(r0, r1), lse, scale);
+    Tensor dfn = dfn_ND_.rows(r0, r1);
+    ops::linear_backward(lg, fn, proj_->value, dfn, false, proj_->grad, lin_, proj_->operands());
   }
   return valid_ ? sum / double(valid_) : 0.0;
 }
@@ -47,7 +53,9 @@ void LmHead::backward(const Tensor& h_ND, const Tensor& targets_N, double grad_s
                       bool accumulate) {
   const int64_t N = fn_ND_.size(0);
   const double scale = valid_ ? grad_scale / double(valid_) : 0.0;
-  for (int64_t r0 = 0; r0 < N; r0 += chunk_) {
+  MOET_CHECK(fused_scale_ == 0 || fused_scale_ == grad_scale, "LM head: backward with scale ",
+             grad_scale, " after a forward told ", fused_scale_);
+  for (int64_t r0 = 0; r0 < N && fused_scale_ == 0; r0 += chunk_) {
     const int64_t r1 = std::min(N, r0 + chunk_);
     Tensor lg = logits_CV_.rows(0, r1 - r0), fn = fn_ND_.rows(r0, r1), dfn = dfn_ND_.rows(r0, r1);
     ops::linear_forward(fn, proj_->value, lg, lin_, proj_->operands());  // recomputed
@@ -55,6 +63,7 @@ void LmHead::backward(const Tensor& h_ND, const Tensor& targets_N, double grad_s
     ops::linear_backward(lg, fn, proj_->value, dfn, false, proj_->grad, lin_, proj_->operands());
   }
   ops::rmsnorm_backward(dfn_ND_, h_ND, norm_->value, rstd_N_, dh_ND, accumulate, norm_->grad);
+  fused_scale_ = 0;
 }
 
 void LmHead::logits(Tensor& logits_NV) {

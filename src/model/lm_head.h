@@ -1,8 +1,12 @@
 // LM head: final RMSNorm, the (shared) output projection and cross-entropy. The main model and
 // every MTP module have one, each with its own norm and the same projection weight. The logits
 // are never kept whole: forward runs the projection and the loss in row chunks and saves each
-// row's log-sum-exp; backward recomputes a chunk's logits and turns them into their gradient
-// from it (ops::cross_entropy_forward/backward), so memory is one chunk, not [tokens, vocab].
+// row's log-sum-exp (ops::cross_entropy_forward). In training, when forward is told the scale
+// of the backward to come, each chunk's logits become their gradient at once
+// (ops::cross_entropy_backward) and the projection's backward runs in forward — the projection
+// weight's gradient accumulates then, the input gradient waits for backward; otherwise backward
+// recomputes each chunk's logits from the saved log-sum-exp. Memory is one chunk, not
+// [tokens, vocab].
 #pragma once
 #include <string>
 
@@ -17,14 +21,16 @@ class LmHead {
   LmHead(double eps, int64_t D, ParamStore& ps, const std::string& norm_name, Weight* proj,
          const ops::LinearPrecision& lin = {});
   void plan(Workspace& ws);
-  // Mean cross-entropy over the targets >= 0 (0 when there are none).
-  double forward(const Tensor& h_ND, const Tensor& targets_N);
-  // dh (= or += when accumulate) of grad_scale × the mean loss.
+  // Mean cross-entropy over the targets >= 0 (0 when there are none). grad_scale != 0: the
+  // backward to come will use this scale; its projection part runs now (no logit recompute).
+  double forward(const Tensor& h_ND, const Tensor& targets_N, double grad_scale = 0);
+  // dh (= or += when accumulate) of grad_scale × the mean loss (the scale forward was given,
+  // if it was given one).
   void backward(const Tensor& h_ND, const Tensor& targets_N, double grad_scale, Tensor& dh_ND,
                 bool accumulate);
   // The logits of the last forward, recomputed into logits_NV ([tokens, vocab], F32).
   void logits(Tensor& logits_NV);
-  // Rows per chunk for a vocabulary of V: a chunk's logits stay within about 16 MB.
+  // Rows per chunk for a vocabulary of V: a chunk's logits stay within about 64 MB.
   static int64_t chunk_rows(int64_t N, int64_t V);
 
  private:
@@ -33,8 +39,9 @@ class LmHead {
   Weight* proj_;
   ops::LinearPrecision lin_;
   int64_t valid_ = 0, chunk_ = 0;
-  Tensor fn_ND_, rstd_N_, lse_N_;  // kept
-  Tensor logits_CV_, dfn_ND_;      // temporaries
+  double fused_scale_ = 0;                  // the scale forward ran the projection's backward with
+  Tensor fn_ND_, rstd_N_, lse_N_, dfn_ND_;  // kept
+  Tensor logits_CV_;                        // temporaries
 };
 
 }  // namespace moet

@@ -105,14 +105,15 @@ void Model::set_trace(TraceRecorder* rec) {
 
 void Model::init_parameters(uint64_t seed) { params_.initialize(seed, cfg_.initializer_range); }
 
-LossBreakdown Model::forward(const int32_t* seq) {
-  forward_begin(seq);
+LossBreakdown Model::forward(const int32_t* seq, double grad_scale) {
+  forward_begin(seq, grad_scale);
   for (int64_t l = 0; l < num_layers(); ++l)
     for (int stage = 0; stage < DecoderBlock::kStages; ++stage) forward_stage(l, stage);
   return forward_end();
 }
 
-void Model::forward_begin(const int32_t* seq) {
+void Model::forward_begin(const int32_t* seq, double grad_scale) {
+  head_grad_scale_ = grad_scale;
   std::memcpy(tokens_BT1_.ptr, seq, tokens_BT1_.bytes());
   int32_t* in = inputs_N_.i32();
   int32_t* tgt = targets_N_.i32();
@@ -134,20 +135,20 @@ void Model::forward_stage(int64_t l, int stage) {
 
 LossBreakdown Model::forward_end() {
   LossBreakdown r;
-  r.lm_loss = head_->forward(hidden_.back(), targets_N_);
+  double mtp_w = mtp_.empty() ? 0.0 : lw_.mtp_lambda / double(mtp_.size());
+  r.lm_loss = head_->forward(hidden_.back(), targets_N_, head_grad_scale_);
   const Tensor* h_prev = &hidden_.back();
   for (size_t k = 0; k < mtp_.size(); ++k) {
     auto& m = mtp_[k];
     TraceRecorder::Span span(trace_, trace_lane_,
                              trace_ ? fwd_names_[blocks_.size() + k] : nullptr);
-    r.mtp_loss += m->forward(*h_prev, tokens_BT1_.i32(), rope_);
+    r.mtp_loss += m->forward(*h_prev, tokens_BT1_.i32(), rope_, mtp_w * head_grad_scale_);
     h_prev = &m->output();
   }
   for (MoeLayer* moe : moe_layers_) {
     r.balance_loss += moe->last_balance_loss();
     r.z_loss += moe->last_z_loss();
   }
-  double mtp_w = mtp_.empty() ? 0.0 : lw_.mtp_lambda / double(mtp_.size());
   r.loss = r.lm_loss + mtp_w * r.mtp_loss + lw_.balance_alpha * r.balance_loss +
            lw_.z_loss_coef * r.z_loss;
   return r;
@@ -161,6 +162,9 @@ void Model::backward(double grad_scale) {
 }
 
 void Model::backward_begin(double grad_scale) {
+  MOET_CHECK(head_grad_scale_ == 0 || head_grad_scale_ == grad_scale, "backward with scale ",
+             grad_scale, " after a forward announced ", head_grad_scale_);
+  head_grad_scale_ = 0;
   ls_ = LossScales{grad_scale, lw_.balance_alpha, lw_.z_loss_coef};
   const LossScales& ls = ls_;
   double mtp_w = mtp_.empty() ? 0.0 : lw_.mtp_lambda / double(mtp_.size());

@@ -50,13 +50,15 @@ class Model {
 
   void init_parameters(uint64_t seed);
   // Forward over B sequences of T+1 tokens (tokens_BT1, row-major). Returns the losses.
-  LossBreakdown forward(const int32_t* tokens_BT1);
+  // grad_scale != 0 announces the backward(grad_scale) to come: the LM heads then take their
+  // projection's gradient in forward, from the logits at hand (no recompute in backward).
+  LossBreakdown forward(const int32_t* tokens_BT1, double grad_scale = 0);
   // Backward of the last forward; parameter gradients accumulate, scaled by grad_scale.
   void backward(double grad_scale);
 
   // forward() and backward() in pieces, for interleaving two lanes: begin, then every decoder
   // layer's DecoderBlock::kStages stages (forward: layers up; backward: layers down), then end.
-  void forward_begin(const int32_t* tokens_BT1);
+  void forward_begin(const int32_t* tokens_BT1, double grad_scale = 0);
   void forward_stage(int64_t layer, int stage);
   LossBreakdown forward_end();
   void backward_begin(double grad_scale);
@@ -103,8 +105,9 @@ class Model {
   std::vector<Tensor> hidden_;  // hidden_[l]: input of block l; hidden_[L]: final
   Tensor dh_a_ND_, dh_b_ND_, dmtp_a_ND_, dmtp_b_ND_;
   std::function<void(int64_t)> hook_;
-  Model* shared_ = nullptr;  // the lane whose parameters this one uses
-  LossScales ls_;            // of the backward in progress
+  Model* shared_ = nullptr;     // the lane whose parameters this one uses
+  LossScales ls_;               // of the backward in progress
+  double head_grad_scale_ = 0;  // announced by forward_begin
   TraceRecorder* trace_ = nullptr;
   int trace_lane_ = 0;
   std::vector<const char*> fwd_names_, bwd_names_;  // per block, then per MTP module

@@ -46,7 +46,8 @@ void MtpModule::plan(Workspace& ws) {
   head_.plan(ws);
 }
 
-double MtpModule::forward(const Tensor& h_prev_ND, const int32_t* seq, const RopeCache& rope) {
+double MtpModule::forward(const Tensor& h_prev_ND, const int32_t* seq, const RopeCache& rope,
+                          double head_grad_scale) {
   const int64_t N = h_prev_ND.size(0), T = rope.cos_TR2.size(0), B = N / T;
   int32_t* in = in_tok_N_.i32();
   int32_t* tgt = tgt_N_.i32();
@@ -62,7 +63,7 @@ double MtpModule::forward(const Tensor& h_prev_ND, const int32_t* seq, const Rop
   ops::concat_cols(en_ND_, hn_ND_, cat_N2D_);
   ops::linear_forward(cat_N2D_, eh_proj_->value, x_ND_, eh_lin_, eh_proj_->operands());
   block_.forward(x_ND_, out_ND_, rope);
-  return head_.forward(out_ND_, tgt_N_);
+  return head_.forward(out_ND_, tgt_N_, head_grad_scale);
 }
 
 void MtpModule::backward(const Tensor& h_prev_ND, const Tensor& d_out_ND, double loss_weight,

@@ -17,7 +17,10 @@ class MtpModule {
             const PrecisionPolicy& precision = {});
   void plan(Workspace& ws);
   // Mean MTP loss of this depth; tokens_BT1 holds B sequences of T+1 tokens.
-  double forward(const Tensor& h_prev_ND, const int32_t* tokens_BT1, const RopeCache& rope);
+  // head_grad_scale: passed to the LM head (LmHead::forward): the scale of its part of the
+  // backward to come, or 0.
+  double forward(const Tensor& h_prev_ND, const int32_t* tokens_BT1, const RopeCache& rope,
+                 double head_grad_scale = 0);
   // The module's output hidden state (input of the next module).
   const Tensor& output() const { return out_ND_; }
   // dh_prev += gradient of (loss_weight × this module's loss + ⟨d_out, output⟩); d_out may be

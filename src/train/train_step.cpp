@@ -91,7 +91,7 @@ LossBreakdown StepRunner::accumulate_deterministic(
     tree_->reset();
     for (int64_t s = 0; s < S; ++s) {
       params.zero_grads();
-      leaf_losses_[size_t(s)] = model_.forward(micro_batch(a) + s * per_seq);
+      leaf_losses_[size_t(s)] = model_.forward(micro_batch(a) + s * per_seq, 1.0);
       model_.backward(1.0);
       tree_->push(grads.f32());
     }
@@ -129,7 +129,8 @@ LossBreakdown StepRunner::accumulate(int64_t grad_accum,
   for (int64_t a = 0; a < grad_accum; ++a) {
     const bool last = a + 1 == grad_accum;
     if (!lane2_) {
-      LossBreakdown l = model_.forward(micro_batch(a));
+      // the scale announced to forward: the LM heads take their gradient there
+      LossBreakdown l = model_.forward(micro_batch(a), 1.0 / double(grad_accum));
       if (dp_ && last) dp_->arm();  // gradients final: reduce during backward
       model_.backward(1.0 / double(grad_accum));
       add_losses(losses, l, 1.0 / double(grad_accum));
@@ -140,12 +141,12 @@ LossBreakdown StepRunner::accumulate(int64_t grad_accum,
     const int32_t* tokens = micro_batch(a);
     const int64_t half = model_.micro_batch() * (model_.seq_len() + 1);
     Model* lanes[2] = {&model_, lane2_};
-    lanes[0]->forward_begin(tokens);
-    lanes[1]->forward_begin(tokens + half);
+    const double scale = 1.0 / double(2 * grad_accum);
+    lanes[0]->forward_begin(tokens, scale);
+    lanes[1]->forward_begin(tokens + half, scale);
     run_stages(lanes, model_.num_layers(), true);
     LossBreakdown l0 = lanes[0]->forward_end(), l1 = lanes[1]->forward_end();
     if (dp_ && last) dp_->arm();
-    const double scale = 1.0 / double(2 * grad_accum);
     lanes[0]->backward_begin(scale);
     lanes[1]->backward_begin(scale);
     run_stages(lanes, model_.num_layers(), false);
