@@ -51,42 +51,11 @@ struct BlockScale {
   uint8_t code;
 };
 
-// Transformer Engine's float_to_e8m0: the biased exponent of v rounded up to a power of two.
-uint8_t e8m0_round_up(float v) {
-  if (std::isnan(v)) return 0xFF;
-  if (std::isinf(v)) return 0xFE;
-  if (v == 0.0f) return 0;
-  const uint32_t u = std::bit_cast<uint32_t>(v);
-  uint32_t e = u >> 23;
-  const uint32_t m = u & 0x7FFFFFu;
-  if (m > 0 && e != 0xFE && !(e == 0 && m <= 0x400000u)) ++e;
-  return uint8_t(e);
-}
-
-BlockScale mxfp8_scale(float amax) {
-  constexpr float kRcp448 = 1.0f / kE4M3Max;
-  const uint8_t e = e8m0_round_up(amax * kRcp448);
-  // 2^(127 - e), and 1 for e == 0, as TE's exp2f_rcp
-  const float mult = e == 0 ? 1.0f : std::bit_cast<float>(uint32_t(254 - e) << 23);
-  return {mult, e8m0_to_float(e), e};
-}
-
-BlockScale fp8block_scale(float amax) {
-  float s = 1.0f;
-  if (!(amax == 0.0f || std::isinf(amax) || std::isnan(amax))) {
-    s = kE4M3Max / amax;
-    if (std::isinf(s)) s = FLT_MAX;
-    s = std::bit_cast<float>(std::bit_cast<uint32_t>(s) & 0xFF800000u);  // power of two, down
-  }
-  return {s, 1.0f / s, 0};
-}
-
-BlockScale block_scale(Format f, float amax) {
-  return f == Format::MXFP8 ? mxfp8_scale(amax) : fp8block_scale(amax);
-}
-
-// The same scales for n blocks at once, with selects only (amax is never NaN: NaN is ignored),
-// so the loops vectorise: mult[i], deq[i], and code[i] (E8M0 exponent, MXFP8) when non-null.
+// The scales of n blocks from their amax (never NaN: amax ignores NaN), as Transformer Engine
+// computes them — MXFP8: float_to_e8m0(amax · fp32(1/448)), the biased exponent rounded up,
+// and the multiplier exp2f_rcp (1 for e = 0); FP8Block: 448/amax rounded down to a power of
+// two — with selects only, so the loops vectorise: mult[i], deq[i], and code[i] (the E8M0
+// exponent, MXFP8) when non-null.
 void block_scales(Format f, const float* __restrict amax, int64_t n, float* __restrict mult,
                   float* __restrict deq, uint8_t* __restrict code) {
   if (f == Format::MXFP8) {
@@ -119,6 +88,12 @@ void block_scales(Format f, const float* __restrict amax, int64_t n, float* __re
     mult[i] = s;
     deq[i] = 1.0f / s;
   }
+}
+
+BlockScale block_scale(Format f, float amax) {
+  BlockScale s{};
+  block_scales(f, &amax, 1, &s.mult, &s.deq, &s.code);
+  return s;
 }
 
 // The value an element quantizes to (sign kept, NaN stays NaN): e4m3_round_abs of |x·mult|
