@@ -4,6 +4,7 @@
 #include <exception>
 #include <string>
 
+#include "cli/checkpoint_commands.h"
 #include "cli/sim_commands.h"
 #include "core/error.h"
 #include "parallel/mpi_communicator.h"
@@ -75,6 +76,23 @@ void add_train_command(CLI::App& app, moet::TrainOptions& o) {
                 "expert token exchange with --ep > 1: alltoall or allgather")
       ->check(CLI::IsMember({"alltoall", "allgather"}))
       ->capture_default_str();
+  t->add_option("--out", o.out_dir,
+                "run directory for checkpoints (step-NNNNNNN/ and a 'latest' pointer); a run "
+                "with --out saves at the end and on SIGTERM/SIGINT");
+  t->add_option("--save-every", o.save_every, "steps between checkpoints (0: only at the end)")
+      ->capture_default_str();
+  t->add_option("--keep-last", o.keep_last, "keep only the newest K checkpoints (0: all)")
+      ->capture_default_str();
+  t->add_option("--resume", o.resume,
+                "'auto' (the latest checkpoint in --out, or a fresh start), a run directory (its "
+                "latest checkpoint) or a step-NNNNNNN directory");
+  t->add_flag("--sync-save", o.sync_save,
+              "write checkpoints on the training thread (default: in the background)");
+  t->add_option("--skip-nonfinite", o.skip_nonfinite,
+                "skip up to N steps whose loss is NaN or Inf (default 0: stop at the first)")
+      ->capture_default_str();
+  t->add_option("--init-from", o.init_from,
+                "start from the weights of a checkpoint (fresh optimizer, step 0)");
   t->add_option("--overlap", o.overlap,
                 "run the all-to-alls and gradient reductions on a communication thread behind "
                 "compute: auto (when a core is free for it), on, off")
@@ -94,12 +112,15 @@ int main(int argc, char** argv) {
   CLI::App* simulate_cmd = moet::cli::add_simulate_command(app, simulate);
   CLI::App* plan_cmd = moet::cli::add_plan_command(app, plan);
   CLI::App* bench_cmd = moet::cli::add_bench_command(app, bench);
+  moet::cli::CheckpointArgs checkpoint;
+  CLI::App* checkpoint_cmd = moet::cli::add_checkpoint_command(app, checkpoint);
   if (argc > 1 && argv[1][0] != '-') {
     const std::string cmd = argv[1];
-    if (cmd != "train" && cmd != "simulate" && cmd != "plan" && cmd != "bench") {
+    if (cmd != "train" && cmd != "simulate" && cmd != "plan" && cmd != "bench" &&
+        cmd != "checkpoint") {
       std::fprintf(stderr,
-                   "moet: error: unknown command '%s' (commands: train, simulate, plan, bench; "
-                   "see moet --help)\n",
+                   "moet: error: unknown command '%s' (commands: train, simulate, plan, bench, "
+                   "checkpoint; see moet --help)\n",
                    argv[1]);
       return 2;
     }
@@ -111,8 +132,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "moet: error: %s (see moet --help)\n", e.what());
     return 2;
   }
-  if (simulate_cmd->parsed() || plan_cmd->parsed() || bench_cmd->parsed()) {
+  if (simulate_cmd->parsed() || plan_cmd->parsed() || bench_cmd->parsed() ||
+      checkpoint_cmd->parsed()) {
     try {
+      if (checkpoint_cmd->parsed()) return moet::cli::run_checkpoint(checkpoint);
       if (simulate_cmd->parsed()) moet::cli::run_simulate(simulate);
       if (plan_cmd->parsed()) moet::cli::run_plan(plan);
       if (bench_cmd->parsed()) moet::cli::run_bench(bench);
@@ -124,6 +147,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   // Under mpirun every rank joins the job; a plain `moet train` never touches MPI.
+  for (int i = 0; i < argc; ++i) train.command_line += (i ? " " : "") + std::string(argv[i]);
   std::unique_ptr<moet::MpiCommunicator> world;
   try {
     if (moet::MpiCommunicator::launched_under_mpi())

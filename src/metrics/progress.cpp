@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -106,6 +107,7 @@ std::string metrics_json_line(const StepMetrics& m) {
   optional("elapsed_s", m.elapsed_s);
   optional("eta_s", m.eta_s);
   optional("peak_rss_mb", m.peak_rss_mb);
+  optional("save_s", m.save_s);
   return j.dump();
 }
 
@@ -124,6 +126,28 @@ MetricsWriter::MetricsWriter(const std::string& path, Mode mode) : path_(path) {
                "ask to overwrite)");
     MOET_FAIL("cannot open metrics file '", path, "': ", std::strerror(err));
   }
+}
+
+void MetricsWriter::keep_steps_up_to(const std::string& path, int64_t step) {
+  std::ifstream in(path);
+  if (!in.good()) return;
+  std::string kept, line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_object() && j.contains("step") && j["step"].is_number_integer() &&
+        j["step"].get<int64_t>() > step)
+      continue;
+    kept += line + "\n";
+  }
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << kept;
+    MOET_CHECK(out.good(), "cannot write '", tmp, "'");
+  }
+  MOET_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "cannot replace metrics file '", path,
+             "': ", std::strerror(errno));
 }
 
 MetricsWriter::~MetricsWriter() {

@@ -43,6 +43,7 @@ struct StepMetrics {
   double elapsed_s = kNone;
   double eta_s = kNone;
   double peak_rss_mb = kNone;  // the process's peak resident set size so far (MB)
+  double save_s = kNone;       // seconds a checkpoint save held up this step (async: the copy)
 };
 
 // One line, e.g. "step  12/100 | loss 5.4321 (lm 5.4012 mtp 5.6930) | lr 3.00e-04 |
@@ -65,6 +66,10 @@ class MetricsWriter {
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;
 
+  // A resumed run continues a metrics file: keeps its lines up to and including `step` (the
+  // checkpoint's) and drops later ones (steps the interrupted run did after that checkpoint),
+  // rewriting the file atomically. A missing file is fine.
+  static void keep_steps_up_to(const std::string& path, int64_t step);
   // Appends one line and flushes it.
   void write(const StepMetrics& m);
   const std::string& path() const { return path_; }

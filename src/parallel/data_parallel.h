@@ -46,6 +46,8 @@ class DataParallel {
   bool zero1() const { return zero1_ != nullptr; }
   // AdamW moment bytes this rank holds under ZeRO-1 (0 without it).
   int64_t zero1_moment_bytes() const { return zero1_ ? zero1_->moment_bytes() : 0; }
+  // ZeRO-1's shard of the moments (null without ZeRO-1).
+  Zero1* zero1_state() { return zero1_.get(); }
   // Mean over ranks of each loss (or, with a scale, the sum times it); sum over ranks of the
   // expert loads.
   void reduce_losses(LossBreakdown& l) { reduce_losses(l, 1.0 / double(layout_.size())); }

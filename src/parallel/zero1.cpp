@@ -65,6 +65,17 @@ Zero1::Zero1(ParallelLayout& layout, ParamStore& params, const std::vector<Run>&
   v_.assign(size_t(moments), 0.0f);
 }
 
+std::vector<Zero1::MomentRange> Zero1::moment_ranges() {
+  std::vector<MomentRange> out;
+  for (size_t i = 0; i < runs_.size(); ++i) {
+    const int64_t n = end(i) - begin(i);
+    if (n <= 0) continue;
+    const size_t base = size_t(runs_[i].moment_base);
+    out.push_back({runs_[i].offset + begin(i), n, m_.data() + base, v_.data() + base});
+  }
+  return out;
+}
+
 double Zero1::grad_norm() {
   // Each chunk's sum of squares is computed by the one rank holding its reduced gradient; the
   // others contribute +0, so the sums over the groups are exact copies.

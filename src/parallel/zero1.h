@@ -48,6 +48,16 @@ class Zero1 {
   // Bytes of AdamW moments this rank holds (m and v).
   int64_t moment_bytes() const { return int64_t(2 * m_.size() * sizeof(float)); }
 
+  // The moments this rank keeps: run by run, arena elements [offset, offset + n) whose first
+  // and second moments are m[0..n) and v[0..n) (checkpoints save and restore them).
+  struct MomentRange {
+    int64_t offset = 0;
+    int64_t n = 0;
+    float* m = nullptr;
+    float* v = nullptr;
+  };
+  std::vector<MomentRange> moment_ranges();
+
  private:
   struct RunState {
     int64_t offset, n;

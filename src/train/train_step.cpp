@@ -1,5 +1,6 @@
 #include "train/train_step.h"
 
+#include <cmath>
 #include <cstring>
 
 #include "core/error.h"
@@ -69,6 +70,12 @@ StepResult StepRunner::run(int64_t step, int64_t grad_accum,
       for (size_t e = 0; e < to.size(); ++e) to[e] += from[e];
     }
   r.lr = schedule_.at(step);
+  // A non-finite loss would poison the weights: no update (every rank sees the same reduced
+  // loss, so all skip together); the trainer decides whether to go on.
+  if (!std::isfinite(r.losses.loss)) {
+    r.skipped = true;
+    return r;
+  }
   if (dp_) {
     dp_->reduce_expert_loads(moe);
     r.grad_norm = dp_->optimizer_step(adamw_, r.lr);

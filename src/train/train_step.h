@@ -16,6 +16,7 @@ struct StepResult {
   double grad_norm = 0;  // before clipping
   double lr = 0;
   double max_expert_load = 0;  // worst layer's max/mean expert load this step
+  bool skipped = false;        // the loss was not finite: parameters and optimizer untouched
 };
 
 class DataParallel;

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "checkpoint/checkpoint.h"
 #include "core/error.h"
 #include "data/dataset.h"
 #include "kernels/ops.h"
@@ -25,6 +26,8 @@
 #include "parallel/alltoall_dispatcher.h"
 #include "parallel/comm_stream.h"
 #include "parallel/data_parallel.h"
+#include "train/checkpointing.h"
+#include "train/stop_signal.h"
 #include "train/train_step.h"
 
 namespace moet {
@@ -130,9 +133,17 @@ double run_training(const TrainOptions& o, Communicator* world) {
   if (threads == 0) threads = std::max(1, int(std::thread::hardware_concurrency()) / W);
   ops::set_num_threads(threads);
   std::unique_ptr<TokenDataset> ds = open_dataset(o, cfg);
+  TrainCheckpoints checkpoints(o, world);
+  const bool resuming = !checkpoints.resume_dir().empty();
   std::unique_ptr<MetricsWriter> metrics;
-  if (root && !o.metrics_path.empty())
-    metrics = std::make_unique<MetricsWriter>(o.metrics_path, o.overwrite_metrics);
+  if (root && !o.metrics_path.empty()) {
+    if (resuming) {  // continue the interrupted run's file from the checkpoint's step
+      MetricsWriter::keep_steps_up_to(o.metrics_path, checkpoints.resume_step());
+      metrics = std::make_unique<MetricsWriter>(o.metrics_path, MetricsWriter::Mode::kAppend);
+    } else {
+      metrics = std::make_unique<MetricsWriter>(o.metrics_path, o.overwrite_metrics);
+    }
+  }
 
   // A trace per rank (refused up front if the file exists, not after the run).
   std::unique_ptr<TraceRecorder> trace;
@@ -176,6 +187,7 @@ double run_training(const TrainOptions& o, Communicator* world) {
   // --deterministic: a model for one sequence, run B times per micro-batch.
   const int64_t lane_batch = o.deterministic ? 1 : o.a2a_overlap ? B / 2 : B;
   const PrecisionPolicy precision = resolve_precision(o.precision, o.bf16_layers);
+  checkpoints.note("precision", recipe_name(precision.recipe));
   const int64_t rss_before_model = current_rss_bytes();
   Model model(cfg, lane_batch, T, lw, dispatchers, precision);
   model.init_parameters(o.seed);
@@ -204,6 +216,20 @@ double run_training(const TrainOptions& o, Communicator* world) {
   StepRunner runner(model, oc, sched, o.bias_update_rate, dp ? &*dp : nullptr);
   if (lane2) runner.set_second_lane(lane2.get(), true);
   if (o.deterministic) runner.set_deterministic(B);
+  StateHolder state;
+  state.params = &model.params();
+  state.adamw = &runner.optimizer();
+  state.zero1 = dp ? dp->zero1_state() : nullptr;
+  state.world_rank = rank;
+  state.edp_rank = layout ? layout->edp_group->rank() : 0;
+  state.ep = int(o.ep);
+  const DataShape data_shape{o.seed, T, A, int64_t(W) * A * B};
+  int64_t first_step = 0;
+  if (resuming) {
+    first_step = checkpoints.restore(state, runner.optimizer(), data_shape);
+  } else if (!o.init_from.empty()) {
+    load_checkpoint_weights(resolve_checkpoint_dir(o.init_from), model.params());
+  }
   MemoryNeed need;
   need.params = need.grads = model.params().numel() * int64_t(sizeof(float));
   need.optimizer =
@@ -236,6 +262,14 @@ double run_training(const TrainOptions& o, Communicator* world) {
                 peak);
     std::printf("memory: %s (process before the model: %.0f MB)\n", need.describe().c_str(),
                 double(rss_before_model) / 1048576.0);
+    if (resuming)
+      std::printf("resumed from %s at step %lld\n", checkpoints.resume_dir().c_str(),
+                  (long long)first_step);
+    else if (!o.init_from.empty())
+      std::printf("weights from %s\n", o.init_from.c_str());
+    if (checkpoints.saving())
+      std::printf("checkpoints: %s every %lld steps%s, at the end and on SIGTERM/SIGINT\n",
+                  o.out_dir.c_str(), (long long)o.save_every, o.sync_save ? "" : " (async)");
     std::fflush(stdout);
   }
 
@@ -246,7 +280,13 @@ double run_training(const TrainOptions& o, Communicator* world) {
   };
   auto t_start = std::chrono::steady_clock::now();
   double last_loss = 0;
-  for (int64_t step = 0; step < o.steps; ++step) {
+  const StopSignal stop_signal;  // SIGTERM/SIGINT: finish the step, save, exit 0
+  bool stopped = false;
+  int64_t skipped = 0, steps_done = first_step;
+  if (first_step >= o.steps && verbose)
+    std::printf("the checkpoint has done %lld of --steps %lld: nothing to train\n",
+                (long long)first_step, (long long)o.steps);
+  for (int64_t step = first_step; step < o.steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
     for (int64_t a = 0; a < A; ++a)  // this rank's B sequences of the global batch
       ds->fill_sequences(step, a, rank * B, B, T, tokens.data() + a * B * (T + 1));
@@ -254,9 +294,21 @@ double run_training(const TrainOptions& o, Communicator* world) {
     StepResult r = runner.run(step, A, micro_batch);
     step_span.end();
     double dt = seconds_since(t0);
+    if (r.skipped) {  // non-finite loss: nothing was updated
+      const std::string good = checkpoints.newest();
+      MOET_CHECK(++skipped <= o.skip_nonfinite, "training diverged at step ", step + 1,
+                 ": the loss is ", r.losses.loss, " (", skipped - 1,
+                 " such steps skipped of --skip-nonfinite ", o.skip_nonfinite, "); ",
+                 good.empty() ? std::string("no checkpoint was saved")
+                              : "the last good checkpoint is " + good,
+                 "; try a lower --lr");
+      if (verbose)
+        std::printf("step %lld skipped: the loss is %g (%lld of --skip-nonfinite %lld)\n",
+                    (long long)(step + 1), r.losses.loss, (long long)skipped,
+                    (long long)o.skip_nonfinite);
+      continue;
+    }
     last_loss = r.losses.loss;
-    MOET_CHECK(std::isfinite(r.losses.loss), "training diverged at step ", step + 1, " (loss is ",
-               r.losses.loss, "); try a lower --lr");
 
     StepMetrics m;
     m.step = step + 1;
@@ -300,20 +352,45 @@ double run_training(const TrainOptions& o, Communicator* world) {
     }
     m.elapsed_s = seconds_since(t_start);
     m.peak_rss_mb = double(peak_rss_bytes()) / 1048576.0;
-    m.eta_s = m.elapsed_s / double(step + 1) * double(o.steps - step - 1);
+    m.eta_s = m.elapsed_s / double(step + 1 - first_step) * double(o.steps - step - 1);
     bool last = step + 1 == o.steps;
     if ((o.eval_every > 0 && (step + 1) % o.eval_every == 0) || (last && o.eval_batches > 0)) {
       m.eval_loss = evaluate(model, B, *ds, o.eval_batches, tokens, world);
       // Evaluation's exchanges belong to no training step.
       for (ExpertExchangeDispatcher* d : exchanges) d->reset_timers(), d->reset_bytes();
     }
+    // A stop signal on any rank stops every rank after the same step.
+    bool stop = StopSignal::received() != 0;
+    if (world) {
+      double s = stop ? 1 : 0;
+      world->allreduce_sum(&s, 1);
+      stop = s > 0;
+    }
+    if (checkpoints.due(step + 1, last) || (stop && checkpoints.saving()))
+      m.save_s = checkpoints.save(step + 1, state, runner.optimizer(), data_shape);
     if (metrics) metrics->write(m);
-    if (verbose && ((step + 1) % o.log_every == 0 || last)) {
+    if (verbose && ((step + 1) % o.log_every == 0 || last || stop)) {
       std::printf("%s\n", format_progress_line(m).c_str());
       std::fflush(stdout);
     }
+    steps_done = step + 1;
+    if (stop) {
+      stopped = true;
+      break;
+    }
   }
+  const std::string saved = checkpoints.finish();
   if (trace) trace->write(trace_file, false);
+  if (root && stopped) {
+    const int sig = StopSignal::received();
+    std::printf(
+        "moet: stopped by %s after step %lld; %s\n",
+        sig ? StopSignal::name(sig) : "a signal to another rank", (long long)steps_done,
+        saved.empty() ? "no checkpoint saved (no --out)" : ("checkpoint at " + saved).c_str());
+  } else if (verbose && !saved.empty()) {
+    std::printf("checkpoint: %s\n", saved.c_str());
+  }
+  std::fflush(stdout);
   return last_loss;
 }
 

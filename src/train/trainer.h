@@ -47,6 +47,15 @@ struct TrainOptions {
   // One sequence at a time, gradients added in a fixed tree order: data parallelism equals one
   // process with a larger micro-batch bit for bit (StepRunner::set_deterministic).
   bool deterministic = false;
+  // Checkpoints (docs/checkpoints.md).
+  std::string out_dir;         // run directory: checkpoints step-NNNNNNN/ and `latest`
+  int64_t save_every = 0;      // steps between checkpoints (0: only at the end and on a stop)
+  int64_t keep_last = 0;       // keep the newest K checkpoints (0: all)
+  std::string resume;          // "auto" (--out's latest, else a fresh start), a run or step dir
+  bool sync_save = false;      // write checkpoints on the training thread
+  int64_t skip_nonfinite = 0;  // steps with a non-finite loss to skip before stopping
+  std::string init_from;       // start from a checkpoint's weights (fresh optimizer and step 0)
+  std::string command_line;    // recorded in checkpoints
 };
 
 class Communicator;

@@ -1,0 +1,71 @@
+#include "checkpoint/training_state.h"
+
+#include <algorithm>
+
+#include "checkpoint/checkpoint_index.h"
+#include "core/error.h"
+#include "model/params.h"
+#include "optim/adamw.h"
+#include "parallel/zero1.h"
+
+namespace moet {
+
+namespace {
+
+std::vector<int64_t> global_shape(const Weight& w, int ep) {
+  std::vector<int64_t> s(w.value.shape, w.value.shape + w.value.ndim);
+  if (w.expert && !s.empty()) s[0] *= ep;  // [local experts, ...] -> [all experts, ...]
+  return s;
+}
+
+}  // namespace
+
+std::vector<StatePiece> training_state_pieces(const StateHolder& h, bool owned_only) {
+  MOET_ASSERT(h.params != nullptr);
+  const bool own_dense = !owned_only || h.world_rank == 0;
+  const bool own_expert = !owned_only || h.edp_rank == 0;
+  const bool moments = h.adamw && h.adamw->has_moments();
+  std::vector<StatePiece> out;
+  const auto& weights = h.params->weights();
+  for (const Weight& w : weights) {
+    if (!(w.expert ? own_expert : own_dense)) continue;
+    const std::vector<int64_t> shape = global_shape(w, h.ep);
+    const int64_t n = w.value.numel();
+    out.push_back({"param/" + w.name, shape, w.init_offset, n, w.value.f32()});
+    if (moments && w.trainable) {
+      out.push_back(
+          {"adam_m/" + w.name, shape, w.init_offset, n, h.adamw->moment1().f32() + w.offset});
+      out.push_back(
+          {"adam_v/" + w.name, shape, w.init_offset, n, h.adamw->moment2().f32() + w.offset});
+    }
+  }
+  if (!h.zero1) return out;
+  // ZeRO-1: each range of arena elements, cut at weight boundaries. Weights are laid out in the
+  // arena in declaration order, so a binary search by offset finds the first one.
+  std::vector<const Weight*> by_offset;
+  for (const Weight& w : weights) by_offset.push_back(&w);
+  std::sort(by_offset.begin(), by_offset.end(),
+            [](const Weight* a, const Weight* b) { return a->offset < b->offset; });
+  for (const Zero1::MomentRange& r : h.zero1->moment_ranges()) {
+    auto it = std::upper_bound(by_offset.begin(), by_offset.end(), r.offset,
+                               [](int64_t off, const Weight* w) { return off < w->offset; });
+    MOET_ASSERT(it != by_offset.begin());
+    --it;
+    for (int64_t at = r.offset; at < r.offset + r.n; ++it) {
+      MOET_ASSERT(it != by_offset.end());
+      const Weight& w = **it;
+      const int64_t wend = w.offset + w.value.numel();
+      if (wend <= at) continue;
+      MOET_ASSERT(w.offset <= at && w.trainable);
+      const int64_t len = std::min(wend, r.offset + r.n) - at;
+      const std::vector<int64_t> shape = global_shape(w, h.ep);
+      const int64_t gbegin = w.init_offset + (at - w.offset), local = at - r.offset;
+      out.push_back({"adam_m/" + w.name, shape, gbegin, len, r.m + local});
+      out.push_back({"adam_v/" + w.name, shape, gbegin, len, r.v + local});
+      at += len;
+    }
+  }
+  return out;
+}
+
+}  // namespace moet

@@ -1,0 +1,149 @@
+#include "train/checkpointing.h"
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "optim/adamw.h"
+#include "parallel/communicator.h"
+#include "train/trainer.h"
+
+namespace moet {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+int64_t run_int(const nlohmann::json& run, const char* key) {
+  return run.contains(key) && run[key].is_number_integer() ? run[key].get<int64_t>() : -1;
+}
+
+}  // namespace
+
+TrainCheckpoints::TrainCheckpoints(const TrainOptions& o, Communicator* world)
+    : o_(o), world_(world) {
+  MOET_CHECK(o.save_every >= 0, "--save-every must be >= 0, got ", o.save_every);
+  MOET_CHECK(o.keep_last >= 0, "--keep-last must be >= 0, got ", o.keep_last);
+  MOET_CHECK(!o.out_dir.empty() || (o.save_every == 0 && o.keep_last == 0),
+             "--save-every and --keep-last need --out RUN_DIR (where checkpoints go)");
+  MOET_CHECK(!o.out_dir.empty() || o.resume != "auto",
+             "--resume auto looks for checkpoints in --out RUN_DIR: give --out");
+  MOET_CHECK(o.resume.empty() || o.init_from.empty(),
+             "--resume and --init-from exclude each other (resume continues a run; init-from "
+             "starts a new one from a model's weights)");
+  if (o.resume == "auto") {
+    if (std::optional<std::string> latest = latest_checkpoint(o.out_dir)) resume_dir_ = *latest;
+  } else if (!o.resume.empty()) {
+    resume_dir_ = resolve_checkpoint_dir(o.resume);
+  }
+  if (!resume_dir_.empty()) resume_step_ = CheckpointReader(resume_dir_).index().step;
+  model_config_ = read_json_file(o.model_path);
+  if (o.out_dir.empty()) return;
+  MOET_CHECK(!fs::exists(o.out_dir) || fs::is_directory(o.out_dir), "--out '", o.out_dir,
+             "' exists and is not a directory");
+  const auto existing = list_checkpoints(o.out_dir);
+  if (resume_dir_.empty()) {
+    MOET_CHECK(existing.empty(), "--out '", o.out_dir, "' already holds checkpoints (newest: ",
+               existing.empty() ? "" : existing.back().second,
+               "); pass --resume auto to continue that run, or choose another --out");
+  } else {
+    for (const auto& [s, dir] : existing)
+      MOET_CHECK(s <= resume_step_, "--out '", o.out_dir, "' holds ", dir,
+                 ", a checkpoint after step ", resume_step_,
+                 " that this run would overwrite; resume from it or choose another --out");
+  }
+  const int rank = world ? world->rank() : 0, ranks = world ? world->size() : 1;
+  if (rank == 0) {
+    fs::create_directories(o.out_dir);
+    CheckpointSaver::remove_partial_saves(o.out_dir);
+  }
+  if (world) world->barrier();  // nobody writes into a directory rank 0 is cleaning
+  CheckpointSaver::Options so;
+  so.run_dir = o.out_dir;
+  so.config_json_path = o.model_path;
+  so.rank = rank;
+  so.ranks = ranks;
+  so.keep_last = o.keep_last;
+  so.async = !o.sync_save;
+  saver_ = std::make_unique<CheckpointSaver>(so);
+  run_ = {{"precision", o.precision},
+          {"bf16_layers", o.bf16_layers},
+          {"micro_batch", o.micro_batch},
+          {"seq", o.seq},
+          {"grad_accum", o.grad_accum},
+          {"ranks", ranks},
+          {"ep", o.ep},
+          {"zero1", o.zero1},
+          {"deterministic", o.deterministic},
+          {"data", o.data},
+          {"lr",
+           {{"schedule", o.schedule},
+            {"max", o.lr},
+            {"min", o.min_lr},
+            {"warmup", o.warmup},
+            {"total_steps", o.steps}}},
+          {"command_line", o.command_line}};
+}
+
+TrainCheckpoints::~TrainCheckpoints() = default;
+
+int64_t TrainCheckpoints::restore(const StateHolder& h, AdamW& adamw, const DataShape& data) {
+  MOET_ASSERT(!resume_dir_.empty());
+  CheckpointReader reader(resume_dir_);
+  const CheckpointIndex& ix = reader.index();
+  reader.check_model(model_config_);
+  MOET_CHECK(ix.seed == data.seed, "--seed ", data.seed, " differs from the checkpoint's ", ix.seed,
+             " (", resume_dir_, "): the data order follows the seed");
+  const int64_t seq = run_int(ix.run, "seq"), accum = run_int(ix.run, "grad_accum");
+  MOET_CHECK(seq == data.seq, "--seq ", data.seq, " differs from the checkpoint's ", seq, " (",
+             resume_dir_, ")");
+  MOET_CHECK(ix.global_batch == data.global_batch && accum == data.grad_accum,
+             "the global batch (ranks x micro-batch = ", data.global_batch / data.grad_accum,
+             " sequences x ", data.grad_accum, " micro-batches) differs from the checkpoint's (",
+             accum > 0 ? ix.global_batch / accum : 0, " x ", accum, ", ", resume_dir_,
+             "); a resumed run keeps it so that no sample is repeated or skipped");
+  const std::vector<StatePiece> pieces = training_state_pieces(h, false);
+  reader.check_tensors(pieces, "param/");
+  bool has_moments = false;
+  for (const auto& [name, t] : ix.tensors) has_moments |= name.rfind("adam_m/", 0) == 0;
+  MOET_CHECK(has_moments, "checkpoint ", resume_dir_,
+             " holds weights only (no optimizer state): start a run from it with --init-from");
+  reader.read(pieces);
+  h.params->mark_updated();
+  adamw.set_steps_taken(ix.adam_steps);
+  return ix.step;
+}
+
+bool TrainCheckpoints::due(int64_t steps_done, bool last_step) const {
+  return saver_ && (last_step || (o_.save_every > 0 && steps_done % o_.save_every == 0));
+}
+
+double TrainCheckpoints::save(int64_t steps_done, const StateHolder& h, const AdamW& adamw,
+                              const DataShape& data) {
+  MOET_ASSERT(saver_ != nullptr);
+  CheckpointIndex meta;
+  meta.step = steps_done;
+  meta.consumed_samples = steps_done * data.global_batch;
+  meta.tokens = meta.consumed_samples * data.seq;
+  meta.seed = data.seed;
+  meta.data_cursor = steps_done;
+  meta.global_batch = data.global_batch;
+  meta.adam_steps = adamw.steps_taken();
+  meta.run = run_;
+  meta.model_config = model_config_;
+  saver_->save(training_state_pieces(h, true), meta);
+  return saver_->stall_seconds();
+}
+
+std::string TrainCheckpoints::finish() {
+  if (!saver_) return "";
+  saver_->wait();
+  return saver_->last_published();
+}
+
+std::string TrainCheckpoints::newest() const {
+  if (o_.out_dir.empty()) return "";
+  const auto all = list_checkpoints(o_.out_dir);
+  return all.empty() ? "" : all.back().second;
+}
+
+}  // namespace moet

@@ -1,0 +1,65 @@
+// How `moet train` uses checkpoints (docs/checkpoints.md): which one a run resumes from,
+// restoring the training state from it under any layout, and saving at step boundaries.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "checkpoint/async_saver.h"
+#include "checkpoint/training_state.h"
+
+namespace moet {
+
+struct TrainOptions;
+class Communicator;
+class AdamW;
+
+// What fixes the order of the data (the cursor is the step; docs/checkpoints.md): a resumed
+// run must have the same.
+struct DataShape {
+  uint64_t seed = 0;
+  int64_t seq = 0;
+  int64_t grad_accum = 0;
+  int64_t global_batch = 0;  // sequences per step over all ranks
+};
+
+class TrainCheckpoints {
+ public:
+  // Resolves --resume against --out and refuses what would lose or overwrite a checkpoint: a
+  // fresh start into an --out that holds checkpoints, or resuming step N into an --out that
+  // holds checkpoints after N. Every rank resolves the same (shared storage).
+  TrainCheckpoints(const TrainOptions& o, Communicator* world);
+  ~TrainCheckpoints();
+
+  // The checkpoint a run resumes from; "" for a fresh start.
+  const std::string& resume_dir() const { return resume_dir_; }
+  int64_t resume_step() const { return resume_step_; }
+  bool saving() const { return saver_ != nullptr; }
+
+  // Loads the state `h` holds (parameters, moments, AdamW's step count) after checking the
+  // model config, the data shape and every tensor; returns the steps the checkpoint had done.
+  int64_t restore(const StateHolder& h, AdamW& adamw, const DataShape& data);
+
+  // Records a setting of the run in every checkpoint it saves (e.g. the resolved precision).
+  void note(const std::string& key, const nlohmann::json& value) { run_[key] = value; }
+  // Whether a checkpoint is due after `steps_done` steps.
+  bool due(int64_t steps_done, bool last_step) const;
+  // Saves the state after `steps_done` steps; returns the seconds it held up the step.
+  double save(int64_t steps_done, const StateHolder& h, const AdamW& adamw, const DataShape& data);
+  // Waits for the save in flight; returns the checkpoint it published (rank 0), else "".
+  std::string finish();
+  // The newest published checkpoint of --out ("" if none).
+  std::string newest() const;
+
+ private:
+  const TrainOptions& o_;
+  Communicator* world_;
+  std::string resume_dir_;
+  int64_t resume_step_ = 0;
+  nlohmann::json model_config_;
+  nlohmann::json run_;  // the run's settings, recorded in every checkpoint
+  std::unique_ptr<CheckpointSaver> saver_;
+};
+
+}  // namespace moet
