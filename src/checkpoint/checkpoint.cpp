@@ -77,15 +77,12 @@ std::string step_dir_name(int64_t step) {
 }
 
 std::optional<std::string> latest_checkpoint(const std::string& run_dir) {
-  const fs::path pointer = fs::path(run_dir) / "latest";
-  if (!fs::exists(pointer)) return std::nullopt;
-  std::string name = read_text(pointer.string());
-  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
-  MOET_CHECK(plain_file_name(name), "'", pointer.string(), "' does not name a checkpoint");
-  const fs::path dir = fs::path(run_dir) / name;
-  MOET_CHECK(fs::exists(dir / kIndexFile), "'", pointer.string(), "' names ", name,
-             ", which holds no ", kIndexFile);
-  return dir.string();
+  // A step directory gets its final name only once complete, and `latest` is replaced after
+  // that; a process killed in between leaves `latest` one checkpoint behind, so the newest
+  // complete directory is what counts.
+  const auto all = list_checkpoints(run_dir);
+  if (all.empty()) return std::nullopt;
+  return all.back().second;
 }
 
 std::string resolve_checkpoint_dir(const std::string& path) {

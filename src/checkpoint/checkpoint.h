@@ -31,8 +31,8 @@ class ParamStore;
 
 // "step-0000100"
 std::string step_dir_name(int64_t step);
-// The checkpoint `latest` names in run_dir, if any (a pointer to a missing directory is an
-// error).
+// The newest complete checkpoint in run_dir, if any. `latest` names it too, except when a
+// process was killed between publishing a checkpoint and replacing `latest`.
 std::optional<std::string> latest_checkpoint(const std::string& run_dir);
 // PATH: a run directory (its `latest` checkpoint) or a `step-NNNNNNN` directory; throws
 // moet::Error if it is neither.

@@ -295,17 +295,19 @@ double run_training(const TrainOptions& o, Communicator* world) {
     step_span.end();
     double dt = seconds_since(t0);
     if (r.skipped) {  // non-finite loss: nothing was updated
-      const std::string good = checkpoints.newest();
-      MOET_CHECK(++skipped <= o.skip_nonfinite, "training diverged at step ", step + 1,
-                 ": the loss is ", r.losses.loss, " (", skipped - 1,
-                 " such steps skipped of --skip-nonfinite ", o.skip_nonfinite, "); ",
-                 good.empty() ? std::string("no checkpoint was saved")
-                              : "the last good checkpoint is " + good,
-                 "; try a lower --lr");
+      const char* what = std::isnan(r.losses.loss) ? "NaN" : "infinite";
+      if (++skipped > o.skip_nonfinite) {
+        checkpoints.finish();  // the save in flight, if any, is good: it precedes this step
+        const std::string good = checkpoints.newest();
+        MOET_FAIL("training diverged at step ", step + 1, ": the loss is ", what, " (", skipped - 1,
+                  " such steps skipped, --skip-nonfinite ", o.skip_nonfinite, "); ",
+                  good.empty() ? std::string("no checkpoint was saved")
+                               : "the last good checkpoint is " + good,
+                  "; try a lower --lr");
+      }
       if (verbose)
-        std::printf("step %lld skipped: the loss is %g (%lld of --skip-nonfinite %lld)\n",
-                    (long long)(step + 1), r.losses.loss, (long long)skipped,
-                    (long long)o.skip_nonfinite);
+        std::printf("step %lld skipped: the loss is %s (%lld of --skip-nonfinite %lld)\n",
+                    (long long)(step + 1), what, (long long)skipped, (long long)o.skip_nonfinite);
       continue;
     }
     last_loss = r.losses.loss;
