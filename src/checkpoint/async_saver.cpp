@@ -41,6 +41,12 @@ void CheckpointSaver::wait() {
   }
 }
 
+void CheckpointSaver::reserve(const std::vector<StatePiece>& pieces) {
+  int64_t total = 0;
+  for (const StatePiece& p : pieces) total += p.n;
+  if (int64_t(snapshot_.size()) < total) snapshot_.assign(size_t(total), 0.0f);
+}
+
 void CheckpointSaver::save(const std::vector<StatePiece>& pieces, const CheckpointIndex& meta) {
   const auto t0 = std::chrono::steady_clock::now();
   wait();

@@ -33,6 +33,9 @@ class CheckpointSaver {
   // rank saves.
   static void remove_partial_saves(const std::string& run_dir);
 
+  // Makes the snapshot memory for `pieces` now (touched, so the first save does not pay for
+  // page faults inside a step).
+  void reserve(const std::vector<StatePiece>& pieces);
   // meta: everything but the tensor and file lists (the shards give those).
   void save(const std::vector<StatePiece>& pieces, const CheckpointIndex& meta);
   // Waits for the save in flight and rethrows its error.

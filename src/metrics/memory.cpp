@@ -37,7 +37,8 @@ int64_t peak_rss_bytes() { return status_kb("VmHWM"); }
 std::string MemoryNeed::describe() const {
   return "parameters " + mb(params) + " MB, gradients " + mb(grads) + ", optimizer " +
          mb(optimizer) + ", weight operands " + mb(weight_operands) + ", activations " +
-         mb(activations) + ": " + mb(total()) + " MB";
+         mb(activations) + (checkpoint ? ", checkpoint copy " + mb(checkpoint) : std::string()) +
+         ": " + mb(total()) + " MB";
 }
 
 }  // namespace moet

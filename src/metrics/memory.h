@@ -8,7 +8,10 @@ namespace moet {
 
 struct MemoryNeed {
   int64_t params = 0, grads = 0, optimizer = 0, weight_operands = 0, activations = 0;
-  int64_t total() const { return params + grads + optimizer + weight_operands + activations; }
+  int64_t checkpoint = 0;  // the copy of the state an asynchronous checkpoint writes from
+  int64_t total() const {
+    return params + grads + optimizer + weight_operands + activations + checkpoint;
+  }
   // "parameters 238 MB, gradients 238, optimizer 476, weight operands 119, activations 95:
   // 1166 MB"
   std::string describe() const;

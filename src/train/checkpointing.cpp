@@ -113,6 +113,15 @@ int64_t TrainCheckpoints::restore(const StateHolder& h, AdamW& adamw, const Data
   return ix.step;
 }
 
+int64_t TrainCheckpoints::prepare(const StateHolder& h) {
+  if (!saver_) return 0;
+  const std::vector<StatePiece> pieces = training_state_pieces(h, true);
+  saver_->reserve(pieces);
+  int64_t n = 0;
+  for (const StatePiece& p : pieces) n += p.n;
+  return n * int64_t(sizeof(float));
+}
+
 bool TrainCheckpoints::due(int64_t steps_done, bool last_step) const {
   return saver_ && (last_step || (o_.save_every > 0 && steps_done % o_.save_every == 0));
 }

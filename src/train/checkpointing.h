@@ -43,12 +43,18 @@ class TrainCheckpoints {
 
   // Records a setting of the run in every checkpoint it saves (e.g. the resolved precision).
   void note(const std::string& key, const nlohmann::json& value) { run_[key] = value; }
+  // Sets aside the memory a save copies the state into (when saving).
+  // Returns its bytes.
+  int64_t prepare(const StateHolder& h);
   // Whether a checkpoint is due after `steps_done` steps.
   bool due(int64_t steps_done, bool last_step) const;
   // Saves the state after `steps_done` steps; returns the seconds it held up the step.
   double save(int64_t steps_done, const StateHolder& h, const AdamW& adamw, const DataShape& data);
   // Waits for the save in flight; returns the checkpoint it published (rank 0), else "".
   std::string finish();
+  // The last completed write of this process: bytes and seconds (after finish()).
+  int64_t last_bytes() const { return saver_ ? saver_->bytes_written() : 0; }
+  double last_write_seconds() const { return saver_ ? saver_->write_seconds() : 0; }
   // The newest published checkpoint of --out ("" if none).
   std::string newest() const;
 

@@ -237,6 +237,7 @@ double run_training(const TrainOptions& o, Communicator* world) {
   need.weight_operands = model.params().operand_bytes();
   need.activations =
       int64_t(model.activation_bytes()) + (lane2 ? int64_t(lane2->activation_bytes()) : 0);
+  need.checkpoint = checkpoints.prepare(state);
 
   // MFU divides by the measured peak of the GEMMs the recipe runs (its main linear layers)
   const ops::Format main_format =
@@ -268,8 +269,11 @@ double run_training(const TrainOptions& o, Communicator* world) {
     else if (!o.init_from.empty())
       std::printf("weights from %s\n", o.init_from.c_str());
     if (checkpoints.saving())
-      std::printf("checkpoints: %s every %lld steps%s, at the end and on SIGTERM/SIGINT\n",
-                  o.out_dir.c_str(), (long long)o.save_every, o.sync_save ? "" : " (async)");
+      std::printf("checkpoints: %s, %s%s at the end and on SIGTERM/SIGINT (%s)\n",
+                  o.out_dir.c_str(),
+                  o.save_every > 0 ? ("every " + std::to_string(o.save_every) + " steps").c_str()
+                                   : "",
+                  o.save_every > 0 ? "," : "", o.sync_save ? "written synchronously" : "async");
     std::fflush(stdout);
   }
 
@@ -390,7 +394,9 @@ double run_training(const TrainOptions& o, Communicator* world) {
         sig ? StopSignal::name(sig) : "a signal to another rank", (long long)steps_done,
         saved.empty() ? "no checkpoint saved (no --out)" : ("checkpoint at " + saved).c_str());
   } else if (verbose && !saved.empty()) {
-    std::printf("checkpoint: %s\n", saved.c_str());
+    const double mb = double(checkpoints.last_bytes()) / 1e6, ws = checkpoints.last_write_seconds();
+    std::printf("checkpoint: %s (rank 0 wrote %.1f MB in %.2f s, %.2f GB/s)\n", saved.c_str(), mb,
+                ws, ws > 0 ? mb / 1e3 / ws : 0.0);
   }
   std::fflush(stdout);
   return last_loss;
