@@ -5,7 +5,7 @@
 # (--resume auto); the run that finally completes has bitwise the parameters, moments and losses
 # of a run never interrupted. With an MPI launcher, one rank of the job is killed and the whole
 # job must end by itself.
-# Usage: checkpoint_kill.sh MOET CONFIG [MPI-LAUNCHER-PREFIX...]
+# Usage: [PRECISION=mxfp8] checkpoint_kill.sh MOET CONFIG [MPI-LAUNCHER-PREFIX...]
 set -euo pipefail
 moet="$1" config="$2"
 shift 2
@@ -25,6 +25,7 @@ steps=400
 args=(train --model "$config" --data mock --seq 32 --micro-batch 2 --quiet --eval-batches 0
       --threads 1 --peak-tflops 1 --steps $steps --save-every 1 --keep-last 3)
 [ ${#launcher[@]} -gt 0 ] && args+=(--ep 2 --zero1)
+args+=(--precision "${PRECISION:-fp32}")
 losses() { grep -o '"\(step\|loss\|lm_loss\|mtp_loss\|grad_norm\)":[^,]*' "$1"; }
 
 "${launcher[@]}" "$moet" "${args[@]}" --out "$dir/straight" --metrics "$dir/straight.jsonl"
