@@ -81,6 +81,7 @@ TrainCheckpoints::TrainCheckpoints(const TrainOptions& o, Communicator* world)
             {"min", o.min_lr},
             {"warmup", o.warmup},
             {"total_steps", o.steps}}},
+          {"rng", "counter-based Philox4x32-10 keyed by the seed (no generator state)"},
           {"command_line", o.command_line}};
 }
 
