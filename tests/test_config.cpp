@@ -74,5 +74,54 @@ TEST(Config, BadConfigsGetOneClearLine) {
   EXPECT_THROW(load_model_config(kRoot + "/configs/no-such.json"), Error);
 }
 
+// transformers 5 saves rope_theta and the YaRN scaling together as rope_parameters.
+TEST(Config, TransformersFiveRopeParameters) {
+  const ModelConfig legacy = parse_model_config(tiny_with([](auto&) {}), "cfg.json");
+  const ModelConfig v5 = parse_model_config(tiny_with([](auto& j) {
+                                              j["rope_parameters"] = j["rope_scaling"];
+                                              j["rope_parameters"].erase("type");
+                                              j["rope_parameters"]["rope_type"] = "yarn";
+                                              j["rope_parameters"]["rope_theta"] = 50000;
+                                              j.erase("rope_scaling");
+                                              j.erase("rope_theta");
+                                            }),
+                                            "cfg.json");
+  EXPECT_TRUE(v5.rope_scaling.yarn);
+  EXPECT_EQ(v5.rope_theta, 50000);
+  EXPECT_EQ(v5.rope_scaling.factor, legacy.rope_scaling.factor);
+  EXPECT_EQ(v5.rope_scaling.original_max_position_embeddings,
+            legacy.rope_scaling.original_max_position_embeddings);
+  EXPECT_EQ(v5.rope_scaling.mscale_all_dim, legacy.rope_scaling.mscale_all_dim);
+  // both forms, as transformers 5 keeps them when it re-saves a legacy config: they must agree
+  const ModelConfig both = parse_model_config(tiny_with([](auto& j) {
+                                                j["rope_parameters"] = j["rope_scaling"];
+                                                j["rope_parameters"]["rope_theta"] = 10000;
+                                              }),
+                                              "cfg.json");
+  EXPECT_EQ(both.rope_scaling.factor, legacy.rope_scaling.factor);
+  const ModelConfig plain =
+      parse_model_config(tiny_with([](auto& j) {
+                           j.erase("rope_scaling");
+                           j.erase("rope_theta");
+                           j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 20000}};
+                         }),
+                         "cfg.json");
+  EXPECT_FALSE(plain.rope_scaling.yarn);
+  EXPECT_EQ(plain.rope_theta, 20000);
+  expect_error(tiny_with([](auto& j) {
+                 j["rope_parameters"] = j["rope_scaling"];
+                 j["rope_parameters"]["factor"] = 8;
+               }),
+               "rope_scaling and rope_parameters describe different");
+  expect_error(tiny_with([](auto& j) {
+                 j["rope_parameters"] = {{"rope_theta", 5}};
+               }),
+               "rope_theta (10000) differs from rope_parameters.rope_theta (5)");
+  expect_error(tiny_with([](auto& j) { j["rope_scaling"]["attention_factor"] = 1.5; }),
+               "attention_factor is not supported");
+  expect_error(tiny_with([](auto& j) { j["rope_scaling"]["truncate"] = false; }),
+               "truncate=false is not supported");
+}
+
 }  // namespace
 }  // namespace moet

@@ -62,14 +62,21 @@ void check_positive(const std::string& src, const char* name, int64_t v) {
   MOET_CHECK(v > 0, src, ": field '", name, "' must be positive, got ", v);
 }
 
-RopeScaling parse_rope_scaling(const json& j, const std::string& src) {
+// `field`: "rope_scaling" (DeepSeek's and transformers 4's config.json) or "rope_parameters"
+// (transformers 5's, which also holds rope_theta).
+RopeScaling parse_rope_scaling(const json& j, const std::string& src, const char* field) {
   RopeScaling r;
-  MOET_CHECK(j.is_object(), src, ": field 'rope_scaling' must be an object or null");
-  FieldReader f(j, src + " rope_scaling");
-  std::string type = f.string_or("type", f.string_or("rope_type", "default"));
+  MOET_CHECK(j.is_object(), src, ": field '", field, "' must be an object or null");
+  FieldReader f(j, src + " " + field);
+  std::string type = f.string_or("rope_type", f.string_or("type", "default"));
   if (type == "default") return r;
-  MOET_CHECK(type == "yarn", src, ": rope_scaling type '", type,
+  MOET_CHECK(type == "yarn", src, ": ", field, " type '", type,
              "' is not supported (moet implements 'yarn')");
+  // transformers' YaRN options that moet does not implement: refuse rather than differ.
+  MOET_CHECK(!f.has("attention_factor"), src, ": ", field,
+             ".attention_factor is not supported (moet derives it from mscale/mscale_all_dim)");
+  MOET_CHECK(f.boolean_or("truncate", true), src, ": ", field,
+             ".truncate=false is not supported (moet rounds the YaRN correction range)");
   r.yarn = true;
   r.factor = f.number("factor");
   MOET_CHECK(r.factor >= 1.0, src, ": rope_scaling.factor must be >= 1, got ", r.factor);
@@ -81,6 +88,13 @@ RopeScaling parse_rope_scaling(const json& j, const std::string& src) {
   r.mscale = f.number_or("mscale", 0.0);
   r.mscale_all_dim = f.number_or("mscale_all_dim", 0.0);
   return r;
+}
+
+bool same_rope_scaling(const RopeScaling& a, const RopeScaling& b) {
+  return a.yarn == b.yarn && a.factor == b.factor &&
+         a.original_max_position_embeddings == b.original_max_position_embeddings &&
+         a.beta_fast == b.beta_fast && a.beta_slow == b.beta_slow && a.mscale == b.mscale &&
+         a.mscale_all_dim == b.mscale_all_dim;
 }
 
 void validate(const ModelConfig& c, const std::string& src) {
@@ -162,11 +176,29 @@ ModelConfig parse_model_config(const std::string& text, const std::string& src) 
   c.norm_topk_prob = f.boolean_or("norm_topk_prob", true);
   c.rms_norm_eps = f.number_or("rms_norm_eps", 1e-6);
   c.rope_theta = f.number_or("rope_theta", 10000.0);
+  // transformers 5 writes rope_parameters (with rope_theta inside) instead of rope_theta and
+  // rope_scaling; when both forms are present they must agree.
+  if (f.has("rope_parameters")) {
+    const json& rp = j.at("rope_parameters");
+    c.rope_scaling = parse_rope_scaling(rp, src, "rope_parameters");
+    FieldReader rf(rp, src + " rope_parameters");
+    if (rf.has("rope_theta")) {
+      const double theta = rf.number("rope_theta");
+      MOET_CHECK(!f.has("rope_theta") || f.number("rope_theta") == theta, src, ": rope_theta (",
+                 f.number("rope_theta"), ") differs from rope_parameters.rope_theta (", theta, ")");
+      c.rope_theta = theta;
+    }
+  }
   c.max_position_embeddings = f.integer_or("max_position_embeddings", 4096);
   c.num_nextn_predict_layers = f.integer_or("num_nextn_predict_layers", 0);
   c.tie_word_embeddings = f.boolean_or("tie_word_embeddings", false);
   c.initializer_range = f.number_or("initializer_range", 0.02);
-  if (f.has("rope_scaling")) c.rope_scaling = parse_rope_scaling(j.at("rope_scaling"), src);
+  if (f.has("rope_scaling")) {
+    RopeScaling r = parse_rope_scaling(j.at("rope_scaling"), src, "rope_scaling");
+    MOET_CHECK(!f.has("rope_parameters") || same_rope_scaling(r, c.rope_scaling), src,
+               ": rope_scaling and rope_parameters describe different RoPE scalings");
+    c.rope_scaling = r;
+  }
   std::string scoring = f.string_or("scoring_func", "sigmoid");
   MOET_CHECK(scoring == "sigmoid", src, ": scoring_func '", scoring,
              "' is not supported (DeepSeek-V3 uses 'sigmoid')");
