@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cli/checkpoint_commands.h"
+#include "cli/hf_commands.h"
 #include "cli/sim_commands.h"
 #include "core/error.h"
 #include "parallel/mpi_communicator.h"
@@ -114,13 +115,19 @@ int main(int argc, char** argv) {
   CLI::App* bench_cmd = moet::cli::add_bench_command(app, bench);
   moet::cli::CheckpointArgs checkpoint;
   CLI::App* checkpoint_cmd = moet::cli::add_checkpoint_command(app, checkpoint);
+  moet::cli::ExportHfArgs export_hf;
+  moet::cli::ImportHfArgs import_hf;
+  moet::cli::EvalArgs eval;
+  CLI::App* export_hf_cmd = moet::cli::add_export_hf_command(app, export_hf);
+  CLI::App* import_hf_cmd = moet::cli::add_import_hf_command(app, import_hf);
+  CLI::App* eval_cmd = moet::cli::add_eval_command(app, eval);
   if (argc > 1 && argv[1][0] != '-') {
     const std::string cmd = argv[1];
     if (cmd != "train" && cmd != "simulate" && cmd != "plan" && cmd != "bench" &&
-        cmd != "checkpoint") {
+        cmd != "checkpoint" && cmd != "export-hf" && cmd != "import-hf" && cmd != "eval") {
       std::fprintf(stderr,
                    "moet: error: unknown command '%s' (commands: train, simulate, plan, bench, "
-                   "checkpoint; see moet --help)\n",
+                   "checkpoint, export-hf, import-hf, eval; see moet --help)\n",
                    argv[1]);
       return 2;
     }
@@ -133,9 +140,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (simulate_cmd->parsed() || plan_cmd->parsed() || bench_cmd->parsed() ||
-      checkpoint_cmd->parsed()) {
+      checkpoint_cmd->parsed() || export_hf_cmd->parsed() || import_hf_cmd->parsed() ||
+      eval_cmd->parsed()) {
     try {
       if (checkpoint_cmd->parsed()) return moet::cli::run_checkpoint(checkpoint);
+      if (export_hf_cmd->parsed()) moet::cli::run_export_hf(export_hf);
+      if (import_hf_cmd->parsed()) moet::cli::run_import_hf(import_hf);
+      if (eval_cmd->parsed()) moet::cli::run_eval(eval);
       if (simulate_cmd->parsed()) moet::cli::run_simulate(simulate);
       if (plan_cmd->parsed()) moet::cli::run_plan(plan);
       if (bench_cmd->parsed()) moet::cli::run_bench(bench);

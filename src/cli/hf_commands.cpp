@@ -1,0 +1,137 @@
+#include "cli/hf_commands.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/hf.h"
+#include "checkpoint/safetensors.h"
+#include "core/error.h"
+#include "kernels/ops.h"
+#include "model/model.h"
+#include "train/evaluation.h"
+
+namespace moet::cli {
+
+namespace {
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  MOET_CHECK(in.good(), "cannot open '", path, "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+double gigabytes(int64_t bytes) { return double(bytes) / 1e9; }
+
+}  // namespace
+
+CLI::App* add_export_hf_command(CLI::App& app, ExportHfArgs& a) {
+  CLI::App* c = app.add_subcommand(
+      "export-hf",
+      "write a checkpoint's weights as a Hugging Face DeepseekV3ForCausalLM directory");
+  c->add_option("CKPT", a.checkpoint, "a run directory (its latest checkpoint) or a step directory")
+      ->required();
+  c->add_option("OUT_DIR", a.out_dir, "the Hugging Face directory to write")->required();
+  c->add_option("--dtype", a.dtype, "weight storage type: bf16 or fp32 (the router stays fp32)")
+      ->check(CLI::IsMember({"bf16", "fp32"}))
+      ->capture_default_str();
+  c->add_option("--max-shard-bytes", a.max_shard_bytes,
+                "shard the weights into files of at most this many bytes")
+      ->capture_default_str();
+  return c;
+}
+
+CLI::App* add_import_hf_command(CLI::App& app, ImportHfArgs& a) {
+  CLI::App* c = app.add_subcommand(
+      "import-hf", "write a Hugging Face DeepseekV3ForCausalLM directory as a moet checkpoint");
+  c->add_option("HF_DIR", a.hf_dir, "config.json and model.safetensors (or shards with an index)")
+      ->required();
+  c->add_option("OUT_CKPT", a.out_checkpoint,
+                "the weights-only checkpoint directory to create (train from it with --init-from)")
+      ->required();
+  c->add_option("--seed", a.seed,
+                "initialises the MTP modules the directory has no weights for (transformers "
+                "saves none)")
+      ->capture_default_str();
+  return c;
+}
+
+CLI::App* add_eval_command(CLI::App& app, EvalArgs& a) {
+  CLI::App* c = app.add_subcommand("eval", "held-out loss and perplexity of a checkpoint");
+  c->add_option("--checkpoint", a.checkpoint, "a run directory or a step directory")->required();
+  c->add_option("--data", a.data,
+                "text file or directory, or 'mock' (default: the English corpus of Debian's "
+                "fortunes package), as for moet train");
+  c->add_option("--batches", a.batches, "held-out micro-batches to evaluate")
+      ->capture_default_str();
+  c->add_option("--micro-batch", a.micro_batch, "sequences per micro-batch")->capture_default_str();
+  c->add_option("--seq", a.seq, "sequence length (default min(256, max_position_embeddings))");
+  c->add_option("--seed", a.seed, "seed of the data (mock data)")->capture_default_str();
+  c->add_option("--threads", a.threads, "threads (default: all cores)");
+  c->add_option("--dump", a.dump,
+                "write input_ids (int64 [S, T]) and logits (fp32 [S, T, V]) of the evaluated "
+                "sequences to this safetensors file");
+  return c;
+}
+
+void run_export_hf(const ExportHfArgs& a) {
+  const std::string step = resolve_checkpoint_dir(a.checkpoint);
+  const std::string config_path = step + "/config.json";
+  const ModelConfig cfg = load_model_config(config_path);
+  Model model(cfg, 1, 1);
+  load_checkpoint_weights(step, model.params());
+  HfExportOptions opts;
+  opts.dtype = parse_hf_dtype(a.dtype);
+  opts.max_shard_bytes = a.max_shard_bytes;
+  const HfExportResult r = export_hf(model.params(), cfg, read_text(config_path), a.out_dir, opts);
+  std::printf("moet export-hf: %s -> %s: %lld tensors, %.3f GB (%s) in %zu file(s)\n", step.c_str(),
+              a.out_dir.c_str(), (long long)r.tensors, gigabytes(r.bytes), a.dtype.c_str(),
+              r.files.size());
+}
+
+void run_import_hf(const ImportHfArgs& a) {
+  const ModelConfig cfg = load_hf_config(a.hf_dir);
+  Model model(cfg, 1, 1);
+  model.init_parameters(a.seed);
+  const HfLoadResult r = load_hf_weights(a.hf_dir, cfg, model.params());
+  for (int64_t k : r.mtp_missing)
+    std::printf(
+        "moet import-hf: %s has no weights for MTP module %lld: initialised (--seed %llu)\n",
+        a.hf_dir.c_str(), (long long)k, (unsigned long long)a.seed);
+  save_weights_checkpoint(a.out_checkpoint, model.params(), a.hf_dir + "/config.json");
+  std::printf("moet import-hf: %s -> %s: %lld tensors from %lld file(s)\n", a.hf_dir.c_str(),
+              a.out_checkpoint.c_str(), (long long)r.tensors, (long long)r.files);
+}
+
+void run_eval(const EvalArgs& a) {
+  MOET_CHECK(a.micro_batch > 0, "--micro-batch must be positive, got ", a.micro_batch);
+  MOET_CHECK(a.seq >= 0, "--seq must be positive, got ", a.seq);
+  MOET_CHECK(a.threads >= 0, "--threads must be >= 0, got ", a.threads);
+  if (a.threads > 0) ops::set_num_threads(a.threads);
+  const std::string step = resolve_checkpoint_dir(a.checkpoint);
+  const ModelConfig cfg = load_model_config(step + "/config.json");
+  const int64_t T = a.seq > 0 ? a.seq : std::min<int64_t>(256, cfg.max_position_embeddings);
+  const auto ds = open_token_dataset(a.data, cfg.vocab_size, a.seed);
+  Model model(cfg, a.micro_batch, T);
+  load_checkpoint_weights(step, model.params());
+  EvalDump dump;
+  const EvalResult r = evaluate_held_out(model, *ds, a.batches, a.dump.empty() ? nullptr : &dump);
+  if (!a.dump.empty()) {
+    const int64_t S = r.batches * a.micro_batch;
+    SafetensorsWriter w;
+    w.add("input_ids", StDType::I64, {S, T}, dump.input_ids.data());
+    w.add("logits", StDType::F32, {S, T, cfg.vocab_size}, dump.logits.data());
+    w.write(a.dump);
+  }
+  std::printf(
+      "moet eval: %s: loss %.6f, perplexity %.4f (%lld held-out batches of %lld x %lld "
+      "tokens, %s)\n",
+      step.c_str(), r.loss, r.perplexity, (long long)r.batches, (long long)a.micro_batch,
+      (long long)T, ds->describe().c_str());
+}
+
+}  // namespace moet::cli

@@ -1,0 +1,60 @@
+#include "train/evaluation.h"
+
+#include <cmath>
+#include <filesystem>
+
+#include "core/error.h"
+#include "optim/expert_bias.h"
+
+namespace moet {
+
+std::unique_ptr<TokenDataset> open_token_dataset(const std::string& spec, int64_t vocab_size,
+                                                 uint64_t seed) {
+  std::unique_ptr<TokenDataset> ds;
+  if (spec == "mock") {
+    ds = std::make_unique<MockDataset>(vocab_size, seed);
+  } else {
+    std::vector<std::string> files;
+    if (spec.empty())
+      files = list_corpus_files(default_corpus_path());
+    else if (std::filesystem::is_directory(spec))
+      files = list_corpus_files(spec);
+    else
+      files = {spec};
+    ds = std::make_unique<TextDataset>(files, seed);
+  }
+  MOET_CHECK(ds->vocab_size() <= vocab_size, "the data need a vocabulary of ", ds->vocab_size(),
+             " tokens but the model's vocab_size is ", vocab_size);
+  return ds;
+}
+
+EvalResult evaluate_held_out(Model& model, const TokenDataset& ds, int64_t batches,
+                             EvalDump* dump) {
+  MOET_CHECK(ds.has_eval(), "the data (", ds.describe(), ") have no held-out part to evaluate");
+  MOET_CHECK(batches > 0, "the number of evaluation batches must be positive, got ", batches);
+  const int64_t B = model.micro_batch(), T = model.seq_len(), V = model.config().vocab_size;
+  EvalResult r;
+  r.batches = std::min(batches, ds.num_eval_batches(B, T));
+  MOET_CHECK(r.batches > 0, "the held-out data (", ds.describe(), ") hold no batch of ", B,
+             " sequences of ", T + 1, " tokens");
+  std::vector<int32_t> tokens(B * (T + 1));
+  std::vector<float> logits(dump ? B * T * V : 0);
+  double sum = 0;
+  for (int64_t i = 0; i < r.batches; ++i) {
+    ds.eval_batch(i, B, T, tokens.data());
+    sum += model.forward(tokens.data()).lm_loss;
+    if (!dump) continue;
+    Tensor logits_NV(logits.data(), DType::F32, {B * T, V});
+    model.logits(logits_NV);
+    dump->logits.insert(dump->logits.end(), logits.begin(), logits.end());
+    for (int64_t b = 0; b < B; ++b)
+      dump->input_ids.insert(dump->input_ids.end(), tokens.begin() + b * (T + 1),
+                             tokens.begin() + b * (T + 1) + T);
+  }
+  reset_router_stats(model.moe_layers());  // evaluation is no training step
+  r.loss = sum / double(r.batches);
+  r.perplexity = std::exp(r.loss);
+  return r;
+}
+
+}  // namespace moet

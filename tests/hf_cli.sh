@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# moet export-hf / import-hf / eval through the command line: a trained checkpoint exported to a
+# Hugging Face directory (fp32, and bf16 in shards) and imported back evaluates to the same
+# logits bit for bit; eval's dump has the documented tensors; bad input gets one line and a
+# non-zero exit. (tests/hf_interop.py checks the directories against transformers.)
+# Usage: hf_cli.sh MOET SOURCE_DIR
+set -euo pipefail
+moet=$1
+root=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() {
+  echo "FAIL: $*"
+  exit 1
+}
+# expect_error WANT CMD...: CMD fails with one line on stderr containing WANT
+expect_error() {
+  local want=$1
+  shift
+  if "$@" >"$tmp/out" 2>"$tmp/err"; then fail "'$*' succeeded"; fi
+  [ "$(wc -l <"$tmp/err")" -eq 1 ] || fail "'$*': not one line: $(cat "$tmp/err")"
+  grep -qF -- "$want" "$tmp/err" || fail "'$*': wanted '$want', got: $(cat "$tmp/err")"
+}
+export OMP_NUM_THREADS=2
+eval_args=(--data mock --batches 2 --micro-batch 2 --seq 16)
+
+"$moet" train --model "$root/configs/tiny.json" --data mock --steps 2 --micro-batch 2 --seq 16 \
+  --out "$tmp/run" --quiet >/dev/null
+
+"$moet" export-hf "$tmp/run" "$tmp/hf" --dtype fp32 >"$tmp/out"
+grep -q "207 tensors" "$tmp/out" || fail "export-hf: $(cat "$tmp/out")"
+[ -f "$tmp/hf/config.json" ] && [ -f "$tmp/hf/model.safetensors" ] || fail "export-hf files"
+"$moet" export-hf "$tmp/run" "$tmp/hf-bf16" --max-shard-bytes 300000 >/dev/null
+[ -f "$tmp/hf-bf16/model.safetensors.index.json" ] || fail "bf16 export is not sharded"
+[ -f "$tmp/hf-bf16/model-00001-of-00004.safetensors" ] || fail "shard names: $(ls "$tmp/hf-bf16")"
+grep -q '"torch_dtype": "bfloat16"' "$tmp/hf-bf16/config.json" || fail "bf16 torch_dtype"
+
+"$moet" import-hf "$tmp/hf" "$tmp/imported" >"$tmp/out"
+grep -q "205 tensors from 1 file" "$tmp/out" || fail "import-hf: $(cat "$tmp/out")"
+"$moet" import-hf "$tmp/hf-bf16" "$tmp/imported-bf16" >/dev/null
+
+"$moet" eval --checkpoint "$tmp/run" "${eval_args[@]}" --dump "$tmp/trained.safetensors" >"$tmp/a"
+"$moet" eval --checkpoint "$tmp/imported" "${eval_args[@]}" --dump "$tmp/imported.safetensors" \
+  >"$tmp/b"
+cmp -s "$tmp/trained.safetensors" "$tmp/imported.safetensors" ||
+  fail "checkpoint -> Hugging Face (fp32) -> checkpoint changed the logits"
+grep -Eq "loss [0-9.]+, perplexity [0-9.]+ \(1 held-out batches of 2 x 16 tokens" "$tmp/a" ||
+  fail "eval line: $(cat "$tmp/a")"
+[ "$(grep -o 'loss [0-9.]*' "$tmp/a")" = "$(grep -o 'loss [0-9.]*' "$tmp/b")" ] ||
+  fail "eval losses differ: $(cat "$tmp/a" "$tmp/b")"
+"$moet" eval --checkpoint "$tmp/imported-bf16" "${eval_args[@]}" --dump "$tmp/bf16.safetensors" \
+  >/dev/null
+/usr/bin/python3 - "$tmp" "$root/reference" <<'PY' || fail "eval dump check"
+import sys
+sys.path.insert(0, sys.argv[2])
+from safetensors_io import load_file
+d = sys.argv[1]
+a = load_file(d + "/trained.safetensors")
+b = load_file(d + "/bf16.safetensors")
+assert sorted(a) == ["input_ids", "logits"], sorted(a)
+assert tuple(a["input_ids"].shape) == (2, 16) and str(a["input_ids"].dtype) == "torch.int64"
+assert tuple(a["logits"].shape) == (2, 16, 257) and str(a["logits"].dtype) == "torch.float32"
+assert (a["input_ids"] == b["input_ids"]).all()
+rel = float((a["logits"] - b["logits"]).abs().max() / a["logits"].abs().max())
+assert 0 < rel < 0.05, rel  # bf16 weights: close, not equal
+PY
+
+expect_error "no checkpoint at '$tmp/none'" "$moet" export-hf "$tmp/none" "$tmp/x"
+expect_error "--dtype: fp16 not in" "$moet" export-hf "$tmp/run" "$tmp/x" --dtype fp16
+expect_error "already exists" "$moet" import-hf "$tmp/hf" "$tmp/imported"
+mkdir "$tmp/empty"
+expect_error "cannot open '$tmp/empty/config.json'" "$moet" import-hf "$tmp/empty" "$tmp/y"
+cp "$tmp/hf/config.json" "$tmp/empty/"
+expect_error "has neither model.safetensors nor" "$moet" import-hf "$tmp/empty" "$tmp/y"
+expect_error "exceeds max_position_embeddings (64)" "$moet" eval --checkpoint "$tmp/run" --seq 65
+expect_error "commands: train, simulate, plan, bench, checkpoint, export-hf, import-hf, eval" \
+  "$moet" export-huggingface
+echo "hf_cli: ok"
