@@ -2,7 +2,8 @@
 
 Run in the project venv (scripts/venv.sh: transformers, safetensors, torch from PyPI):
 
-  python tests/hf_interop.py --hf-tool build/tests/hf_tool --root . --workdir build/hf_interop
+  python tests/hf_interop.py --hf-tool build/tests/hf_tool --moet build/moet --root . \
+      --workdir build/hf_interop
 
 Checks, each on configs/tiny.json (YaRN), configs/small.json (plain RoPE) and a tiny variant with
 tied embeddings and no YaRN:
@@ -12,7 +13,10 @@ tied embeddings and no YaRN:
   b) a model initialised and saved by transformers loads into moet (its config.json as
      transformers 5 writes it) with transformers' logits;
   c) moet -> transformers (load, save_pretrained) -> moet is bitwise, and transformers' saved
-     tensors are byte for byte moet's export.
+     tensors are byte for byte moet's export;
+and, through the moet command (tiny): `moet import-hf` of the transformers-saved model, `moet eval
+--dump` logits vs transformers on the dumped ids, `moet export-hf` of that import back in
+transformers.
 Prints one line per check with the measured difference; exits non-zero on the first failure.
 """
 
@@ -161,6 +165,27 @@ def export_checks(tool, name, config, work):
     check(True, f"{name}: moet -> transformers -> moet: {out.strip().splitlines()[-1]}")
 
 
+def cli_checks(moet, name, saved, work):
+    """The same through the moet command: import-hf, eval --dump, export-hf."""
+    d = os.path.join(work, name)
+    ckpt = os.path.join(d, "imported-checkpoint")
+    run([moet, "import-hf", saved, ckpt])
+    dump = os.path.join(d, "eval-dump.safetensors")
+    run([moet, "eval", "--checkpoint", ckpt, "--data", "mock", "--batches", "1",
+         "--micro-batch", "2", "--seq", "16", "--dump", dump])
+    with safe_open(dump, "pt") as f:
+        ids, mine = f.get_tensor("input_ids"), f.get_tensor("logits")
+    theirs = hf_logits(saved, ids)
+    err = relative_max_diff(mine, theirs)
+    check(err <= REL_TOL, f"{name}: moet import-hf + eval --dump vs transformers on the dumped "
+          f"ids: max rel diff {err:.2e}")
+    exported = os.path.join(d, "export-hf-of-import")
+    run([moet, "export-hf", ckpt, exported, "--dtype", "fp32"])
+    again = hf_logits(exported, ids)
+    check(torch.equal(again, theirs),
+          f"{name}: transformers -> moet import-hf -> moet export-hf -> transformers: same logits")
+
+
 def import_checks(tool, name, config, work):
     """b) a model transformers initialises and saves loads into moet with the same logits."""
     cfg = json.load(open(config))
@@ -187,11 +212,13 @@ def import_checks(tool, name, config, work):
     err = relative_max_diff(mine, theirs)
     check(err <= REL_TOL, f"{name}: moet loading a transformers-saved model vs transformers: "
           f"max rel diff {err:.2e}")
+    return saved
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--hf-tool", required=True)
+    ap.add_argument("--moet", required=True)
     ap.add_argument("--root", required=True)
     ap.add_argument("--workdir", required=True)
     a = ap.parse_args()
@@ -214,7 +241,9 @@ def main():
     for name, config in configs:
         export_checks(a.hf_tool, name, config, a.workdir)
     for name, config in configs:
-        import_checks(a.hf_tool, "import-" + name, config, a.workdir)
+        saved = import_checks(a.hf_tool, "import-" + name, config, a.workdir)
+        if name == "tiny":
+            cli_checks(a.moet, "import-" + name, saved, a.workdir)
     print("all Hugging Face interop checks passed")
 
 
