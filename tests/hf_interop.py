@@ -194,7 +194,7 @@ def import_checks(tool, name, config, work):
     torch.manual_seed(5)
     model = DeepseekV3ForCausalLM(DeepseekV3Config(**cfg)).float().eval()
     with torch.no_grad():  # non-trivial values where transformers initialises ones and zeros
-        for pname, p in model.named_parameters():
+        for p in model.parameters():
             if p.dim() == 1:
                 p.copy_(1 + 0.1 * torch.randn_like(p))
         for mod in model.modules():
