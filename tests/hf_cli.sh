@@ -75,4 +75,24 @@ expect_error "has neither model.safetensors nor" "$moet" import-hf "$tmp/empty" 
 expect_error "exceeds max_position_embeddings (64)" "$moet" eval --checkpoint "$tmp/run" --seq 65
 expect_error "commands: train, simulate, plan, bench, checkpoint, export-hf, import-hf, eval" \
   "$moet" export-huggingface
+# Outputs already on disk are refused, not overwritten.
+before=$(md5sum "$tmp/hf/model.safetensors")
+expect_error "exists and is not empty" "$moet" export-hf "$tmp/run" "$tmp/hf"
+[ "$(md5sum "$tmp/hf/model.safetensors")" = "$before" ] || fail "export-hf overwrote a file"
+expect_error "--dump file '$tmp/trained.safetensors' already exists" "$moet" eval \
+  --checkpoint "$tmp/run" "${eval_args[@]}" --dump "$tmp/trained.safetensors"
+"$moet" export-hf "$tmp/run" "$tmp/hf" --dtype fp32 --overwrite >/dev/null
+# moet train --init-from takes a Hugging Face directory directly, or an imported checkpoint:
+# both start from the same weights, so the same first loss.
+first_loss() {  # first_loss NAME [--init-from DIR]
+  local name=$1
+  shift
+  "$moet" train --model "$root/configs/tiny.json" --data mock --steps 1 --micro-batch 2 \
+    --seq 16 --quiet --metrics "$tmp/$name.jsonl" "$@" >/dev/null
+  grep -o '"loss":[^,]*' "$tmp/$name.jsonl"
+}
+from_hf=$(first_loss from-hf --init-from "$tmp/hf")
+[ "$from_hf" = "$(first_loss from-import --init-from "$tmp/imported")" ] ||
+  fail "--init-from HF_DIR and --init-from an import of it start differently"
+[ "$from_hf" != "$(first_loss fresh)" ] || fail "--init-from HF_DIR had no effect"
 echo "hf_cli: ok"

@@ -76,4 +76,8 @@ struct HfLoadResult {
 // this config would not have throws moet::Error with one line naming the file and tensor.
 HfLoadResult load_hf_weights(const std::string& dir, const ModelConfig& model, ParamStore& ps);
 
+// Whether dir looks like a Hugging Face model directory: config.json and model.safetensors or
+// model.safetensors.index.json (and no moet checkpoint.json).
+bool is_hf_directory(const std::string& dir);
+
 }  // namespace moet

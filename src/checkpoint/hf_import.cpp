@@ -173,4 +173,12 @@ HfLoadResult load_hf_weights(const std::string& dir, const ModelConfig& model, P
   return result;
 }
 
+bool is_hf_directory(const std::string& dir) {
+  namespace fs = std::filesystem;
+  const fs::path d(dir);
+  return fs::is_regular_file(d / "config.json") && !fs::exists(d / "checkpoint.json") &&
+         (fs::is_regular_file(d / "model.safetensors") ||
+          fs::is_regular_file(d / "model.safetensors.index.json"));
+}
+
 }  // namespace moet

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -36,6 +37,7 @@ CLI::App* add_export_hf_command(CLI::App& app, ExportHfArgs& a) {
   c->add_option("CKPT", a.checkpoint, "a run directory (its latest checkpoint) or a step directory")
       ->required();
   c->add_option("OUT_DIR", a.out_dir, "the Hugging Face directory to write")->required();
+  c->add_flag("--overwrite", a.overwrite, "replace the files of an existing non-empty OUT_DIR");
   c->add_option("--dtype", a.dtype, "weight storage type: bf16 or fp32 (the router stays fp32)")
       ->check(CLI::IsMember({"bf16", "fp32"}))
       ->capture_default_str();
@@ -72,6 +74,7 @@ CLI::App* add_eval_command(CLI::App& app, EvalArgs& a) {
   c->add_option("--seq", a.seq, "sequence length (default min(256, max_position_embeddings))");
   c->add_option("--seed", a.seed, "seed of the data (mock data)")->capture_default_str();
   c->add_option("--threads", a.threads, "threads (default: all cores)");
+  c->add_flag("--overwrite", a.overwrite, "replace an existing --dump file");
   c->add_option("--dump", a.dump,
                 "write input_ids (int64 [S, T]) and logits (fp32 [S, T, V]) of the evaluated "
                 "sequences to this safetensors file");
@@ -79,6 +82,11 @@ CLI::App* add_eval_command(CLI::App& app, EvalArgs& a) {
 }
 
 void run_export_hf(const ExportHfArgs& a) {
+  MOET_CHECK(a.overwrite || !std::filesystem::exists(a.out_dir) ||
+                 (std::filesystem::is_directory(a.out_dir) && std::filesystem::is_empty(a.out_dir)),
+             "'", a.out_dir,
+             "' exists and is not empty; refusing to overwrite it (--overwrite "
+             "replaces its model files)");
   const std::string step = resolve_checkpoint_dir(a.checkpoint);
   const std::string config_path = step + "/config.json";
   const ModelConfig cfg = load_model_config(config_path);
@@ -112,6 +120,8 @@ void run_eval(const EvalArgs& a) {
   MOET_CHECK(a.seq >= 0, "--seq must be positive, got ", a.seq);
   MOET_CHECK(a.threads >= 0, "--threads must be >= 0, got ", a.threads);
   if (a.threads > 0) ops::set_num_threads(a.threads);
+  MOET_CHECK(a.dump.empty() || a.overwrite || !std::filesystem::exists(a.dump), "--dump file '",
+             a.dump, "' already exists; refusing to overwrite it (--overwrite replaces it)");
   const std::string step = resolve_checkpoint_dir(a.checkpoint);
   const ModelConfig cfg = load_model_config(step + "/config.json");
   const int64_t T = a.seq > 0 ? a.seq : std::min<int64_t>(256, cfg.max_position_embeddings);

@@ -11,6 +11,7 @@ namespace moet::cli {
 struct ExportHfArgs {
   std::string checkpoint, out_dir, dtype = "bf16";
   int64_t max_shard_bytes = 5'000'000'000;
+  bool overwrite = false;  // replace an existing non-empty OUT_DIR
 };
 
 struct ImportHfArgs {
@@ -23,6 +24,7 @@ struct EvalArgs {
   int64_t batches = 4, micro_batch = 8, seq = 0;  // seq 0: min(256, max_position_embeddings)
   uint64_t seed = 1234;
   int threads = 0;
+  bool overwrite = false;  // replace an existing --dump file
 };
 
 CLI::App* add_export_hf_command(CLI::App& app, ExportHfArgs& a);

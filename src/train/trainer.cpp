@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/hf.h"
 #include "core/error.h"
 #include "data/dataset.h"
 #include "kernels/ops.h"
@@ -27,6 +28,7 @@
 #include "parallel/comm_stream.h"
 #include "parallel/data_parallel.h"
 #include "train/checkpointing.h"
+#include "train/evaluation.h"
 #include "train/stop_signal.h"
 #include "train/train_step.h"
 
@@ -56,25 +58,6 @@ void validate(const TrainOptions& o) {
              "--deterministic needs --ep 1 (expert-parallel layouts are bitwise-identical to each "
              "other at --grad-accum 1 without it; docs/parallel.md)");
   MOET_CHECK(o.eval_every >= 0 && o.eval_batches >= 0, "--eval-every/--eval-batches must be >= 0");
-}
-
-std::unique_ptr<TokenDataset> open_dataset(const TrainOptions& o, const ModelConfig& cfg) {
-  std::unique_ptr<TokenDataset> ds;
-  if (o.data == "mock") {
-    ds = std::make_unique<MockDataset>(cfg.vocab_size, o.seed);
-  } else {
-    std::vector<std::string> files;
-    if (o.data.empty())
-      files = list_corpus_files(default_corpus_path());
-    else if (std::filesystem::is_directory(o.data))
-      files = list_corpus_files(o.data);
-    else
-      files = {o.data};
-    ds = std::make_unique<TextDataset>(files, o.seed);
-  }
-  MOET_CHECK(ds->vocab_size() <= cfg.vocab_size, "the data needs a vocabulary of ",
-             ds->vocab_size(), " tokens but the model's vocab_size is ", cfg.vocab_size);
-  return ds;
 }
 
 // "auto": a communication thread only pays when it has a core of its own; a thread spinning
@@ -132,7 +115,7 @@ double run_training(const TrainOptions& o, Communicator* world) {
   int threads = o.threads;
   if (threads == 0) threads = std::max(1, int(std::thread::hardware_concurrency()) / W);
   ops::set_num_threads(threads);
-  std::unique_ptr<TokenDataset> ds = open_dataset(o, cfg);
+  std::unique_ptr<TokenDataset> ds = open_token_dataset(o.data, cfg.vocab_size, o.seed);
   TrainCheckpoints checkpoints(o, world);
   const bool resuming = !checkpoints.resume_dir().empty();
   std::unique_ptr<MetricsWriter> metrics;
@@ -228,7 +211,10 @@ double run_training(const TrainOptions& o, Communicator* world) {
   if (resuming) {
     first_step = checkpoints.restore(state, runner.optimizer(), data_shape);
   } else if (!o.init_from.empty()) {
-    load_checkpoint_weights(resolve_checkpoint_dir(o.init_from), model.params());
+    if (is_hf_directory(o.init_from))
+      load_hf_weights(o.init_from, cfg, model.params());
+    else
+      load_checkpoint_weights(resolve_checkpoint_dir(o.init_from), model.params());
   }
   MemoryNeed need;
   need.params = need.grads = model.params().numel() * int64_t(sizeof(float));
@@ -269,11 +255,10 @@ double run_training(const TrainOptions& o, Communicator* world) {
     else if (!o.init_from.empty())
       std::printf("weights from %s\n", o.init_from.c_str());
     if (checkpoints.saving())
-      std::printf("checkpoints: %s, %s%s at the end and on SIGTERM/SIGINT (%s)\n",
-                  o.out_dir.c_str(),
-                  o.save_every > 0 ? ("every " + std::to_string(o.save_every) + " steps").c_str()
-                                   : "",
-                  o.save_every > 0 ? "," : "", o.sync_save ? "written synchronously" : "async");
+      std::printf(
+          "checkpoints: %s, %s%s at the end and on SIGTERM/SIGINT (%s)\n", o.out_dir.c_str(),
+          o.save_every > 0 ? ("every " + std::to_string(o.save_every) + " steps").c_str() : "",
+          o.save_every > 0 ? "," : "", o.sync_save ? "written synchronously" : "async");
     std::fflush(stdout);
   }
 
