@@ -312,7 +312,8 @@ void SafetensorsReader::read_i32(const std::string& name, int32_t* dst, int64_t 
   const unsigned char* p = data_ + ti.begin;
   switch (ti.dtype) {
     case StDType::I32:
-      std::memcpy(dst, p, count * sizeof(int32_t));
+      // An empty destination may be null, which memcpy does not allow even for 0 bytes.
+      if (count > 0) std::memcpy(dst, p, count * sizeof(int32_t));
       return;
     case StDType::I16:
       widen_int<int16_t>(p, dst, count);
@@ -378,7 +379,7 @@ void SafetensorsReader::read_into(const std::string& name, const Tensor& dst) co
       auto* out = dst.data<uint16_t>();
       const unsigned char* p = data_ + ti.begin;
       if (ti.dtype == StDType::BF16) {
-        std::memcpy(out, p, n * sizeof(uint16_t));
+        if (n > 0) std::memcpy(out, p, n * sizeof(uint16_t));  // `out` may be null when empty
       } else {
         MOET_CHECK(ti.dtype == StDType::F32, "tensor '", name, "' in '", path_, "' is ",
                    st_dtype_name(ti.dtype), "; a BF16 destination needs BF16 or F32 data");
