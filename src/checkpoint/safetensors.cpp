@@ -227,7 +227,9 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
                  name, "' ends at data byte ", info.end, " but the data section has ", data_size,
                  " bytes");
       const int64_t n = checked_numel(info.shape);
-      MOET_CHECK(n >= 0, ctx, ": shape ", info.shape_str(), " is too large");
+      // Too large also when its byte count would not fit in 64 bits (it would wrap around).
+      MOET_CHECK(n >= 0 && static_cast<uint64_t>(n) <= UINT64_MAX / st_dtype_size(info.dtype), ctx,
+                 ": shape ", info.shape_str(), " is too large");
       MOET_CHECK(info.end - info.begin == static_cast<uint64_t>(n) * st_dtype_size(info.dtype), ctx,
                  ": ", info.end - info.begin, " bytes stored but shape ", info.shape_str(), " of ",
                  st_dtype_name(info.dtype), " needs ",
