@@ -4,6 +4,7 @@
 
 #include "checkpoint/crc32c.h"
 #include "core/error.h"
+#include "core/json_depth_limit.h"
 
 namespace moet {
 
@@ -94,7 +95,7 @@ int64_t CheckpointIndex::total_bytes() const {
 CheckpointIndex parse_checkpoint_index(const std::string& text, const std::string& source) {
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(text);
+    j = nlohmann::json::parse(text, json_depth_limit(source));
   } catch (const nlohmann::json::exception& e) {
     MOET_FAIL(source, " is not valid JSON (", e.what(), ")");
   }

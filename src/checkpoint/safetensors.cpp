@@ -18,6 +18,7 @@
 
 #include "core/bf16.h"
 #include "core/error.h"
+#include "core/json_depth_limit.h"
 
 static_assert(std::endian::native == std::endian::little,
               "safetensors data are little-endian; moet assumes a little-endian host");
@@ -187,7 +188,9 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
 
     nlohmann::json header;
     try {
-      header = nlohmann::json::parse(map_ + 8, map_ + 8 + header_len);
+      header = nlohmann::json::parse(
+          map_ + 8, map_ + 8 + header_len,
+          json_depth_limit("safetensors file '" + path + "' has a corrupt JSON header"));
     } catch (const nlohmann::json::exception& e) {
       MOET_FAIL("safetensors file '", path, "' has a corrupt JSON header: ", e.what());
     }
