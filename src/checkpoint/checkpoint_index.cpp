@@ -131,6 +131,9 @@ CheckpointIndex parse_checkpoint_index(const std::string& text, const std::strin
   }
   MOET_CHECK(j.contains("tensors") && j["tensors"].is_object(), source,
              ": \"tensors\" must be an object");
+  // The same bound as one tensor's (parse_shape), so that sums over tensors cannot overflow.
+  constexpr int64_t kMaxTotalElements = int64_t{1} << 50;
+  int64_t total_elements = 0;
   for (const auto& [name, t] : j["tensors"].items()) {
     const std::string ctx = source + ", tensor '" + name + "'";
     MOET_CHECK(!name.empty() && t.is_object(), ctx, ": must be an object");
@@ -138,6 +141,9 @@ CheckpointIndex parse_checkpoint_index(const std::string& text, const std::strin
     MOET_CHECK(t.contains("shape"), ctx, ": missing \"shape\"");
     e.shape = parse_shape(t["shape"], ctx);
     const int64_t numel = shape_numel(e.shape);
+    MOET_CHECK(numel <= kMaxTotalElements - total_elements, ctx,
+               ": the tensors hold more than 2^50 elements in all");
+    total_elements += numel;
     MOET_CHECK(t.contains("pieces") && t["pieces"].is_array(), ctx,
                ": \"pieces\" must be an array");
     int64_t covered = 0;
