@@ -3,7 +3,8 @@
 set -euo pipefail
 pkgs=(build-essential cmake git libopenblas-openmp-dev libdnnl-dev nlohmann-json3-dev
       libcli11-dev libgtest-dev python3-torch python3-venv libtcmalloc-minimal4 fortunes
-      openmpi-bin libopenmpi-dev)
+      openmpi-bin libopenmpi-dev
+      clang libclang-rt-dev)  # the parser fuzz test: clang and its libFuzzer runtime
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Fuzzes the checkpoint parsers (fuzz/README.md): builds each libFuzzer target with clang,
+# AddressSanitizer and UndefinedBehaviorSanitizer into BUILD_DIR/fuzz/, then runs each for
+# SECONDS on a copy of its seed corpus (BUILD_DIR/fuzz/corpus/<target>/, kept between runs, so
+# fuzz/corpus/ in the repository is never modified). Fails on any crash, leak, timeout, memory
+# blow-up, sanitizer report or broken invariant; the input that caused it is saved as
+# BUILD_DIR/fuzz/artifacts/<target>-crash-... and the log's tail is printed.
+#   usage: tests/fuzz_parsers.sh BUILD_DIR SECONDS
+# MOET_FUZZ_CXX picks the compiler (default clang++; it needs libFuzzer: Debian's
+# libclang-rt-dev, which scripts/install_deps.sh installs).
+set -euo pipefail
+if [ $# -ne 2 ]; then
+  echo "usage: $0 BUILD_DIR SECONDS" >&2
+  exit 2
+fi
+root="$(cd "$(dirname "$0")/.." && pwd)"
+out="$(mkdir -p "$1/fuzz" && cd "$1/fuzz" && pwd)"
+seconds="$2"
+cxx="${MOET_FUZZ_CXX:-clang++}"
+if ! command -v "$cxx" >/dev/null; then
+  echo "fuzz_parsers: $cxx not found (bash scripts/install_deps.sh installs clang)" >&2
+  exit 1
+fi
+
+flags=(-std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
+       -Wall -Wextra -Werror -I "$root/src")
+common=(src/checkpoint/crc32c.cpp src/core/error.cpp)
+declare -A sources=(
+  [safetensors]="src/checkpoint/safetensors.cpp src/core/tensor.cpp"
+  [checkpoint_index]="src/checkpoint/checkpoint_index.cpp"
+)
+targets=(safetensors checkpoint_index)
+
+# Builds fuzz_<target> unless it is newer than everything it is made from.
+build() {
+  local t="$1" bin="$out/fuzz_$1"
+  if [ -x "$bin" ] && [ -z "$(find "$root/src/checkpoint" "$root/src/core" \
+        "$root/fuzz/fuzz_$t.cpp" -newer "$bin" -print -quit)" ]; then
+    return 0
+  fi
+  # shellcheck disable=SC2086
+  (cd "$root" && "$cxx" "${flags[@]}" "fuzz/fuzz_$t.cpp" ${sources[$t]} "${common[@]}" \
+     -o "$bin.tmp") && mv "$bin.tmp" "$bin"
+}
+
+# Runs fuzz_<target> for $seconds; its log goes to $out/fuzz_<target>.log.
+run() {
+  local t="$1" corpus="$out/corpus/$1"
+  mkdir -p "$corpus" "$out/artifacts"
+  cp -n "$root/fuzz/corpus/$t/"* "$corpus/"
+  cat "$root/fuzz/json.dict" "$root/fuzz/$t.dict" >"$out/$t.dict"
+  UBSAN_OPTIONS=print_stacktrace=1 \
+    "$out/fuzz_$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+    -max_len=16384 -dict="$out/$t.dict" -artifact_prefix="$out/artifacts/$t-" \
+    -print_final_stats=1 "$corpus" >"$out/fuzz_$t.log" 2>&1
+}
+
+# Both cores: the two targets build, then run, side by side.
+pids=()
+for t in "${targets[@]}"; do build "$t" & pids+=($!); done
+for p in "${pids[@]}"; do wait "$p" || { echo "fuzz_parsers: build failed" >&2; exit 1; }; done
+
+pids=()
+for t in "${targets[@]}"; do run "$t" & pids+=($!); done
+status=0
+for i in "${!targets[@]}"; do
+  t="${targets[$i]}"
+  if wait "${pids[$i]}"; then
+    echo "fuzz_$t: no findings in ${seconds}s:" \
+      "$(grep -m1 -o 'stat::number_of_executed_units: *[0-9]*' "$out/fuzz_$t.log" |
+         grep -o '[0-9]*$') executions," \
+      "$(grep -o 'cov: [0-9]*' "$out/fuzz_$t.log" | tail -1 | grep -o '[0-9]*') coverage points," \
+      "$(find "$out/corpus/$t" -type f | wc -l) corpus files"
+  else
+    status=1
+    echo "fuzz_$t: FINDING (log $out/fuzz_$t.log; inputs in $out/artifacts/):"
+    tail -n 60 "$out/fuzz_$t.log"
+  fi
+done
+exit $status
