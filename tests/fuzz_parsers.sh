@@ -43,16 +43,21 @@ build() {
      -o "$bin.tmp") && mv "$bin.tmp" "$bin"
 }
 
-# Runs fuzz_<target> for $seconds; its log goes to $out/fuzz_<target>.log.
+# Runs fuzz_<target> for $seconds; its log goes to $out/fuzz_<target>.log. After a clean run
+# the corpus is merged down to the inputs that add coverage, so it stays small from run to run.
 run() {
-  local t="$1" corpus="$out/corpus/$1"
+  local t="$1" corpus="$out/corpus/$1" log="$out/fuzz_$1.log"
   mkdir -p "$corpus" "$out/artifacts"
   cp -n "$root/fuzz/corpus/$t/"* "$corpus/"
   cat "$root/fuzz/json.dict" "$root/fuzz/$t.dict" >"$out/$t.dict"
-  UBSAN_OPTIONS=print_stacktrace=1 \
-    "$out/fuzz_$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
-    -max_len=16384 -dict="$out/$t.dict" -artifact_prefix="$out/artifacts/$t-" \
-    -print_final_stats=1 "$corpus" >"$out/fuzz_$t.log" 2>&1
+  local opts=(-timeout=10 -rss_limit_mb=2048 -max_len=16384)
+  UBSAN_OPTIONS=print_stacktrace=1 "$out/fuzz_$t" "${opts[@]}" -max_total_time="$seconds" \
+    -dict="$out/$t.dict" -artifact_prefix="$out/artifacts/$t-" -print_final_stats=1 \
+    "$corpus" >"$log" 2>&1 || return 1
+  rm -rf "$corpus.min" && mkdir "$corpus.min"
+  if "$out/fuzz_$t" "${opts[@]}" -merge=1 "$corpus.min" "$corpus" >"$log.merge" 2>&1; then
+    rm -rf "$corpus" && mv "$corpus.min" "$corpus"
+  fi
 }
 
 # Both cores: the two targets build, then run, side by side.
@@ -66,11 +71,10 @@ status=0
 for i in "${!targets[@]}"; do
   t="${targets[$i]}"
   if wait "${pids[$i]}"; then
+    # libFuzzer's last status line: executions, coverage (cov: edges, ft: features), corpus.
     echo "fuzz_$t: no findings in ${seconds}s:" \
-      "$(grep -m1 -o 'stat::number_of_executed_units: *[0-9]*' "$out/fuzz_$t.log" |
-         grep -o '[0-9]*$') executions," \
-      "$(grep -o 'cov: [0-9]*' "$out/fuzz_$t.log" | tail -1 | grep -o '[0-9]*') coverage points," \
-      "$(find "$out/corpus/$t" -type f | wc -l) corpus files"
+      "$(grep -o '#[0-9]*[[:space:]]*DONE.*' "$out/fuzz_$t.log" | tail -1 |
+         sed -E 's/#([0-9]+)[[:space:]]+DONE[[:space:]]+/\1 executions, /')"
   else
     status=1
     echo "fuzz_$t: FINDING (log $out/fuzz_$t.log; inputs in $out/artifacts/):"
