@@ -1,7 +1,9 @@
 // Writes the fuzzers' seed corpora (fuzz/corpus/) with moet's own writers, so the seeds are
 // files moet really produces: small safetensors files and checkpoint.json indexes.
-//   clang++ -std=c++20 -Isrc fuzz/make_seed_corpus.cpp src/checkpoint/{safetensors,
-//     checkpoint_index,crc32c}.cpp src/core/{error,tensor}.cpp -o /tmp/make_seed_corpus
+// Build it from the repository root with the checkpoint sources it uses and run it there:
+//   clang++ -std=c++20 -Isrc fuzz/make_seed_corpus.cpp src/checkpoint/safetensors.cpp
+//     src/checkpoint/checkpoint_index.cpp src/checkpoint/crc32c.cpp src/core/error.cpp
+//     src/core/tensor.cpp -o /tmp/make_seed_corpus   (one command)
 //   /tmp/make_seed_corpus fuzz/corpus
 #include <cstdint>
 #include <cstdio>
