@@ -3,15 +3,16 @@
 # checkpoints, with asynchronous saves (the default) and with --sync-save, side by side; prints
 # the mean step time of steps that saved and of steps that did not, save_s (what the step waited
 # for), and the write throughput of rank 0.
-# Usage: bench/checkpoint_cost.sh [MOET] [CONFIG] [STEPS] [SAVE_EVERY]
+# Usage: [SEQ=256] [MODES="none async sync"] [EXTRA="--threads 1"] \
+#          bench/checkpoint_cost.sh [MOET] [CONFIG] [STEPS] [SAVE_EVERY]
 set -euo pipefail
 moet="${1:-build/moet}" config="${2:-configs/small.json}" steps="${3:-24}" every="${4:-4}"
 dir="$(mktemp -d)"
 trap 'rm -rf "$dir"' EXIT
 common=(train --model "$config" --data mock --micro-batch 4 --seq "${SEQ:-256}" --steps "$steps" --log-every 100000
-        --eval-batches 0 --peak-tflops 1)
-echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; $config, 4 x ${SEQ:-256}, $steps steps, a save every $every"
-for mode in none async sync; do
+        --eval-batches 0 --peak-tflops 1 ${EXTRA:-})
+echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; $config, 4 x ${SEQ:-256}, $steps steps, a save every $every ${EXTRA:-}"
+for mode in ${MODES:-none async sync}; do
   extra=()
   [ "$mode" != none ] && extra=(--out "$dir/$mode" --save-every "$every")
   [ "$mode" = sync ] && extra+=(--sync-save)
