@@ -2,7 +2,9 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "cli/checkpoint_commands.h"
 #include "cli/hf_commands.h"
@@ -93,7 +95,8 @@ void add_train_command(CLI::App& app, moet::TrainOptions& o) {
                 "skip up to N steps whose loss is NaN or Inf (default 0: stop at the first)")
       ->capture_default_str();
   t->add_option("--init-from", o.init_from,
-                "start from the weights of a checkpoint (fresh optimizer, step 0)");
+                "start from the weights of a checkpoint or a Hugging Face directory (fresh "
+                "optimizer, step 0)");
   t->add_option("--overlap", o.overlap,
                 "run the all-to-alls and gradient reductions on a communication thread behind "
                 "compute: auto (when a core is free for it), on, off")
@@ -110,25 +113,38 @@ int main(int argc, char** argv) {
   moet::cli::SimulateArgs simulate;
   moet::cli::PlanArgs plan;
   moet::cli::BenchArgs bench;
-  CLI::App* simulate_cmd = moet::cli::add_simulate_command(app, simulate);
-  CLI::App* plan_cmd = moet::cli::add_plan_command(app, plan);
-  CLI::App* bench_cmd = moet::cli::add_bench_command(app, bench);
   moet::cli::CheckpointArgs checkpoint;
-  CLI::App* checkpoint_cmd = moet::cli::add_checkpoint_command(app, checkpoint);
   moet::cli::ExportHfArgs export_hf;
   moet::cli::ImportHfArgs import_hf;
   moet::cli::EvalArgs eval;
-  CLI::App* export_hf_cmd = moet::cli::add_export_hf_command(app, export_hf);
-  CLI::App* import_hf_cmd = moet::cli::add_import_hf_command(app, import_hf);
-  CLI::App* eval_cmd = moet::cli::add_eval_command(app, eval);
+  // Every command but train: its parser and what it runs (returning the exit status).
+  struct Tool {
+    CLI::App* app;
+    std::function<int()> run;
+  };
+  const std::vector<Tool> tools = {
+      {moet::cli::add_simulate_command(app, simulate),
+       [&] { return moet::cli::run_simulate(simulate), 0; }},
+      {moet::cli::add_plan_command(app, plan), [&] { return moet::cli::run_plan(plan), 0; }},
+      {moet::cli::add_bench_command(app, bench), [&] { return moet::cli::run_bench(bench), 0; }},
+      {moet::cli::add_checkpoint_command(app, checkpoint),
+       [&] { return moet::cli::run_checkpoint(checkpoint); }},
+      {moet::cli::add_export_hf_command(app, export_hf),
+       [&] { return moet::cli::run_export_hf(export_hf), 0; }},
+      {moet::cli::add_import_hf_command(app, import_hf),
+       [&] { return moet::cli::run_import_hf(import_hf), 0; }},
+      {moet::cli::add_eval_command(app, eval), [&] { return moet::cli::run_eval(eval), 0; }},
+  };
   if (argc > 1 && argv[1][0] != '-') {
-    const std::string cmd = argv[1];
-    if (cmd != "train" && cmd != "simulate" && cmd != "plan" && cmd != "bench" &&
-        cmd != "checkpoint" && cmd != "export-hf" && cmd != "import-hf" && cmd != "eval") {
-      std::fprintf(stderr,
-                   "moet: error: unknown command '%s' (commands: train, simulate, plan, bench, "
-                   "checkpoint, export-hf, import-hf, eval; see moet --help)\n",
-                   argv[1]);
+    std::string names = "train";
+    bool known = std::string(argv[1]) == "train";
+    for (const Tool& t : tools) {
+      names += ", " + t.app->get_name();
+      known |= t.app->get_name() == argv[1];
+    }
+    if (!known) {
+      std::fprintf(stderr, "moet: error: unknown command '%s' (commands: %s; see moet --help)\n",
+                   argv[1], names.c_str());
       return 2;
     }
   }
@@ -139,23 +155,15 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "moet: error: %s (see moet --help)\n", e.what());
     return 2;
   }
-  if (simulate_cmd->parsed() || plan_cmd->parsed() || bench_cmd->parsed() ||
-      checkpoint_cmd->parsed() || export_hf_cmd->parsed() || import_hf_cmd->parsed() ||
-      eval_cmd->parsed()) {
+  for (const Tool& t : tools) {
+    if (!t.app->parsed()) continue;
     try {
-      if (checkpoint_cmd->parsed()) return moet::cli::run_checkpoint(checkpoint);
-      if (export_hf_cmd->parsed()) moet::cli::run_export_hf(export_hf);
-      if (import_hf_cmd->parsed()) moet::cli::run_import_hf(import_hf);
-      if (eval_cmd->parsed()) moet::cli::run_eval(eval);
-      if (simulate_cmd->parsed()) moet::cli::run_simulate(simulate);
-      if (plan_cmd->parsed()) moet::cli::run_plan(plan);
-      if (bench_cmd->parsed()) moet::cli::run_bench(bench);
+      return t.run();
     } catch (const std::exception& e) {
       const bool user = dynamic_cast<const moet::Error*>(&e) != nullptr;
       std::fprintf(stderr, "moet: error: %s%s\n", user ? "" : "internal error: ", e.what());
       return 1;
     }
-    return 0;
   }
   // Under mpirun every rank joins the job; a plain `moet train` never touches MPI.
   for (int i = 0; i < argc; ++i) train.command_line += (i ? " " : "") + std::string(argv[i]);
