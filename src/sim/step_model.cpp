@@ -1,9 +1,11 @@
 #include "sim/step_model.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "core/error.h"
 #include "metrics/flops.h"
+#include "parallel/pipeline_schedule.h"
 #include "sim/cost_model.h"
 
 namespace moet::sim {
@@ -24,11 +26,15 @@ double members_per_domain(int64_t size, int64_t stride, int64_t rpd) {
   return double(std::clamp<int64_t>(rpd / std::max<int64_t>(stride, 1), 1, size));
 }
 
-// Micro-batch chunks pipeline rank r runs forward before its first backward (Megatron's
-// warm-up count: P-r-1 without interleaving, 2(P-r-1) + (V-1)P with V virtual stages).
+// Micro-batch chunks pipeline rank r runs forward before its first backward: the engine's own
+// schedule generator (src/parallel/pipeline_schedule.h), uncapped by the micro-batch count.
 int64_t warmup_chunks(int64_t P, int64_t V, int64_t r) {
   if (P == 1) return 0;
-  return V == 1 ? P - r - 1 : 2 * (P - r - 1) + (V - 1) * P;
+  PipelineScheduleSpec spec;
+  spec.stages = P;
+  spec.chunks = V;
+  spec.microbatches = std::numeric_limits<int32_t>::max();
+  return pipeline_warmup_passes(spec, r);
 }
 
 // Cuts the slots into `n` contiguous non-empty stages whose largest work (forward + backward +
