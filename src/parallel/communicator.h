@@ -47,6 +47,15 @@ class Communicator {
   virtual void barrier() = 0;
   // Ranks with the same color form a new communicator, ordered by key (then by rank).
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+  // Point-to-point messages (pipeline stages): started without waiting, finished by wait().
+  // A message is `bytes` long and matched by (peer, tag); a receive that finds a message of
+  // another length throws moet::Error naming the peer, the tag and both lengths (a stage fed
+  // the wrong shape fails loudly instead of hanging or reading garbage). Handles are reused:
+  // starting and waiting allocate nothing once as many messages were in flight before.
+  using Message = int64_t;
+  virtual Message isend(const void* data, int64_t bytes, int peer, int tag) = 0;
+  virtual Message irecv(void* data, int64_t bytes, int peer, int tag) = 0;
+  virtual void wait(Message m) = 0;
   // Ends every process of the job with a message naming this rank and the reason; never returns.
   [[noreturn]] virtual void abort(const std::string& why) = 0;
 };

@@ -43,4 +43,14 @@ void LocalCommunicator::abort(const std::string& why) {
   std::_Exit(1);
 }
 
+Communicator::Message LocalCommunicator::isend(const void*, int64_t, int peer, int) {
+  MOET_FAIL("point-to-point send to rank ", peer, " in a one-process job");
+}
+
+Communicator::Message LocalCommunicator::irecv(void*, int64_t, int peer, int) {
+  MOET_FAIL("point-to-point receive from rank ", peer, " in a one-process job");
+}
+
+void LocalCommunicator::wait(Message) { MOET_FAIL("no point-to-point message in flight"); }
+
 }  // namespace moet

@@ -19,6 +19,10 @@ class LocalCommunicator final : public Communicator {
                  void* recv, const int64_t* recv_bytes, const int64_t* recv_offsets) override;
   void alltoall(const void* send, int64_t bytes, void* recv) override;
   void barrier() override {}
+  // One process has no peer: point-to-point messages are an error.
+  Message isend(const void*, int64_t, int peer, int) override;
+  Message irecv(void*, int64_t, int peer, int) override;
+  void wait(Message) override;
   std::unique_ptr<Communicator> split(int color, int key) override;
   // Prints "moet: rank 0: <why>" to stderr and ends the process with status 1, running no
   // destructors (other threads may still be inside the step).

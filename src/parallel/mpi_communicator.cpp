@@ -1,11 +1,14 @@
 #include "parallel/mpi_communicator.h"
 
 #include <algorithm>
+#include <chrono>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <exception>
+#include <thread>
 
 #include "core/error.h"
 #include "parallel/local_communicator.h"
@@ -74,6 +77,8 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, bool finalizes, int thread_level
       thread_level_(thread_level),
       uncaught_at_start_(std::uncaught_exceptions()) {
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_ARE_FATAL);
+  MPI_Comm_dup(comm_, &p2p_);
+  MPI_Comm_set_errhandler(p2p_, MPI_ERRORS_RETURN);
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_);
@@ -98,6 +103,7 @@ MpiCommunicator::~MpiCommunicator() {
     // collective, and MPI_Finalize would wait for them forever. End the job instead.
     abort("an exception is leaving the scope of the MPI world (catch it and call abort)");
   }
+  if (p2p_ != MPI_COMM_NULL) MPI_Comm_free(&p2p_);
   if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
   if (finalizes_) MPI_Finalize();
 }
@@ -332,6 +338,69 @@ void MpiCommunicator::alltoall(const void* send, int64_t bytes, void* recv) {
 }
 
 void MpiCommunicator::barrier() { MPI_Barrier(comm_); }
+
+Communicator::Message MpiCommunicator::start_p2p(bool receive, int64_t bytes, int peer, int tag) {
+  MOET_CHECK(peer >= 0 && peer < size_ && peer != rank_, "point-to-point peer ", peer,
+             " is not another rank of this group of ", size_);
+  MOET_CHECK(bytes >= 0 && bytes <= INT_MAX && tag >= 0, "point-to-point message of ", bytes,
+             " bytes, tag ", tag, ": out of range");
+  if (p2p_free_.empty()) {
+    p2p_free_.push_back(int64_t(p2p_slots_.size()));
+    p2p_slots_.emplace_back();
+  }
+  const Message m = p2p_free_.back();
+  p2p_free_.pop_back();
+  P2pSlot& slot = p2p_slots_[size_t(m)];
+  slot.bytes = bytes, slot.peer = peer, slot.tag = tag, slot.receive = receive, slot.busy = true;
+  return m;
+}
+
+Communicator::Message MpiCommunicator::isend(const void* data, int64_t bytes, int peer, int tag) {
+  const Message m = start_p2p(false, bytes, peer, tag);
+  MPI_Isend(data, int(bytes), MPI_BYTE, peer, tag, p2p_, &p2p_slots_[size_t(m)].request);
+  return m;
+}
+
+Communicator::Message MpiCommunicator::irecv(void* data, int64_t bytes, int peer, int tag) {
+  const Message m = start_p2p(true, bytes, peer, tag);
+  MPI_Irecv(data, int(bytes), MPI_BYTE, peer, tag, p2p_, &p2p_slots_[size_t(m)].request);
+  return m;
+}
+
+void MpiCommunicator::wait(Message m) {
+  MOET_CHECK(m >= 0 && size_t(m) < p2p_slots_.size() && p2p_slots_[size_t(m)].busy,
+             "wait: no point-to-point message ", m, " in flight");
+  P2pSlot& slot = p2p_slots_[size_t(m)];
+  MPI_Status status;
+  int done = 0;
+  int rc = MPI_SUCCESS;
+  for (int polls = 0; rc == MPI_SUCCESS && !done; ++polls) {  // as wait_politely, errors kept
+    rc = MPI_Test(&slot.request, &done, &status);
+    if (!done && polls > 1000) std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+  slot.busy = false;
+  p2p_free_.push_back(m);
+  const char* dir = slot.receive ? "from" : "to";
+  if (rc != MPI_SUCCESS) {
+    int cls = 0;
+    MPI_Error_class(rc, &cls);
+    MOET_CHECK(cls != MPI_ERR_TRUNCATE, "rank ", rank_, ": the message from rank ", slot.peer,
+               " (tag ", slot.tag, ") is longer than the ", slot.bytes,
+               " bytes expected: the stages disagree on a tensor's shape");
+    char text[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, text, &len);
+    MOET_FAIL("rank ", rank_, ": point-to-point message ", dir, " rank ", slot.peer, " (tag ",
+              slot.tag, ") failed: ", std::string(text, size_t(len)));
+  }
+  if (slot.receive) {
+    int got = 0;
+    MPI_Get_count(&status, MPI_BYTE, &got);
+    MOET_CHECK(got == slot.bytes, "rank ", rank_, ": the message from rank ", slot.peer, " (tag ",
+               slot.tag, ") holds ", got, " bytes, not the ", slot.bytes,
+               " expected: the stages disagree on a tensor's shape");
+  }
+}
 
 std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
   MOET_CHECK(color >= 0, "split: color must be >= 0, got ", color);

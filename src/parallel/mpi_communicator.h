@@ -42,6 +42,11 @@ class MpiCommunicator final : public Communicator {
                  void* recv, const int64_t* recv_bytes, const int64_t* recv_offsets) override;
   void alltoall(const void* send, int64_t bytes, void* recv) override;
   void barrier() override;
+  // On a duplicate of the communicator that returns errors instead of aborting, so a wrong
+  // length becomes one moet::Error line. bytes must fit MPI's int.
+  Message isend(const void* data, int64_t bytes, int peer, int tag) override;
+  Message irecv(void* data, int64_t bytes, int peer, int tag) override;
+  void wait(Message m) override;
   // color must be >= 0.
   std::unique_ptr<Communicator> split(int color, int key) override;
   // Prints "moet: rank R: <why>" (R = rank in the world) to stderr and calls
@@ -72,6 +77,16 @@ class MpiCommunicator final : public Communicator {
   void* scratch(int64_t bytes);
 
   MPI_Comm comm_ = MPI_COMM_NULL;
+  MPI_Comm p2p_ = MPI_COMM_NULL;  // point-to-point messages (errors returned, not fatal)
+  struct P2pSlot {
+    MPI_Request request = MPI_REQUEST_NULL;
+    int64_t bytes = 0;
+    int peer = 0, tag = 0;
+    bool receive = false, busy = false;
+  };
+  std::vector<P2pSlot> p2p_slots_;
+  std::vector<int64_t> p2p_free_;  // indices of idle slots
+  Message start_p2p(bool receive, int64_t bytes, int peer, int tag);
   int rank_ = 0;
   int size_ = 1;
   int world_rank_ = 0;
