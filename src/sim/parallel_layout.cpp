@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "parallel/pipeline_layout.h"
 
 namespace moet::sim {
 
@@ -73,63 +74,6 @@ void validate(const ModelConfig& c, const SimLayout& l) {
                     l.mbs * l.dp()));
 }
 
-namespace {
-
-// Expands a Megatron pipeline layout ("Et*4|(t*4|)*14tmL") into its characters.
-class LayoutParser {
- public:
-  explicit LayoutParser(const std::string& text) : t_(text) {}
-  std::string expand() {
-    std::string out = sequence();
-    if (i_ != t_.size()) fail("unexpected '" + std::string(1, t_[i_]) + "'");
-    return out;
-  }
-
- private:
-  std::string sequence() {
-    std::string out;
-    while (i_ < t_.size() && t_[i_] != ')') {
-      std::string item;
-      const char ch = t_[i_];
-      if (ch == '(') {
-        ++i_;
-        item = sequence();
-        if (i_ >= t_.size() || t_[i_] != ')') fail("missing ')'");
-        ++i_;
-      } else if (ch == 'E' || ch == 't' || ch == 'm' || ch == 'L' || ch == '|') {
-        item = std::string(1, ch);
-        ++i_;
-      } else if (ch == ' ' || ch == ',') {
-        ++i_;
-        continue;
-      } else {
-        fail("unexpected '" + std::string(1, ch) + "' (use E, t, m, L, |, *N and parentheses)");
-      }
-      int64_t repeat = 1;
-      if (i_ < t_.size() && t_[i_] == '*') {
-        ++i_;
-        size_t used = 0;
-        try {
-          repeat = std::stoll(t_.substr(i_), &used);
-        } catch (const std::exception&) {
-          fail("'*' must be followed by a count");
-        }
-        if (repeat < 1) fail("a repeat count must be at least 1");
-        i_ += used;
-      }
-      for (int64_t r = 0; r < repeat; ++r) out += item;
-    }
-    return out;
-  }
-  [[noreturn]] void fail(const std::string& why) const {
-    throw Error(str("--pp-layout '", t_, "': ", why));
-  }
-  const std::string& t_;
-  size_t i_ = 0;
-};
-
-}  // namespace
-
 std::vector<size_t> stages_of_slots(const ModelConfig& c, const SimLayout& l) {
   const int64_t layers = c.num_hidden_layers, mtp = mtp_depth(c, l);
   const size_t slots = size_t(layers + mtp + 2);  // embedding, layers, MTP, loss
@@ -144,31 +88,7 @@ std::vector<size_t> stages_of_slots(const ModelConfig& c, const SimLayout& l) {
     for (size_t i = 0; i < slots; ++i) stage_of[i] = std::min(i / per, size_t(l.stages() - 1));
     return stage_of;
   }
-  const std::string x = LayoutParser(l.pp_layout).expand();
-  std::string want = "E";
-  want.append(size_t(layers), 't').append(size_t(mtp), 'm').push_back('L');
-  std::string kinds;
-  size_t stage = 0, slot = 0;
-  for (char ch : x) {
-    if (ch == '|') {
-      ++stage;
-      continue;
-    }
-    kinds += ch;
-    if (slot < slots) stage_of[slot] = stage;
-    ++slot;
-  }
-  const auto count = [&](const std::string& s, char ch) {
-    return int64_t(std::count(s.begin(), s.end(), ch));
-  };
-  if (kinds != want)
-    throw Error(str("--pp-layout '", l.pp_layout, "' has ", count(kinds, 'E'), " E, ",
-                    count(kinds, 't'), " t, ", count(kinds, 'm'), " m, ", count(kinds, 'L'),
-                    " L; the model needs E, ", layers, " t, ", mtp, " m, L in that order"));
-  if (int64_t(stage + 1) != l.stages())
-    throw Error(
-        str("--pp-layout '", l.pp_layout, "' has ", stage + 1, " stages; PP×VPP = ", l.stages()));
-  return stage_of;
+  return parse_pipeline_layout(l.pp_layout, layers, mtp, l.stages());
 }
 
 std::string format_pp_layout(const ModelConfig& c, const SimLayout& l,
