@@ -94,6 +94,20 @@ cmd_down() {
   fi
 }
 
+# The namespaces `up` has made so far: if it fails, it removes these and only these (another
+# cluster.sh racing it may own the others).
+up_made=()
+
+up_failed() {
+  local ns
+  echo "cluster.sh: up failed, removing what it made" >&2
+  for ns in "${up_made[@]}"; do
+    end_processes_in "$ns"
+    ip netns del "$ns" || true
+  done
+  up_made=()
+}
+
 # shape DEVICE NAMESPACE: tbf on the device's egress.
 shape() {
   ip netns exec "$2" tc qdisc replace dev "$1" root tbf rate "${rate}mbit" burst "$burst" \
@@ -123,12 +137,15 @@ cmd_up() {
     burst=$((rate * 1000 / 8))
     [ "$burst" -ge 131072 ] || burst=131072
   fi
-  need_uint "--burst (bytes, at least the MTU)" "$burst" "$mtu" 1000000000
+  # At most 10 s of traffic: tc silently clamps a burst that lasts much longer.
+  need_uint "--burst (bytes, from the MTU to 10 s at the rate)" "$burst" "$mtu" \
+    "$((rate * 1250000 < 999999999 ? rate * 1250000 : 999999999))"
   require_root
   ! cluster_exists || die "a cluster is already up (cluster.sh status; cluster.sh down)"
 
-  trap 'echo "cluster.sh: up failed, removing what it made" >&2; cmd_down >&2' ERR
+  trap up_failed ERR
   ip netns add "$sw"
+  up_made+=("$sw")
   ip -n "$sw" link set lo up
   ip -n "$sw" link add "$prefix-br" mtu "$mtu" type bridge
   ip -n "$sw" addr add 10.77.0.1/24 dev "$prefix-br"
@@ -136,6 +153,7 @@ cmd_up() {
   for ((i = 0; i < nodes; i++)); do
     ns="$(node_ns "$i")"
     ip netns add "$ns"
+    up_made+=("$ns")
     ip -n "$ns" link set lo up
     ip -n "$sw" link add "$prefix-n$i" mtu "$mtu" type veth peer name eth0 mtu "$mtu" netns "$ns"
     ip -n "$sw" link set "$prefix-n$i" master "$prefix-br" up
@@ -145,6 +163,7 @@ cmd_up() {
     shape "$prefix-n$i" "$sw"    # switch -> node
   done
   trap - ERR
+  up_made=()
   echo "cluster: $nodes nodes up, links ${rate} Mbit/s each way (tbf burst $burst B," \
     "latency ${latency} ms), MTU $mtu"
 }
@@ -206,8 +225,8 @@ cmd_run() {
     [ ${#up_args[@]} -eq 2 ] ||
       die "run: a cluster is already up; its links stay as they are (cluster.sh down first)"
   else
-    run_started=1
     cmd_up "${up_args[@]}"
+    run_started=1
   fi
   [ "$run_signal" -eq 0 ] || exit "$run_signal"
   run_dir="$(mktemp -d)"
