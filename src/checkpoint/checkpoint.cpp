@@ -15,6 +15,7 @@
 
 #include "checkpoint/crc32c.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "model/params.h"
 
 namespace moet {
@@ -58,14 +59,6 @@ void write_file_durable(const std::string& path, const std::string& text) {
     MOET_FAIL("cannot rename '", tmp, "' to '", path, "': ", std::strerror(err));
   }
   fsync_path(fs::path(path).parent_path().string(), true);
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  MOET_CHECK(f.good(), "cannot read '", path, "'");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
 }
 
 }  // namespace
@@ -165,7 +158,8 @@ void seal_checkpoint(const std::string& tmp_dir, int ranks, CheckpointIndex meta
               [](const PieceRef& a, const PieceRef& b) { return a.begin < b.begin; });
   const std::string text = format_checkpoint_index(meta);
   parse_checkpoint_index(text, "the checkpoint being written");  // every element exactly once
-  write_file_durable((fs::path(tmp_dir) / "config.json").string(), read_text(config_json_path));
+  write_file_durable((fs::path(tmp_dir) / "config.json").string(),
+                     read_text_file(config_json_path));
   write_file_durable((fs::path(tmp_dir) / kIndexFile).string(), text);
   fsync_path(tmp_dir, true);
 }
@@ -190,7 +184,7 @@ std::string publish_checkpoint(const std::string& run_dir, const std::string& tm
 
 nlohmann::json read_json_file(const std::string& path) {
   try {
-    return nlohmann::json::parse(read_text(path));
+    return nlohmann::json::parse(read_text_file(path));
   } catch (const nlohmann::json::exception& e) {
     MOET_FAIL("'", path, "' is not valid JSON (", e.what(), ")");
   }
@@ -199,7 +193,7 @@ nlohmann::json read_json_file(const std::string& path) {
 CheckpointReader::CheckpointReader(const std::string& step_dir) : dir_(step_dir) {
   const std::string path = (fs::path(step_dir) / kIndexFile).string();
   MOET_CHECK(fs::exists(path), "no checkpoint at '", step_dir, "': ", kIndexFile, " is missing");
-  index_ = parse_checkpoint_index(read_text(path), path);
+  index_ = parse_checkpoint_index(read_text_file(path), path);
 }
 
 void CheckpointReader::check_model(const nlohmann::json& model_config) const {

@@ -7,20 +7,13 @@
 
 #include "checkpoint/hf.h"
 #include "core/error.h"
+#include "core/file_io.h"
 
 namespace moet {
 
 namespace {
 
 using ordered_json = nlohmann::ordered_json;
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  MOET_CHECK(in.good(), "cannot open '", path, "'");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 ordered_json rope_scaling_json(const RopeScaling& r) {
   if (!r.yarn) return nullptr;
@@ -108,7 +101,7 @@ std::string hf_config_json(const ModelConfig& c, const std::string& source_json,
 
 ModelConfig load_hf_config(const std::string& dir) {
   const std::string path = dir + "/config.json";
-  const std::string text = read_text(path);
+  const std::string text = read_text_file(path);
   ModelConfig c = parse_model_config(text, path);
   const nlohmann::json j = nlohmann::json::parse(text);  // valid: parse_model_config read it
   if (j.contains("architectures") && j["architectures"].is_array()) {

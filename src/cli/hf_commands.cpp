@@ -10,6 +10,7 @@
 #include "checkpoint/hf.h"
 #include "checkpoint/safetensors.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "kernels/ops.h"
 #include "model/model.h"
 #include "train/evaluation.h"
@@ -17,14 +18,6 @@
 namespace moet::cli {
 
 namespace {
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  MOET_CHECK(in.good(), "cannot open '", path, "'");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 double gigabytes(int64_t bytes) { return double(bytes) / 1e9; }
 
@@ -95,7 +88,8 @@ void run_export_hf(const ExportHfArgs& a) {
   HfExportOptions opts;
   opts.dtype = parse_hf_dtype(a.dtype);
   opts.max_shard_bytes = a.max_shard_bytes;
-  const HfExportResult r = export_hf(model.params(), cfg, read_text(config_path), a.out_dir, opts);
+  const HfExportResult r =
+      export_hf(model.params(), cfg, read_text_file(config_path), a.out_dir, opts);
   std::printf("moet export-hf: %s -> %s: %lld tensors, %.3f GB (%s) in %zu file(s)\n", step.c_str(),
               a.out_dir.c_str(), (long long)r.tensors, gigabytes(r.bytes), a.dtype.c_str(),
               r.files.size());
