@@ -10,10 +10,13 @@
 #include <vector>
 
 #include "core/error.h"
+#include "error_of.h"
 #include "mpi_test_util.h"
 
 namespace moet {
 namespace {
+
+using test::error_of;
 
 using test::world;
 
@@ -48,15 +51,6 @@ TEST(PointToPoint, RingOfTaggedMessagesWaitedOutOfOrder) {
     w.wait(m);
   }
   w.barrier();
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(PointToPoint, WrongLengthIsOneLineNotAHang) {

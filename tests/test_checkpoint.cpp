@@ -12,6 +12,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/crc32c.h"
 #include "core/error.h"
+#include "error_of.h"
 #include "metrics/progress.h"
 #include "model/model.h"
 #include "optim/adamw.h"
@@ -19,18 +20,11 @@
 namespace moet {
 namespace {
 
+using test::error_of;
+
 namespace fs = std::filesystem;
 const std::string kRoot = MOET_SOURCE_DIR;
 const std::string kTiny = kRoot + "/configs/tiny.json";
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 fs::path scratch(const std::string& name) {
   fs::path p = fs::path(MOET_BINARY_DIR) / "test_checkpoint" / name;

@@ -11,11 +11,14 @@
 #include "core/rng.h"
 #include "data/byte_tokenizer.h"
 #include "data/dataset.h"
+#include "error_of.h"
 
 namespace fs = std::filesystem;
 using namespace moet;
 
 namespace {
+
+using test::error_of;
 
 class TempDir {
  public:
@@ -37,15 +40,6 @@ class TempDir {
  private:
   fs::path path_;
 };
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
 
 // A text of `n` distinct-looking lines.
 std::string sample_text(int n) {

@@ -15,11 +15,14 @@
 #include "core/error.h"
 #include "core/json_depth_limit.h"
 #include "core/tensor.h"
+#include "error_of.h"
 
 namespace fs = std::filesystem;
 using namespace moet;
 
 namespace {
+
+using test::error_of;
 
 class ParserFuzzFindings : public ::testing::Test {
  protected:
@@ -43,16 +46,6 @@ class ParserFuzzFindings : public ::testing::Test {
   }
   fs::path dir_;
 };
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
 
 std::string nested_arrays(int depth) { return std::string(depth, '[') + std::string(depth, ']'); }
 

@@ -10,11 +10,14 @@
 
 #include "checkpoint/safetensors.h"
 #include "core/error.h"
+#include "error_of.h"
 
 namespace fs = std::filesystem;
 using namespace moet;
 
 namespace {
+
+using test::error_of;
 
 class SafetensorsTest : public ::testing::Test {
  protected:
@@ -46,16 +49,6 @@ std::string make_raw(const std::string& header, const std::string& data) {
   std::string s(8, '\0');
   std::memcpy(s.data(), &n, 8);
   return s + header + data;
-}
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
 }
 
 uint16_t bf16_bits(float f) { return static_cast<uint16_t>(std::bit_cast<uint32_t>(f) >> 16); }
