@@ -64,7 +64,9 @@ class CheckpointReader {
   // differs), then that every piece's tensor exists with the piece's global shape and that
   // the checkpoint has no tensor of `kind` ("param/", "adam_m/", ...) outside `pieces`' names.
   void check_model(const nlohmann::json& model_config) const;
-  void check_tensors(const std::vector<StatePiece>& pieces, const std::string& kind) const;
+  // complete = false: `pieces` are one pipeline stage's, so the checkpoint may hold more.
+  void check_tensors(const std::vector<StatePiece>& pieces, const std::string& kind,
+                     bool complete = true) const;
   // Fills every piece from the stored pieces that overlap it, verifying each stored piece's
   // checksum before use (one line naming the file and tensor on a mismatch or a truncated
   // file). Nothing is written to disk.
@@ -84,7 +86,7 @@ class CheckpointReader {
 
 // Parameter values only (Hugging Face interop, evaluation): loads every weight of `ps` (any
 // layout wrote the checkpoint) and marks ps updated.
-void load_checkpoint_weights(const std::string& step_dir, ParamStore& ps);
+void load_checkpoint_weights(const std::string& step_dir, ParamStore& ps, bool complete = true);
 // Writes a weights-only checkpoint (step 0, no optimizer state) of a one-process model.
 void save_weights_checkpoint(const std::string& step_dir, const ParamStore& ps,
                              const std::string& config_json_path);

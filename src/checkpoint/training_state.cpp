@@ -29,6 +29,7 @@ std::vector<StatePiece> training_state_pieces(const StateHolder& h, bool owned_o
   const auto& weights = h.params->weights();
   for (const Weight& w : weights) {
     if (!(w.expert ? own_expert : own_dense)) continue;
+    if (owned_only && w.replica) continue;  // the stage that trains it saves it
     const std::vector<int64_t> shape = global_shape(w, h.ep);
     const int64_t n = w.value.numel();
     out.push_back({"param/" + w.name, shape, w.init_offset, n, w.value.f32()});

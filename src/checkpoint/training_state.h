@@ -35,6 +35,9 @@ struct StateHolder {
   int world_rank = 0;
   int edp_rank = 0;  // rank in the expert-data-parallel group
   int ep = 1;        // experts are sharded over ep ranks
+  // Under pipeline parallelism world_rank is the rank in the stage's data-parallel group (the
+  // stage's rank 0 saves its dense weights) and params holds that stage's weights only.
+  bool pipeline_stage = false;
 };
 
 // owned_only: the pieces this process writes; otherwise every piece it holds (to load).

@@ -64,6 +64,16 @@ void add_train_command(CLI::App& app, moet::TrainOptions& o) {
   t->add_flag("--a2a-overlap", o.a2a_overlap,
               "split each micro-batch in two halves whose stages interleave, so one half's "
               "all-to-alls travel under the other half's compute");
+  t->add_option("--pp", o.pp,
+                "pipeline stages (under mpirun; the world is pp x data-parallel ranks, the "
+                "pipeline outermost as in Megatron)")
+      ->capture_default_str();
+  t->add_option("--vpp", o.vpp,
+                "model chunks (virtual stages) per pipeline stage: interleaved 1F1B when > 1")
+      ->capture_default_str();
+  t->add_option("--pp-layout", o.pp_layout,
+                "Megatron's pipeline layout, e.g. \"Et*2|t*2|t*2|t*2mL\" (default: the decoder "
+                "layers split evenly over pp x vpp stages)");
   t->add_flag("--zero1", o.zero1,
               "ZeRO-1: shard the AdamW moments over the data-parallel ranks (bitwise the same "
               "training)");

@@ -11,47 +11,71 @@ namespace moet {
 
 Model::Model(const ModelConfig& c, int64_t B, int64_t T, LossWeights lw,
              DispatcherFactory dispatchers, Model& shared)
-    : Model(c, B, T, lw, std::move(dispatchers), &shared, shared.precision()) {}
+    : Model(c, shared.part(), B, T, lw, std::move(dispatchers), &shared, shared.precision(),
+            nullptr) {}
 
 Model::Model(const ModelConfig& c, int64_t B, int64_t T, LossWeights lw,
              DispatcherFactory dispatchers, const PrecisionPolicy& precision)
-    : Model(c, B, T, lw, std::move(dispatchers), nullptr, precision) {}
+    : Model(c, ModelPart{}, B, T, lw, std::move(dispatchers), nullptr, precision, nullptr) {}
 
-Model::Model(const ModelConfig& c, int64_t B, int64_t T, LossWeights lw,
-             DispatcherFactory dispatchers, Model* shared, const PrecisionPolicy& precision)
-    : cfg_(c), precision_(precision), B_(B), T_(T), lw_(lw), shared_(shared) {
+Model::Model(const ModelConfig& c, const ModelPart& part, int64_t B, int64_t T, LossWeights lw,
+             DispatcherFactory dispatchers, const PrecisionPolicy& precision, ParamStore& store)
+    : Model(c, part, B, T, lw, std::move(dispatchers), nullptr, precision, &store) {}
+
+Model::Model(const ModelConfig& c, const ModelPart& part, int64_t B, int64_t T, LossWeights lw,
+             DispatcherFactory dispatchers, Model* shared, const PrecisionPolicy& precision,
+             ParamStore* store)
+    : cfg_(c), precision_(precision), B_(B), T_(T), lw_(lw), part_(part), shared_(shared) {
+  if (part_.end_layer < 0) part_.end_layer = c.num_hidden_layers;
+  MOET_ASSERT(0 <= part_.first_layer && part_.first_layer <= part_.end_layer &&
+              part_.end_layer <= c.num_hidden_layers);
+  if (store) store_ = store;
   if (shared_) params_.bind(shared_->params());
+  ParamStore& ps = *store_;
   MOET_CHECK(B > 0 && T > 0, "micro-batch and sequence length must be positive");
   MOET_CHECK(T <= c.max_position_embeddings, "sequence length ", T,
              " exceeds max_position_embeddings (", c.max_position_embeddings, ")");
   if (!dispatchers) dispatchers = [](int64_t e) { return std::make_unique<LocalDispatcher>(e); };
   const int64_t D = c.hidden_size, V = c.vocab_size;
-  embed_ = params_.declare("model.embed_tokens.weight", {V, D}, Init::Normal, true);
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+  const bool mtp = part_.loss && c.num_nextn_predict_layers > 0;
+  // The MTP modules embed their inputs: without the embedding slot they read a replica.
+  const bool replica = mtp && !part_.embedding;
+  MOET_CHECK(!(c.tie_word_embeddings && part_.loss && !part_.embedding),
+             "pipeline stages with tie_word_embeddings are not supported: the loss stage would "
+             "train a copy of the embedding");
+  if (part_.embedding || mtp) {
+    embed_ = ps.declare("model.embed_tokens.weight", {V, D}, Init::Normal, true, !replica);
+    embed_->replica = replica;
+  }
+  for (int64_t l = part_.first_layer; l < part_.end_layer; ++l) {
     bool moe = c.is_moe_layer(l);
     blocks_.push_back(std::make_unique<DecoderBlock>(
-        c, params_, "model.layers." + std::to_string(l) + ".", moe,
+        c, ps, "model.layers." + std::to_string(l) + ".", moe,
         moe ? dispatchers(c.n_routed_experts) : nullptr, precision_, l));
     if (moe) moe_layers_.push_back(blocks_.back()->moe());
   }
-  lm_head_ = c.tie_word_embeddings ? embed_
-                                   : params_.declare("lm_head.weight", {V, D}, Init::Normal, true);
-  head_ = std::make_unique<LmHead>(c.rms_norm_eps, D, params_, "model.norm.weight", lm_head_,
-                                   precision_.head());
-  for (int64_t k = 1; k <= c.num_nextn_predict_layers; ++k) {
-    std::string p = "model.layers." + std::to_string(c.num_hidden_layers + k - 1) + ".";
-    mtp_.push_back(std::make_unique<MtpModule>(
-        c, params_, p, k, embed_, lm_head_,
-        c.mtp_is_moe() ? dispatchers(c.n_routed_experts) : nullptr, precision_));
-    if (c.mtp_is_moe()) moe_layers_.push_back(mtp_.back()->block().moe());
+  if (part_.loss) {
+    lm_head_ =
+        c.tie_word_embeddings ? embed_ : ps.declare("lm_head.weight", {V, D}, Init::Normal, true);
+    head_ = std::make_unique<LmHead>(c.rms_norm_eps, D, ps, "model.norm.weight", lm_head_,
+                                     precision_.head());
+    for (int64_t k = 1; k <= c.num_nextn_predict_layers; ++k) {
+      std::string p = "model.layers." + std::to_string(c.num_hidden_layers + k - 1) + ".";
+      mtp_.push_back(std::make_unique<MtpModule>(
+          c, ps, p, k, embed_, lm_head_, c.mtp_is_moe() ? dispatchers(c.n_routed_experts) : nullptr,
+          precision_));
+      if (c.mtp_is_moe()) moe_layers_.push_back(mtp_.back()->block().moe());
+    }
   }
-  if (!shared_) params_.allocate();
+  if (!shared_ && !store) params_.allocate();
   // Plan once to size the arenas, then again to place every buffer in them.
   Arena act = Arena::planning(), scratch = Arena::planning();
   plan_all(act, scratch);
   act_ = Arena(act.used());
   scratch_ = Arena(scratch.used());
   plan_all(act_, scratch_);
+  if (replica)
+    for (size_t k = 0; k < mtp_.size(); ++k) mtp_[k]->export_embedding_grad(&mtp_de_[k]);
   fill_rope_tables(c, rope_.cos_TR2, rope_.sin_TR2);
   rope_.softmax_scale = attention_softmax_scale(c);
 }
@@ -72,6 +96,13 @@ void Model::plan_all(Arena& act, Arena& scratch) {
   dh_b_ND_ = act.alloc_f32({N, D});
   dmtp_a_ND_ = act.alloc_f32({N, D});
   dmtp_b_ND_ = act.alloc_f32({N, D});
+  // pipeline hand-off of the MTP modules' embedding gradients (ModelPart)
+  mtp_de_.clear();
+  if (part_.embedding != part_.loss && cfg_.num_nextn_predict_layers > 0) {
+    for (int64_t k = 0; k < cfg_.num_nextn_predict_layers; ++k)
+      mtp_de_.push_back(act.alloc_f32({N, D}));
+    mtp_tok_N_ = act.alloc_i32({N});
+  }
   size_t scratch_needed = 0;
   auto plan_part = [&](auto& part) {
     scratch.reset();
@@ -80,7 +111,7 @@ void Model::plan_all(Arena& act, Arena& scratch) {
     scratch_needed = std::max(scratch_needed, scratch.used());
   };
   for (auto& b : blocks_) plan_part(*b);
-  plan_part(*head_);
+  if (head_) plan_part(*head_);
   for (auto& m : mtp_) plan_part(*m);
   // A planning arena must report the maximum, not the last part's size.
   if (scratch.is_planning()) {
@@ -96,14 +127,15 @@ void Model::set_trace(TraceRecorder* rec) {
   fwd_names_.clear();
   bwd_names_.clear();
   for (size_t l = 0; l < blocks_.size() + mtp_.size(); ++l) {
-    std::string what = l < blocks_.size() ? "layer " + std::to_string(l)
-                                          : "mtp " + std::to_string(l - blocks_.size() + 1);
+    std::string what = l < blocks_.size()
+                           ? "layer " + std::to_string(part_.first_layer + int64_t(l))
+                           : "mtp " + std::to_string(l - blocks_.size() + 1);
     fwd_names_.push_back(rec->intern(what + " forward"));
     bwd_names_.push_back(rec->intern(what + " backward"));
   }
 }
 
-void Model::init_parameters(uint64_t seed) { params_.initialize(seed, cfg_.initializer_range); }
+void Model::init_parameters(uint64_t seed) { params().initialize(seed, cfg_.initializer_range); }
 
 LossBreakdown Model::forward(const int32_t* seq, double grad_scale) {
   forward_begin(seq, grad_scale);
@@ -125,7 +157,7 @@ void Model::forward_begin(const int32_t* seq, double grad_scale) {
       in[b * T_ + t] = tok;
       tgt[b * T_ + t] = next;
     }
-  ops::embedding_forward(inputs_N_, embed_->value, hidden_[0]);
+  if (part_.embedding) ops::embedding_forward(inputs_N_, embed_->value, hidden_[0]);
 }
 
 void Model::forward_stage(int64_t l, int stage) {
@@ -136,7 +168,7 @@ void Model::forward_stage(int64_t l, int stage) {
 LossBreakdown Model::forward_end() {
   LossBreakdown r;
   double mtp_w = mtp_.empty() ? 0.0 : lw_.mtp_lambda / double(mtp_.size());
-  r.lm_loss = head_->forward(hidden_.back(), targets_N_, head_grad_scale_);
+  if (head_) r.lm_loss = head_->forward(hidden_.back(), targets_N_, head_grad_scale_);
   const Tensor* h_prev = &hidden_.back();
   for (size_t k = 0; k < mtp_.size(); ++k) {
     auto& m = mtp_[k];
@@ -182,6 +214,7 @@ void Model::backward_begin(double grad_scale) {
     d_out = d_in;
     d_in = d_in == &dmtp_a_ND_ ? &dmtp_b_ND_ : &dmtp_a_ND_;
   }
+  if (!head_) return;  // a pipeline stage: the caller wrote output_grad()
   // main head; the first MTP module's input gradient joins the final hidden state's.
   Tensor& dh = layer_output_grad(num_layers() - 1);
   head_->backward(hidden_.back(), targets_N_, ls.grad_scale, dh, false);
@@ -199,12 +232,20 @@ void Model::backward_stage(int64_t l, int stage) {
   Tensor& dout = layer_output_grad(l);
   Tensor& din = (num_layers() - 1 - l) % 2 == 0 ? dh_b_ND_ : dh_a_ND_;
   blocks_[l]->backward_stage(stage, dout, hidden_[l], din, false, rope_, ls_);
-  if (stage == DecoderBlock::kStages - 1 && hook_) hook_(l);
+  if (stage == DecoderBlock::kStages - 1 && hook_) hook_(part_.first_layer + l);
 }
 
 void Model::backward_end() {
-  Tensor& dh = num_layers() % 2 == 1 ? dh_b_ND_ : dh_a_ND_;  // layer 0's input gradient
-  ops::embedding_backward(inputs_N_, dh, embed_->grad);
+  if (!part_.embedding) return;  // a pipeline stage: the caller sends input_grad()
+  // The MTP modules' embedding gradients, last module first, as their backward adds them in
+  // one process.
+  if (!part_.loss)
+    for (size_t k = mtp_de_.size(); k-- > 0;) {
+      MtpModule::shifted_tokens(tokens_BT1_.i32(), B_, T_, int64_t(k) + 1, mtp_tok_N_.i32(),
+                                nullptr);
+      ops::embedding_backward(mtp_tok_N_, mtp_de_[k], embed_->grad);
+    }
+  ops::embedding_backward(inputs_N_, input_grad(), embed_->grad);
 }
 
 }  // namespace moet

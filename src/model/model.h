@@ -32,6 +32,18 @@ struct LossBreakdown {
 
 using DispatcherFactory = std::function<std::unique_ptr<TokenDispatcher>(int64_t n_experts)>;
 
+// The slots of the model one Model instance holds: all of them (one process, data and expert
+// parallelism), or one pipeline stage's (docs/pipeline.md): the embedding, a run of decoder
+// layers, and the loss with the MTP modules (final norm, LM head, MTP layers, cross-entropy).
+// A stage without the embedding reads its input from input(); one without the loss leaves its
+// output in output() and reads that output's gradient from output_grad().
+struct ModelPart {
+  bool embedding = true;
+  int64_t first_layer = 0;
+  int64_t end_layer = -1;  // one past the last decoder layer (-1: num_hidden_layers)
+  bool loss = true;
+};
+
 class Model {
  public:
   // Declares and allocates the parameters (uninitialised until init_parameters or a load) and
@@ -44,6 +56,12 @@ class Model {
   // interleave, so one lane's all-to-alls travel under the other lane's compute.
   Model(const ModelConfig& c, int64_t B, int64_t T, LossWeights lw, DispatcherFactory dispatchers,
         Model& shared);
+  // One pipeline stage's part, declaring its parameters into `store` (in shared mode, so the
+  // rank's chunks and micro-batch slots share them); the caller allocates and initialises the
+  // store. With the loss but not the embedding, the MTP modules read a replica of the embedding
+  // (ParamStore's Weight::replica) and leave its gradient rows in mtp_embedding_grads().
+  Model(const ModelConfig& c, const ModelPart& part, int64_t B, int64_t T, LossWeights lw,
+        DispatcherFactory dispatchers, const PrecisionPolicy& precision, ParamStore& store);
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
@@ -64,7 +82,23 @@ class Model {
   void backward_begin(double grad_scale);
   void backward_stage(int64_t layer, int stage);
   void backward_end();
+  // Decoder layers of this part; forward_stage and backward_stage number them from 0 (the
+  // part's first layer).
   int64_t num_layers() const { return int64_t(blocks_.size()); }
+  const ModelPart& part() const { return part_; }
+  // Pipeline hand-offs (ModelPart): the input hidden state (write before forward_begin's stages
+  // when the part has no embedding), the output hidden state, the gradient of the output (write
+  // before backward_begin when the part has no loss) and that of the input (after backward_end).
+  Tensor& input() { return hidden_.front(); }
+  const Tensor& output() const { return hidden_.back(); }
+  Tensor& output_grad() { return layer_output_grad(num_layers() - 1); }
+  const Tensor& input_grad() { return num_layers() % 2 == 1 ? dh_b_ND_ : dh_a_ND_; }
+  // MTP module k's gradient of its embedded input tokens (k = 1.. at index k − 1), [B·T, D]:
+  // filled by the backward of a part with the loss but not the embedding; on a part with the
+  // embedding but not the loss, the caller writes them before backward_end, which scatters them
+  // into the embedding's gradient before its own, in the order one process adds them. Empty
+  // for a whole model.
+  std::vector<Tensor>& mtp_embedding_grads() { return mtp_de_; }
   // Called during backward as soon as a decoder block's parameter gradients are complete, with
   // its layer index (MTP module k: num_hidden_layers + k - 1): data parallelism starts reducing
   // them while the backward goes on.
@@ -74,7 +108,7 @@ class Model {
 
   const ModelConfig& config() const { return cfg_; }
   const PrecisionPolicy& precision() const { return precision_; }
-  ParamStore& params() { return shared_ ? shared_->params() : params_; }
+  ParamStore& params() { return shared_ ? shared_->params() : *store_; }
   // The main logits of the last forward, recomputed into logits_NV ([B*T, V], F32): the LM head
   // keeps only each row's log-sum-exp.
   void logits(Tensor& logits_NV) { head_->logits(logits_NV); }
@@ -84,8 +118,9 @@ class Model {
   size_t activation_bytes() const { return act_.capacity() + scratch_.capacity(); }
 
  private:
-  Model(const ModelConfig& c, int64_t B, int64_t T, LossWeights lw, DispatcherFactory dispatchers,
-        Model* shared, const PrecisionPolicy& precision);
+  Model(const ModelConfig& c, const ModelPart& part, int64_t B, int64_t T, LossWeights lw,
+        DispatcherFactory dispatchers, Model* shared, const PrecisionPolicy& precision,
+        ParamStore* store);
   void plan_all(Arena& act, Arena& scratch);
   Tensor& layer_output_grad(int64_t layer);
 
@@ -93,7 +128,9 @@ class Model {
   PrecisionPolicy precision_;
   int64_t B_, T_;
   LossWeights lw_;
+  ModelPart part_;
   ParamStore params_;
+  ParamStore* store_ = &params_;  // where the parameters are declared
   Weight *embed_ = nullptr, *lm_head_ = nullptr;
   std::vector<std::unique_ptr<DecoderBlock>> blocks_;
   std::unique_ptr<LmHead> head_;
@@ -104,6 +141,8 @@ class Model {
   Tensor tokens_BT1_, inputs_N_, targets_N_;
   std::vector<Tensor> hidden_;  // hidden_[l]: input of block l; hidden_[L]: final
   Tensor dh_a_ND_, dh_b_ND_, dmtp_a_ND_, dmtp_b_ND_;
+  std::vector<Tensor> mtp_de_;  // ModelPart hand-off of the MTP modules' embedding gradients
+  Tensor mtp_tok_N_;            // their tokens, on the embedding's stage
   std::function<void(int64_t)> hook_;
   Model* shared_ = nullptr;     // the lane whose parameters this one uses
   LossScales ls_;               // of the backward in progress

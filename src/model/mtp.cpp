@@ -46,17 +46,20 @@ void MtpModule::plan(Workspace& ws) {
   head_.plan(ws);
 }
 
-double MtpModule::forward(const Tensor& h_prev_ND, const int32_t* seq, const RopeCache& rope,
-                          double head_grad_scale) {
-  const int64_t N = h_prev_ND.size(0), T = rope.cos_TR2.size(0), B = N / T;
-  int32_t* in = in_tok_N_.i32();
-  int32_t* tgt = tgt_N_.i32();
+void MtpModule::shifted_tokens(const int32_t* seq, int64_t B, int64_t T, int64_t k, int32_t* in,
+                               int32_t* tgt) {
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T; ++t) {
       const int32_t* s = seq + b * (T + 1);
-      in[b * T + t] = t + k_ <= T ? s[t + k_] : 0;
-      tgt[b * T + t] = t + k_ + 1 <= T ? s[t + k_ + 1] : -1;
+      if (in) in[b * T + t] = t + k <= T ? s[t + k] : 0;
+      if (tgt) tgt[b * T + t] = t + k + 1 <= T ? s[t + k + 1] : -1;
     }
+}
+
+double MtpModule::forward(const Tensor& h_prev_ND, const int32_t* seq, const RopeCache& rope,
+                          double head_grad_scale) {
+  const int64_t N = h_prev_ND.size(0), T = rope.cos_TR2.size(0), B = N / T;
+  shifted_tokens(seq, B, T, k_, in_tok_N_.i32(), tgt_N_.i32());
   ops::embedding_forward(in_tok_N_, embed_->value, e_ND_);
   ops::rmsnorm_forward(e_ND_, enorm_->value, eps_, en_ND_, e_rstd_N_);
   ops::rmsnorm_forward(h_prev_ND, hnorm_->value, eps_, hn_ND_, h_rstd_N_);
@@ -77,7 +80,10 @@ void MtpModule::backward(const Tensor& h_prev_ND, const Tensor& d_out_ND, double
   ops::rmsnorm_backward(dhn_ND_, h_prev_ND, hnorm_->value, h_rstd_N_, dh_prev_ND, true,
                         hnorm_->grad);
   ops::rmsnorm_backward(den_ND_, e_ND_, enorm_->value, e_rstd_N_, de_ND_, false, enorm_->grad);
-  ops::embedding_backward(in_tok_N_, de_ND_, embed_->grad);
+  if (de_out_)
+    ops::copy(de_ND_, *de_out_);
+  else
+    ops::embedding_backward(in_tok_N_, de_ND_, embed_->grad);
 }
 
 }  // namespace moet

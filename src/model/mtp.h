@@ -28,6 +28,13 @@ class MtpModule {
   void backward(const Tensor& h_prev_ND, const Tensor& d_out_ND, double loss_weight,
                 Tensor& dh_prev_ND, const RopeCache& rope, const LossScales& ls);
   DecoderBlock& block() { return block_; }
+  // Pipeline stages (ModelPart): backward copies the gradient of the embedded input tokens into
+  // *out ([B·T, D]) instead of adding it to the embedding's gradient, which another stage holds.
+  void export_embedding_grad(Tensor* out) { de_out_ = out; }
+  // Module k's input tokens (t + k, 0 past the end) and targets (t + k + 1, −1 past the end) of
+  // B sequences of T + 1 tokens; either output may be null.
+  static void shifted_tokens(const int32_t* tokens_BT1, int64_t B, int64_t T, int64_t k,
+                             int32_t* in_N, int32_t* tgt_N);
   LmHead& head() { return head_; }
 
  private:
@@ -41,6 +48,7 @@ class MtpModule {
   Tensor in_tok_N_, tgt_N_, e_ND_, en_ND_, e_rstd_N_, hn_ND_, h_rstd_N_, cat_N2D_, x_ND_, out_ND_;
   // temporaries
   Tensor dout_ND_, dx_ND_, dcat_N2D_, den_ND_, dhn_ND_, de_ND_;
+  Tensor* de_out_ = nullptr;
 };
 
 }  // namespace moet

@@ -22,15 +22,21 @@ Tensor NamedSlice::grad() const { return row_slice(weight->grad, row_begin, row_
 
 Weight* ParamStore::declare(const std::string& name, std::initializer_list<int64_t> shape,
                             Init init, bool decay, bool trainable, bool expose_name) {
-  if (owner_) {
-    for (Weight& w : owner_->weights_)
+  auto existing = [&](std::deque<Weight>& weights) -> Weight* {
+    for (Weight& w : weights)
       if (w.name == name) {
         Tensor want(nullptr, DType::F32, shape);
         MOET_ASSERT(want.ndim == w.value.ndim && want.numel() == w.value.numel());
         return &w;
       }
+    return nullptr;
+  };
+  if (owner_) {
+    if (Weight* w = existing(owner_->weights_)) return w;
     MOET_FAIL("shared parameters lack '", name, "'");
   }
+  if (share_)
+    if (Weight* w = existing(weights_)) return w;
   MOET_ASSERT(!allocated());
   Weight& w = weights_.emplace_back();
   w.name = name;
@@ -51,7 +57,8 @@ Weight* ParamStore::declare(const std::string& name, std::initializer_list<int64
 
 void ParamStore::add_name(const std::string& name, const Weight* w, int64_t row_begin,
                           int64_t row_end) {
-  if (owner_) return;  // the owner has the names
+  if (owner_) return;                                                    // the owner has the names
+  if (share_ && names_.count(name) && names_[name].weight == w) return;  // declared again
   MOET_ASSERT(names_.count(name) == 0);
   names_[name] = NamedSlice{w, row_begin, row_end};
 }

@@ -27,7 +27,10 @@ struct Weight {
   bool decay = true;      // AdamW weight decay applies (matrices and the embedding)
   bool trainable = true;  // false for buffers such as e_score_correction_bias
   bool expert = false;    // a routed expert's weight: sharded over expert parallelism
-  int64_t offset = 0;     // element offset in the arenas
+  // A read-only copy of a weight another pipeline stage trains (the embedding on the stage of
+  // the MTP modules): not trainable here, not saved from here; its values arrive after each step.
+  bool replica = false;
+  int64_t offset = 0;  // element offset in the arenas
   // Index of element 0 in the full (unsharded) weight, so a shard initialises to the same
   // values as the same rows of the full weight.
   int64_t init_offset = 0;
@@ -68,6 +71,9 @@ class ParamStore {
   // one, so a second Model (a second micro-batch lane) shares parameters and gradients.
   void bind(ParamStore& owner) { owner_ = &owner; }
   bool bound() const { return owner_ != nullptr; }
+  // Shared mode: declaring a name already declared returns that weight (same shape), so the
+  // model chunks and micro-batch slots of one pipeline rank declare into one store.
+  void share_declarations() { share_ = true; }
 
   // Declares that w's GEMMs run in precision p, so allocate() gives it operand memory (nothing
   // for fp32). A weight has one precision; a bound store forwards to its owner.
@@ -102,6 +108,7 @@ class ParamStore {
   std::map<std::string, NamedSlice> names_;
   int64_t numel_ = 0;
   ParamStore* owner_ = nullptr;
+  bool share_ = false;
   Arena values_ = Arena::planning();
   Arena grads_ = Arena::planning();
   Arena operands_ = Arena::planning();

@@ -28,32 +28,35 @@ AdamW::AdamW(ParamStore& ps, AdamWConfig cfg, bool allocate_moments)
       m_all_(m_.base(), DType::F32, {ps.numel()}),
       v_all_(v_.base(), DType::F32, {ps.numel()}) {}
 
-void AdamW::grad_square_sums(double& dense, std::vector<double>& expert) const {
-  dense = 0;
-  expert.clear();
+void AdamW::grad_square_sums(SquareSums& out) const {
+  out.sq.clear();
+  out.expert.clear();
   for (const Weight& w : ps_.weights()) {
     if (!w.trainable) continue;
+    out.expert.push_back(w.expert);
     if (!w.expert) {
-      dense += ops::sum_squares(w.grad);
+      out.sq.push_back(ops::sum_squares(w.grad));
       continue;
     }
     const int64_t experts = w.grad.size(0), per = w.grad.numel() / experts;
-    expert.push_back(tree_sum<double>(0, int(experts), [&](int e) {
+    out.sq.push_back(tree_sum<double>(0, int(experts), [&](int e) {
       return ops::sum_squares(Tensor(w.grad.f32() + e * per, DType::F32, {per}));
     }));
   }
 }
 
-double AdamW::norm_from(double dense, const std::vector<double>& expert) {
-  double sq = dense;
-  for (double e : expert) sq += e;
-  return std::sqrt(sq);
+double SquareSums::norm() const {
+  double total = 0;
+  for (size_t i = 0; i < sq.size(); ++i)
+    if (!expert[i]) total += sq[i];
+  for (size_t i = 0; i < sq.size(); ++i)
+    if (expert[i]) total += sq[i];
+  return std::sqrt(total);
 }
 
 double AdamW::grad_norm() const {
-  double dense;
-  grad_square_sums(dense, expert_sums_);  // member: no allocation after the first step
-  return norm_from(dense, expert_sums_);
+  grad_square_sums(sums_);  // member: no allocation after the first step
+  return sums_.norm();
 }
 
 double AdamW::clip_factor(double norm) const {

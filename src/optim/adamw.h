@@ -14,6 +14,18 @@ struct AdamWConfig {
   double grad_clip = 1.0;  // <= 0: no clipping
 };
 
+// Σ g² of each trainable weight, in declaration order: a dense weight's from ops::sum_squares,
+// an expert weight's its experts' sums added in tree_sum order. Under expert parallelism each
+// rank holds a block of the experts; adding the ranks' expert entries in tree_sum order gives
+// the one-process entries bit for bit.
+struct SquareSums {
+  std::vector<double> sq;
+  std::vector<char> expert;
+  // sqrt of the dense entries added in order, then the expert entries added in order (the
+  // order every layout reproduces).
+  double norm() const;
+};
+
 class AdamW {
  public:
   // allocate_moments = false: no moment arenas (ZeRO-1 keeps the moments of its shard itself,
@@ -21,13 +33,8 @@ class AdamW {
   AdamW(ParamStore& ps, AdamWConfig cfg, bool allocate_moments = true);
   // sqrt(Σ g²) over trainable parameters.
   double grad_norm() const;
-  // Σ g² of the trainable non-expert weights (weight by weight in declaration order), and of
-  // each expert weight (one entry per weight: its experts' sums added in tree_sum order). Under
-  // expert parallelism each rank holds a block of the experts; adding the ranks' entries in
-  // tree_sum order gives the one-process entries bit for bit.
-  void grad_square_sums(double& dense, std::vector<double>& expert_per_weight) const;
-  // sqrt(dense + Σ entries in order).
-  static double norm_from(double dense, const std::vector<double>& expert_per_weight);
+  // This process's gradients' sums, weight by weight.
+  void grad_square_sums(SquareSums& out) const;
   // Clips (when grad_clip > 0), then one AdamW step at learning rate lr. Returns the norm
   // before clipping.
   double step(double lr) { return step(lr, grad_norm()); }
@@ -48,7 +55,7 @@ class AdamW {
   Arena m_, v_;
   Tensor m_all_, v_all_;
   int64_t t_ = 0;
-  mutable std::vector<double> expert_sums_;
+  mutable SquareSums sums_;
 };
 
 }  // namespace moet

@@ -86,17 +86,27 @@ double DataParallel::take_sync_seconds(double* exposed) {
 }
 
 double DataParallel::global_grad_norm(const AdamW& optimizer) {
-  if (zero1_) return zero1_->grad_norm();
-  double dense;
-  optimizer.grad_square_sums(dense, expert_sums_);
-  if (!expert_sums_.empty())
-    layout_.ep_group->allreduce_sum(expert_sums_.data(), int64_t(expert_sums_.size()));
-  return AdamW::norm_from(dense, expert_sums_);
+  if (zero1_) {
+    zero1_->grad_square_sums(sums_);
+  } else {
+    optimizer.grad_square_sums(sums_);
+    expert_sums_.clear();
+    for (size_t i = 0; i < sums_.sq.size(); ++i)
+      if (sums_.expert[i]) expert_sums_.push_back(sums_.sq[i]);
+    if (!expert_sums_.empty()) {
+      layout_.ep_group->allreduce_sum(expert_sums_.data(), int64_t(expert_sums_.size()));
+      size_t e = 0;
+      for (size_t i = 0; i < sums_.sq.size(); ++i)
+        if (sums_.expert[i]) sums_.sq[i] = expert_sums_[e++];
+    }
+  }
+  return combine_norm_ ? combine_norm_(sums_) : sums_.norm();
 }
 
 double DataParallel::optimizer_step(AdamW& optimizer, double lr) {
-  if (zero1_) return zero1_->step(optimizer, lr);
-  return optimizer.step(lr, global_grad_norm(optimizer));
+  const double norm = global_grad_norm(optimizer);
+  if (zero1_) return zero1_->step(optimizer, lr, norm);
+  return optimizer.step(lr, norm);
 }
 
 void DataParallel::reduce_losses(LossBreakdown& l, double scale) {

@@ -6,6 +6,7 @@
 // rank ends up with the reduced gradient of its own range only, and optimizer_step() updates
 // those ranges with moments only this rank keeps and all-gathers the parameters.
 #pragma once
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -40,6 +41,11 @@ class DataParallel {
   // sqrt(Σ g²) over all parameters of the model (expert shards of the whole ep group counted
   // once); the same on every rank.
   double global_grad_norm(const AdamW& optimizer);
+  // Under pipeline parallelism this rank holds one stage's weights: `combine` puts the stages'
+  // sums together into the model's norm (pipeline_grad_norm).
+  void set_norm_combiner(std::function<double(const SquareSums&)> combine) {
+    combine_norm_ = std::move(combine);
+  }
   // ZeRO-1: clipping and AdamW on this rank's ranges, then the parameters all-gathered; bitwise
   // optimizer.step(lr, global_grad_norm(optimizer)) without ZeRO-1. Returns the norm.
   double optimizer_step(AdamW& optimizer, double lr);
@@ -73,6 +79,8 @@ class DataParallel {
   std::vector<Bucket> buckets_;  // runs of consecutive trainable weights of one group and block
   double sync_s_ = 0, exposed_s_ = 0;
   std::vector<double> scratch_, expert_sums_;
+  SquareSums sums_;
+  std::function<double(const SquareSums&)> combine_norm_;
   std::unique_ptr<Zero1> zero1_;  // null without ZeRO-1; its run i is buckets_[i]
 };
 

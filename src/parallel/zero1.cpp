@@ -76,7 +76,7 @@ std::vector<Zero1::MomentRange> Zero1::moment_ranges() {
   return out;
 }
 
-double Zero1::grad_norm() {
+void Zero1::grad_square_sums(SquareSums& out) {
   // Each chunk's sum of squares is computed by the one rank holding its reduced gradient; the
   // others contribute +0, so the sums over the groups are exact copies.
   std::fill(dense_sq_.begin(), dense_sq_.end(), 0.0);
@@ -95,7 +95,8 @@ double Zero1::grad_norm() {
   // Put the sums together as AdamW::grad_square_sums does: ops::sum_squares adds its chunk
   // sums in order from 0; dense weights one after another; an expert weight's experts in
   // tree_sum order.
-  double dense = 0;
+  out.sq.clear();
+  out.expert.clear();
   expert_sums_.clear();
   for (const WeightInfo& w : weights_) {
     const std::vector<double>& sq = w.expert ? expert_sq_ : dense_sq_;
@@ -105,18 +106,19 @@ double Zero1::grad_norm() {
         t += sq[size_t(chunks_[w.first + size_t(u * w.per_unit + c)].slot)];
       return t;
     };
-    if (!w.expert)
-      dense += unit(0);
-    else
-      expert_sums_.push_back(tree_sum<double>(0, int(w.units), [&](int u) { return unit(u); }));
+    out.expert.push_back(w.expert);
+    out.sq.push_back(w.expert ? tree_sum<double>(0, int(w.units), [&](int u) { return unit(u); })
+                              : unit(0));
+    if (w.expert) expert_sums_.push_back(out.sq.back());
   }
-  if (!expert_sums_.empty())
-    layout_.ep_group->allreduce_sum(expert_sums_.data(), int64_t(expert_sums_.size()));
-  return AdamW::norm_from(dense, expert_sums_);
+  if (expert_sums_.empty()) return;
+  layout_.ep_group->allreduce_sum(expert_sums_.data(), int64_t(expert_sums_.size()));
+  size_t e = 0;
+  for (size_t i = 0; i < out.sq.size(); ++i)
+    if (out.expert[i]) out.sq[i] = expert_sums_[e++];
 }
 
-double Zero1::step(AdamW& opt, double lr) {
-  const double norm = grad_norm();
+double Zero1::step(AdamW& opt, double lr, double norm) {
   const double clip = opt.clip_factor(norm);
   const int64_t t = opt.steps_taken() + 1;
   opt.set_steps_taken(t);

@@ -39,12 +39,13 @@ class Zero1 {
   int64_t begin(size_t run) const { return runs_[run].bounds[runs_[run].group->rank()]; }
   int64_t end(size_t run) const { return runs_[run].bounds[runs_[run].group->rank() + 1]; }
 
-  // sqrt(Σ g²) over the model from the reduced ranges: bitwise AdamW::grad_square_sums on the
-  // fully reduced gradients plus the expert-parallel sum DataParallel::global_grad_norm does.
-  double grad_norm();
-  // Clips, updates this rank's ranges (AdamW at lr, step count opt.steps_taken() + 1, which opt
-  // then records) and all-gathers the parameters. Returns the norm before clipping.
-  double step(AdamW& opt, double lr);
+  // Σ g² per weight from the reduced ranges: bitwise AdamW::grad_square_sums on the fully
+  // reduced gradients, expert entries summed over the expert-parallel group.
+  void grad_square_sums(SquareSums& out);
+  // Clips by the global gradient norm `norm`, updates this rank's ranges (AdamW at lr, step count
+  // opt.steps_taken() + 1, which opt then records) and all-gathers the parameters. Returns the norm
+  // before clipping.
+  double step(AdamW& opt, double lr, double norm);
   // Bytes of AdamW moments this rank holds (m and v).
   int64_t moment_bytes() const { return int64_t(2 * m_.size() * sizeof(float)); }
 

@@ -103,7 +103,7 @@ int64_t TrainCheckpoints::restore(const StateHolder& h, AdamW& adamw, const Data
              accum > 0 ? ix.global_batch / accum : 0, " x ", accum, ", ", resume_dir_,
              "); a resumed run keeps it so that no sample is repeated or skipped");
   const std::vector<StatePiece> pieces = training_state_pieces(h, false);
-  reader.check_tensors(pieces, "param/");
+  reader.check_tensors(pieces, "param/", !h.pipeline_stage);
   bool has_moments = false;
   for (const auto& [name, t] : ix.tensors) has_moments |= name.rfind("adam_m/", 0) == 0;
   MOET_CHECK(has_moments, "checkpoint ", resume_dir_,

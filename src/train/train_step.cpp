@@ -1,5 +1,6 @@
 #include "train/train_step.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -8,6 +9,7 @@
 #include "kernels/ops.h"
 #include "optim/expert_bias.h"
 #include "parallel/data_parallel.h"
+#include "parallel/pipeline_executor.h"
 #include "train/gradient_tree.h"
 
 namespace moet {
@@ -18,7 +20,8 @@ StepRunner::StepRunner(Model& model, AdamWConfig adamw, LrSchedule schedule,
       adamw_(model.params(), adamw, !(data_parallel && data_parallel->zero1())),
       schedule_(schedule),
       bias_rate_(bias_update_rate),
-      dp_(data_parallel) {}
+      dp_(data_parallel),
+      moe_(model.moe_layers()) {}
 
 StepRunner::~StepRunner() = default;
 
@@ -36,6 +39,23 @@ void StepRunner::set_second_lane(Model* lane, bool interleave) {
   MOET_CHECK(sequences_ == 0, "--deterministic does not combine with --a2a-overlap");
   lane2_ = lane;
   interleave_ = interleave;
+  for (size_t i = 0; i < model_.moe_layers().size(); ++i)  // the lane's loads join the model's
+    merges_.emplace_back(lane->moe_layers()[i], model_.moe_layers()[i]);
+}
+
+void StepRunner::set_moe_layers(std::vector<MoeLayer*> layers,
+                                std::vector<std::pair<MoeLayer*, MoeLayer*>> merges) {
+  moe_ = std::move(layers);
+  merges_ = std::move(merges);
+}
+
+void StepRunner::set_pipeline(PipelineExecutor* pipeline, Communicator* pp) {
+  MOET_CHECK(sequences_ == 0 && !lane2_,
+             "--pp does not combine with --deterministic or --a2a-overlap yet");
+  MOET_ASSERT(dp_ != nullptr);
+  pipeline_ = pipeline;
+  pp_ = pp;
+  pp_scratch_.resize(size_t(pp->size()));
 }
 
 void StepRunner::set_deterministic(int64_t sequences) {
@@ -50,25 +70,36 @@ void StepRunner::set_deterministic(int64_t sequences) {
 
 StepResult StepRunner::run(int64_t step, int64_t grad_accum,
                            const std::function<const int32_t*(int64_t)>& micro_batch) {
-  const auto& moe = model_.moe_layers();
-  reset_router_stats(moe);
-  if (lane2_) reset_router_stats(lane2_->moe_layers());
+  reset_router_stats(moe_);
+  for (const auto& [from, into] : merges_) reset_router_stats({from});
   StepResult r;
   if (sequences_ > 0) {
     r.losses = accumulate_deterministic(grad_accum, micro_batch);
   } else {
-    r.losses = accumulate(grad_accum, micro_batch);
+    if (pipeline_) {
+      model_.params().zero_grads();
+      dp_->arm();  // the executor reports each block's last micro-batch
+      r.losses = pipeline_->run_step(micro_batch, 1.0 / double(grad_accum));
+    } else {
+      r.losses = accumulate(grad_accum, micro_batch);
+    }
     if (dp_) {
       dp_->reduce_gradients();
       dp_->reduce_losses(r.losses);
     }
-  }
-  if (lane2_)  // one step's loads, both lanes (the bias they update is shared)
-    for (size_t i = 0; i < moe.size(); ++i) {
-      std::vector<int64_t>& to = moe[i]->stats().load_E;
-      const std::vector<int64_t>& from = lane2_->moe_layers()[i]->stats().load_E;
-      for (size_t e = 0; e < to.size(); ++e) to[e] += from[e];
+    if (pp_) {  // each stage computed its layers' part of the losses
+      double v[5] = {r.losses.loss, r.losses.lm_loss, r.losses.mtp_loss, r.losses.balance_loss,
+                     r.losses.z_loss};
+      pp_->allreduce_sum(v, 5);
+      r.losses = LossBreakdown{v[0], v[1], v[2], v[3], v[4]};
     }
+  }
+  // one step's loads, every instance of a layer (the bias they update is shared)
+  for (const auto& [from, into] : merges_) {
+    std::vector<int64_t>& to = into->stats().load_E;
+    const std::vector<int64_t>& add = from->stats().load_E;
+    for (size_t e = 0; e < to.size(); ++e) to[e] += add[e];
+  }
   r.lr = schedule_.at(step);
   // A non-finite loss would poison the weights: no update (every rank sees the same reduced
   // loss, so all skip together); the trainer decides whether to go on.
@@ -77,14 +108,19 @@ StepResult StepRunner::run(int64_t step, int64_t grad_accum,
     return r;
   }
   if (dp_) {
-    dp_->reduce_expert_loads(moe);
+    dp_->reduce_expert_loads(moe_);
     r.grad_norm = dp_->optimizer_step(adamw_, r.lr);
   } else {
     r.grad_norm = adamw_.step(r.lr);
   }
+  if (pipeline_) pipeline_->sync_embedding_replica(model_.params());
   model_.params().mark_updated();  // low-precision weight operands are remade on next use
-  r.max_expert_load = max_expert_load_ratio(moe);
-  update_expert_bias(moe, bias_rate_);
+  r.max_expert_load = max_expert_load_ratio(moe_);
+  if (pp_) {  // the worst layer of any stage
+    pp_->allgather(&r.max_expert_load, sizeof(double), pp_scratch_.data());
+    for (double x : pp_scratch_) r.max_expert_load = std::max(r.max_expert_load, x);
+  }
+  update_expert_bias(moe_, bias_rate_);
   return r;
 }
 

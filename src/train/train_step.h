@@ -19,8 +19,11 @@ struct StepResult {
   bool skipped = false;        // the loss was not finite: parameters and optimizer untouched
 };
 
+class Communicator;
 class DataParallel;
 class GradientTree;
+class MoeLayer;
+class PipelineExecutor;
 
 class StepRunner {
  public:
@@ -34,7 +37,8 @@ class StepRunner {
   StepResult run(int64_t step, int64_t grad_accum,
                  const std::function<const int32_t*(int64_t)>& micro_batch);
   // --a2a-overlap: `lane` (built over this model's parameters, Model's sharing constructor)
-  // takes the second half of every micro-batch; with interleave, the two lanes' stages alternate
+  // takes the second half of every micro-batch (its router statistics join the model's); with
+  // interleave, the two lanes' stages alternate
   // so each lane's all-to-alls travel under the other lane's compute; without, each layer runs
   // lane by lane (the same arithmetic, bit for bit).
   void set_second_lane(Model* lane, bool interleave);
@@ -45,6 +49,14 @@ class StepRunner {
   // parallelism over P ranks with a power-of-two micro-batch then gives bitwise what one
   // process gives with a P-times larger micro-batch (docs/parallel.md).
   void set_deterministic(int64_t sequences);
+  // The MoE layers whose router statistics drive the expert-bias update (one instance per
+  // layer this rank holds), and the other instances of those layers (lanes, pipeline slots)
+  // whose statistics are added into them each step (from, into). Default: the model's layers.
+  void set_moe_layers(std::vector<MoeLayer*> layers,
+                      std::vector<std::pair<MoeLayer*, MoeLayer*>> merges);
+  // --pp: the micro-batches run through the pipeline executor; losses are summed over the
+  // pipeline group `pp` (each stage computes its part), the parameters are this stage's.
+  void set_pipeline(PipelineExecutor* pipeline, Communicator* pp);
   AdamW& optimizer() { return adamw_; }
   const LrSchedule& schedule() const { return schedule_; }
 
@@ -55,6 +67,11 @@ class StepRunner {
   double bias_rate_;
   DataParallel* dp_;
   Model* lane2_ = nullptr;
+  std::vector<MoeLayer*> moe_;
+  std::vector<std::pair<MoeLayer*, MoeLayer*>> merges_;
+  PipelineExecutor* pipeline_ = nullptr;
+  Communicator* pp_ = nullptr;
+  std::vector<double> pp_scratch_;
   bool interleave_ = true;
   int64_t sequences_ = 0;  // --deterministic: sequences per micro-batch (0: off)
   std::unique_ptr<GradientTree> tree_;

@@ -29,6 +29,7 @@
 #include "parallel/data_parallel.h"
 #include "train/checkpointing.h"
 #include "train/evaluation.h"
+#include "train/parallelize.h"
 #include "train/stop_signal.h"
 #include "train/train_step.h"
 
@@ -58,41 +59,47 @@ void validate(const TrainOptions& o) {
              "--deterministic needs --ep 1 (expert-parallel layouts are bitwise-identical to each "
              "other at --grad-accum 1 without it; docs/parallel.md)");
   MOET_CHECK(o.eval_every >= 0 && o.eval_batches >= 0, "--eval-every/--eval-batches must be >= 0");
-}
-
-// "auto": a communication thread only pays when it has a core of its own; a thread spinning
-// in MPI on a core that compute needs slows the step (docs/benchmarks.md).
-bool use_overlap(const std::string& mode, int threads_per_rank) {
-  if (mode == "on") return true;
-  if (mode == "off") return false;
-  MOET_CHECK(mode == "auto", "--overlap '", mode, "' is not one of auto, on, off");
-  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  const int ranks_here = local ? std::max(1, std::atoi(local)) : 1;
-  return int(std::thread::hardware_concurrency()) >= ranks_here * (threads_per_rank + 1);
+  MOET_CHECK(o.pp >= 1 && o.vpp >= 1, "--pp and --vpp must be positive, got ", o.pp, " and ",
+             o.vpp);
+  MOET_CHECK(o.pp > 1 || (o.vpp == 1 && o.pp_layout.empty()),
+             "--vpp and --pp-layout need --pp > 1");
+  MOET_CHECK(o.pp == 1 || (!o.deterministic && !o.a2a_overlap),
+             "--pp does not combine with --deterministic or --a2a-overlap yet (docs/pipeline.md)");
+  MOET_CHECK(o.pp == 1 || o.init_from.empty() || !is_hf_directory(o.init_from),
+             "--pp cannot start from a Hugging Face directory yet: convert it with moet "
+             "import-hf and pass that checkpoint to --init-from");
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// Mean held-out LM loss over batches of B sequences (run model.micro_batch() at a time); under
-// data parallelism rank r evaluates batches r, r + W, … and the means are averaged over ranks
-// (every rank takes part in the experts' all-to-alls).
-double evaluate(Model& model, int64_t B, const TokenDataset& ds, int64_t batches,
+// Mean held-out LM loss over batches of B sequences (run model.micro_batch() at a time, or
+// through the pipeline); under data parallelism data-parallel rank r evaluates batches r,
+// r + W, … and the means are averaged over ranks (every rank takes part in the experts'
+// all-to-alls; under --pp only the last stage has a loss, the others add 0).
+double evaluate(ParallelRun& par, int64_t B, const TokenDataset& ds, int64_t batches,
                 std::vector<int32_t>& buf, Communicator* world) {
+  Model& model = par.model();
   const int64_t T = model.seq_len(), chunk = model.micro_batch(), chunks = B / chunk;
-  const int64_t W = world ? world->size() : 1, r = world ? world->rank() : 0;
+  const int64_t W = par.dp, r = par.dp_rank;
   batches = std::min(batches, ds.num_eval_batches(B, T) / W);
   if (!ds.has_eval() || batches <= 0) return StepMetrics::kNone;
   double sum = 0;
+  const std::function<const int32_t*(int64_t)> part = [&](int64_t c) {
+    return buf.data() + c * chunk * (T + 1);
+  };
   for (int64_t i = 0; i < batches; ++i) {
     ds.eval_batch(i * W + r, B, T, buf.data());
     double batch = 0;
-    for (int64_t c = 0; c < chunks; ++c)
-      batch += model.forward(buf.data() + c * chunk * (T + 1)).lm_loss;
+    if (par.pipeline)
+      batch = par.pipeline->forward_only(part, chunks);
+    else
+      for (int64_t c = 0; c < chunks; ++c) batch += model.forward(part(c)).lm_loss;
     sum += batch / double(chunks);
   }
-  reset_router_stats(model.moe_layers());
+  reset_router_stats(par.moe_layers());
+  for (const auto& [from, into] : par.moe_merges()) reset_router_stats({from});
   double mean = sum / double(batches);
   if (world) {
     world->allreduce_sum(&mean, 1);
@@ -107,6 +114,8 @@ double run_training(const TrainOptions& o, Communicator* world) {
   validate(o);
   MOET_CHECK(o.ep == 1 || world, "--ep ", o.ep,
              " needs several processes: start moet with mpirun -np N (N divisible by --ep)");
+  MOET_CHECK(o.pp == 1 || world, "--pp ", o.pp,
+             " needs several processes: start moet with mpirun -np N (N divisible by --pp)");
   MOET_CHECK(!o.zero1 || world,
              "--zero1 shards over data-parallel ranks: start moet with mpirun -np N");
   ModelConfig cfg = load_model_config(o.model_path);
@@ -137,56 +146,19 @@ double run_training(const TrainOptions& o, Communicator* world) {
                "' already exists; refusing to overwrite it");
     trace = std::make_unique<TraceRecorder>(rank, "rank " + std::to_string(rank));
   }
-  // Layout: data-parallel over all ranks, experts sharded over groups of --ep ranks.
-  // With overlap, one communication thread runs every collective of the step in order: the
-  // experts' all-to-alls (under the shared expert and the router's backward) and the gradient
-  // reductions (each decoder block's as soon as its backward is done).
-  std::optional<ParallelLayout> layout;
-  std::unique_ptr<CommStream> stream;
-  std::vector<ExpertExchangeDispatcher*> exchanges;
-  DispatcherFactory dispatchers;
-  if (world) {
-    layout = make_parallel_layout(*world, int(o.ep));
-    if (use_overlap(o.overlap, threads) && W > 1) {
-      stream = std::make_unique<CommStream>();
-      stream->set_trace(trace.get());
-    }
-    if (o.ep > 1)
-      dispatchers = [&](int64_t E) -> std::unique_ptr<TokenDispatcher> {
-        std::unique_ptr<ExpertExchangeDispatcher> d;
-        if (o.dispatcher == "allgather")
-          d = std::make_unique<AllGatherDispatcher>(*layout->ep_group, E);
-        else
-          d = std::make_unique<AllToAllDispatcher>(*layout->ep_group, E);
-        d->set_stream(stream.get());
-        if (o.ep_ranks_per_node > 0) d->set_ranks_per_node(o.ep_ranks_per_node);
-        exchanges.push_back(d.get());
-        return d;
-      };
-  }
-  const int64_t B = o.micro_batch, T = o.seq, A = o.grad_accum;
-  // --a2a-overlap: two lanes of B/2 sequences over one set of parameters.
-  const LossWeights lw{o.mtp_lambda, o.balance_alpha, o.z_loss_coef};
-  // --deterministic: a model for one sequence, run B times per micro-batch.
-  const int64_t lane_batch = o.deterministic ? 1 : o.a2a_overlap ? B / 2 : B;
+  // The layout: pipeline stages (--pp), data parallelism within each, experts sharded over
+  // groups of --ep ranks of a stage; with overlap, one communication thread runs every
+  // collective of the step in order (docs/parallel.md, docs/pipeline.md).
   const PrecisionPolicy precision = resolve_precision(o.precision, o.bf16_layers);
   checkpoints.note("precision", recipe_name(precision.recipe));
   const int64_t rss_before_model = current_rss_bytes();
-  Model model(cfg, lane_batch, T, lw, dispatchers, precision);
-  model.init_parameters(o.seed);
-  model.set_trace(trace.get());
-  std::unique_ptr<Model> lane2;
-  if (o.a2a_overlap) {
-    lane2 = std::make_unique<Model>(cfg, lane_batch, T, lw, dispatchers, model);
-    lane2->set_trace(trace.get());
-  }
+  std::unique_ptr<ParallelRun> par = parallelize(o, cfg, world, precision, threads, trace.get());
+  Model& model = par->model();
+  DataParallel* dp = par->dp_sync ? &*par->dp_sync : nullptr;
+  const std::vector<ExpertExchangeDispatcher*>& exchanges = par->exchanges;
+  const int64_t B = o.micro_batch, T = o.seq, A = o.grad_accum;
+  const int DP = par->dp;  // data-parallel ranks per stage: the global batch is DP x A x B
   const int step_lane = trace ? trace->lane("steps") : 0;
-  std::optional<DataParallel> dp;
-  if (layout) {
-    dp.emplace(*layout, model.params(), stream.get(), o.zero1);
-    // gradient buckets start when the last lane to finish a block has finished it
-    (lane2 ? *lane2 : model).set_backward_hook([&](int64_t layer) { dp->on_layer_done(layer); });
-  }
   LrSchedule sched;
   sched.kind = parse_schedule_kind(o.schedule);
   sched.max_lr = o.lr;
@@ -196,17 +168,20 @@ double run_training(const TrainOptions& o, Communicator* world) {
   AdamWConfig oc;
   oc.weight_decay = o.weight_decay;
   oc.grad_clip = o.grad_clip;
-  StepRunner runner(model, oc, sched, o.bias_update_rate, dp ? &*dp : nullptr);
-  if (lane2) runner.set_second_lane(lane2.get(), true);
+  StepRunner runner(model, oc, sched, o.bias_update_rate, dp);
+  runner.set_moe_layers(par->moe_layers(), par->moe_merges());
+  if (par->second_lane()) runner.set_second_lane(par->second_lane(), true);
   if (o.deterministic) runner.set_deterministic(B);
+  if (par->pipeline) runner.set_pipeline(par->pipeline.get(), par->pp_group.get());
   StateHolder state;
   state.params = &model.params();
   state.adamw = &runner.optimizer();
   state.zero1 = dp ? dp->zero1_state() : nullptr;
-  state.world_rank = rank;
-  state.edp_rank = layout ? layout->edp_group->rank() : 0;
+  state.world_rank = par->pipeline ? par->dp_rank : rank;
+  state.edp_rank = par->layout ? par->layout->edp_group->rank() : 0;
   state.ep = int(o.ep);
-  const DataShape data_shape{o.seed, T, A, int64_t(W) * A * B};
+  state.pipeline_stage = par->pipeline != nullptr;
+  const DataShape data_shape{o.seed, T, A, int64_t(DP) * A * B};
   int64_t first_step = 0;
   if (resuming) {
     first_step = checkpoints.restore(state, runner.optimizer(), data_shape);
@@ -214,28 +189,37 @@ double run_training(const TrainOptions& o, Communicator* world) {
     if (is_hf_directory(o.init_from))
       load_hf_weights(o.init_from, cfg, model.params());
     else
-      load_checkpoint_weights(resolve_checkpoint_dir(o.init_from), model.params());
+      load_checkpoint_weights(resolve_checkpoint_dir(o.init_from), model.params(), !par->pipeline);
   }
   MemoryNeed need;
   need.params = need.grads = model.params().numel() * int64_t(sizeof(float));
   need.optimizer =
       runner.optimizer().has_moments() ? 2 * need.params : (dp ? dp->zero1_moment_bytes() : 0);
   need.weight_operands = model.params().operand_bytes();
-  need.activations =
-      int64_t(model.activation_bytes()) + (lane2 ? int64_t(lane2->activation_bytes()) : 0);
+  need.activations = par->activation_bytes();
   need.checkpoint = checkpoints.prepare(state);
+
+  // Under --pp each stage holds other layers and as many micro-batches as the schedule keeps in
+  // flight there: every rank's activation memory, for the header.
+  std::vector<int64_t> activations_per_rank;
+  if (par->pipeline) {
+    activations_per_rank.resize(size_t(W));
+    world->allgather(&need.activations, sizeof(int64_t), activations_per_rank.data());
+  }
 
   // MFU divides by the measured peak of the GEMMs the recipe runs (its main linear layers)
   const ops::Format main_format =
       precision.decoder(cfg.num_hidden_layers / 2, cfg.num_hidden_layers).fprop;
   const double peak = o.peak_tflops > 0 ? o.peak_tflops : measure_gemm_peak_tflops(main_format);
   const double fpt = flops_per_token(cfg, T, cfg.num_nextn_predict_layers > 0);
-  const int64_t tokens_per_step = int64_t(W) * A * B * T;  // global batch
+  const int64_t tokens_per_step = int64_t(DP) * A * B * T;  // global batch
   if (verbose) {
     std::printf("moet train: %s, %.1fM parameters, %.1f MFLOP/token, %d threads",
                 o.model_path.c_str(), double(count_parameters(cfg)) / 1e6, fpt / 1e6,
                 ops::num_threads());
-    if (world) std::printf(" x %d ranks (ep %lld, data-parallel %d)", W, (long long)o.ep, W);
+    if (world)
+      std::printf(" x %d ranks (pp %lld x vpp %lld, ep %lld, data-parallel %d)", W, (long long)o.pp,
+                  (long long)o.vpp, (long long)o.ep, DP);
     std::printf("\n");
     std::printf("precision: %s", recipe_name(precision.recipe));
     if (ops::is_fp8(main_format))
@@ -249,6 +233,22 @@ double run_training(const TrainOptions& o, Communicator* world) {
                 peak);
     std::printf("memory: %s (process before the model: %.0f MB)\n", need.describe().c_str(),
                 double(rss_before_model) / 1048576.0);
+    if (par->pipeline) {
+      const PipelineScheduleSpec& spec = par->pipeline->spec();
+      std::printf(
+          "pipeline: %lld stages x %lld chunks, %lld micro-batches; bubble (P-1)/(V*M) "
+          "= %.3f; activations (micro-batches in flight per chunk):",
+          (long long)spec.stages, (long long)spec.chunks, (long long)spec.microbatches,
+          double(spec.stages - 1) / double(spec.chunks * spec.microbatches));
+      for (int64_t r = 0; r < spec.stages; ++r) {
+        std::printf(" stage %lld %.1f MB (", (long long)r,
+                    double(activations_per_rank[size_t(r * DP)]) / 1048576.0);
+        const std::vector<int64_t> slots = PipelineExecutor::slots_per_chunk(spec, r);
+        for (size_t c = 0; c < slots.size(); ++c)
+          std::printf("%s%lld", c ? "," : "", (long long)slots[c]);
+        std::printf(")%s", r + 1 < spec.stages ? ";" : "\n");
+      }
+    }
     if (resuming)
       std::printf("resumed from %s at step %lld\n", checkpoints.resume_dir().c_str(),
                   (long long)first_step);
@@ -278,7 +278,7 @@ double run_training(const TrainOptions& o, Communicator* world) {
   for (int64_t step = first_step; step < o.steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
     for (int64_t a = 0; a < A; ++a)  // this rank's B sequences of the global batch
-      ds->fill_sequences(step, a, rank * B, B, T, tokens.data() + a * B * (T + 1));
+      ds->fill_sequences(step, a, par->dp_rank * B, B, T, tokens.data() + a * B * (T + 1));
     TraceRecorder::Span step_span(trace.get(), step_lane, "step");
     StepResult r = runner.run(step, A, micro_batch);
     step_span.end();
@@ -346,7 +346,7 @@ double run_training(const TrainOptions& o, Communicator* world) {
     m.eta_s = m.elapsed_s / double(step + 1 - first_step) * double(o.steps - step - 1);
     bool last = step + 1 == o.steps;
     if ((o.eval_every > 0 && (step + 1) % o.eval_every == 0) || (last && o.eval_batches > 0)) {
-      m.eval_loss = evaluate(model, B, *ds, o.eval_batches, tokens, world);
+      m.eval_loss = evaluate(*par, B, *ds, o.eval_batches, tokens, world);
       // Evaluation's exchanges belong to no training step.
       for (ExpertExchangeDispatcher* d : exchanges) d->reset_timers(), d->reset_bytes();
     }

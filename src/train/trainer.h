@@ -44,6 +44,11 @@ struct TrainOptions {
   std::string dispatcher = "alltoall";  // expert token exchange with ep > 1: alltoall, allgather
   bool a2a_overlap = false;  // split micro-batches in two lanes whose all-to-alls interleave
   bool zero1 = false;        // ZeRO-1: shard the AdamW moments over the data-parallel ranks
+  // Pipeline parallelism (docs/pipeline.md): stages, model chunks per stage (interleaved 1F1B
+  // when > 1), and Megatron's layout string ("" = the decoder layers split evenly).
+  int64_t pp = 1;
+  int64_t vpp = 1;
+  std::string pp_layout;
   // One sequence at a time, gradients added in a fixed tree order: data parallelism equals one
   // process with a larger micro-batch bit for bit (StepRunner::set_deterministic).
   bool deterministic = false;

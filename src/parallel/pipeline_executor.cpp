@@ -1,0 +1,209 @@
+#include "parallel/pipeline_executor.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace moet {
+
+namespace {
+constexpr int kActivation = 0, kGradient = 1, kMtpGradient = 2;  // + module index
+}  // namespace
+
+std::vector<int64_t> PipelineExecutor::slots_per_chunk(const PipelineScheduleSpec& spec,
+                                                       int64_t rank) {
+  std::vector<int64_t> in_flight(size_t(spec.chunks), 0), most(size_t(spec.chunks), 0);
+  for (const PipelinePass& p : pipeline_schedule(spec, rank)) {
+    int64_t& n = in_flight[size_t(p.chunk)];
+    n += p.forward ? 1 : -1;
+    most[size_t(p.chunk)] = std::max(most[size_t(p.chunk)], n);
+  }
+  return most;
+}
+
+PipelineExecutor::PipelineExecutor(Communicator& pp, const PipelineScheduleSpec& spec,
+                                   std::vector<std::vector<Model*>> chunks)
+    : pp_(pp),
+      spec_(spec),
+      P_(spec.stages),
+      V_(spec.chunks),
+      S_(spec.stages * spec.chunks),
+      rank_(pp.rank()) {
+  check_pipeline_schedule(spec_);
+  MOET_ASSERT(pp.size() == P_ && int64_t(chunks.size()) == V_);
+  passes_ = pipeline_schedule(spec_, rank_);
+  const std::vector<int64_t> slots = slots_per_chunk(spec_, rank_);
+  mtp_ = chunks[0][0]->config().num_nextn_predict_layers;  // the same on every stage (tags)
+  for (int64_t c = 0; c < V_; ++c) {
+    MOET_ASSERT(int64_t(chunks[size_t(c)].size()) == slots[size_t(c)]);
+    std::vector<Slot>& row = slots_.emplace_back();
+    for (Model* m : chunks[size_t(c)]) {
+      row.push_back(Slot{m, {}});
+      m->set_backward_hook([this](int64_t layer) {
+        if (final_hook_ && current_microbatch_ == spec_.microbatches - 1) final_hook_(layer);
+      });
+    }
+    input_recv_.emplace_back(row.size(), -1);
+    grad_recv_.emplace_back(row.size(), -1);
+    mtp_recv_.emplace_back(row.size(), std::vector<Communicator::Message>(size_t(mtp_), -1));
+  }
+}
+
+void PipelineExecutor::set_final_gradient_hook(std::function<void(int64_t)> hook) {
+  final_hook_ = std::move(hook);
+}
+
+int64_t PipelineExecutor::activation_bytes() const {
+  int64_t total = 0;
+  for (const auto& row : slots_)
+    for (const Slot& s : row) total += int64_t(s.model->activation_bytes());
+  return total;
+}
+
+PipelineExecutor::Slot& PipelineExecutor::slot(int64_t chunk, int64_t microbatch) {
+  std::vector<Slot>& row = slots_[size_t(chunk)];
+  return row[size_t(microbatch % int64_t(row.size()))];
+}
+
+int PipelineExecutor::tag(int64_t microbatch, int64_t vstage, int kind) const {
+  return int((microbatch * S_ + vstage) * (kMtpGradient + mtp_) + kind);
+}
+
+void PipelineExecutor::wait_sends(Slot& s) {
+  for (Communicator::Message m : s.sends) pp_.wait(m);
+  s.sends.clear();
+}
+
+void PipelineExecutor::post_input_receive(int64_t chunk, int64_t microbatch) {
+  const int64_t k = virtual_stage(chunk);
+  if (k == 0 || microbatch >= spec_.microbatches) return;
+  Slot& s = slot(chunk, microbatch);
+  wait_sends(s);
+  Tensor& in = s.model->input();
+  const size_t i = size_t(microbatch % int64_t(slots_[size_t(chunk)].size()));
+  input_recv_[size_t(chunk)][i] = pp_.irecv(in.ptr, int64_t(in.bytes()), int((rank_ + P_ - 1) % P_),
+                                            tag(microbatch, k, kActivation));
+}
+
+void PipelineExecutor::post_gradient_receives(int64_t chunk, int64_t microbatch) {
+  const int64_t k = virtual_stage(chunk);
+  Slot& s = slot(chunk, microbatch);
+  const size_t i = size_t(microbatch % int64_t(slots_[size_t(chunk)].size()));
+  if (k < S_ - 1) {
+    Tensor& g = s.model->output_grad();
+    grad_recv_[size_t(chunk)][i] =
+        pp_.irecv(g.ptr, int64_t(g.bytes()), int((rank_ + 1) % P_), tag(microbatch, k, kGradient));
+  }
+  if (k == 0)
+    for (int64_t j = 0; j < mtp_; ++j) {
+      Tensor& g = s.model->mtp_embedding_grads()[size_t(j)];
+      mtp_recv_[size_t(chunk)][i][size_t(j)] = pp_.irecv(g.ptr, int64_t(g.bytes()), int(P_ - 1),
+                                                         tag(microbatch, 0, kMtpGradient + int(j)));
+    }
+}
+
+void PipelineExecutor::forward(int64_t chunk, int64_t microbatch, const int32_t* tokens,
+                               double grad_scale, LossBreakdown* losses) {
+  const int64_t k = virtual_stage(chunk);
+  // forward only: slot 0, one micro-batch at a time
+  const size_t i = losses ? size_t(microbatch % int64_t(slots_[size_t(chunk)].size())) : size_t(0);
+  Slot& s = slots_[size_t(chunk)][i];
+  Model& m = *s.model;
+  wait_sends(s);
+  m.forward_begin(tokens, grad_scale);
+  if (k > 0) {
+    if (losses) {
+      pp_.wait(input_recv_[size_t(chunk)][i]);
+    } else {  // forward only: nothing was posted ahead
+      Tensor& in = m.input();
+      pp_.wait(pp_.irecv(in.ptr, int64_t(in.bytes()), int((rank_ + P_ - 1) % P_),
+                         tag(microbatch, k, kActivation)));
+    }
+  }
+  for (int64_t l = 0; l < m.num_layers(); ++l)
+    for (int st = 0; st < DecoderBlock::kStages; ++st) m.forward_stage(l, st);
+  const LossBreakdown l = m.forward_end();
+  if (losses) {
+    losses->loss += l.loss * grad_scale;
+    losses->lm_loss += l.lm_loss * grad_scale;
+    losses->mtp_loss += l.mtp_loss * grad_scale;
+    losses->balance_loss += l.balance_loss * grad_scale;
+    losses->z_loss += l.z_loss * grad_scale;
+  } else if (k == S_ - 1) {
+    eval_loss_ += l.lm_loss;
+  }
+  if (k < S_ - 1) {
+    const Tensor& out = m.output();
+    s.sends.push_back(pp_.isend(out.ptr, int64_t(out.bytes()), int((rank_ + 1) % P_),
+                                tag(microbatch, k + 1, kActivation)));
+  }
+}
+
+void PipelineExecutor::backward(int64_t chunk, int64_t microbatch, double grad_scale) {
+  const int64_t k = virtual_stage(chunk);
+  Slot& s = slot(chunk, microbatch);
+  Model& m = *s.model;
+  const size_t i = size_t(microbatch % int64_t(slots_[size_t(chunk)].size()));
+  current_microbatch_ = microbatch;
+  if (k < S_ - 1) pp_.wait(grad_recv_[size_t(chunk)][i]);
+  m.backward_begin(grad_scale);
+  for (int64_t l = m.num_layers(); l-- > 0;)
+    for (int st = 0; st < DecoderBlock::kStages; ++st) m.backward_stage(l, st);
+  if (k == 0)
+    for (Communicator::Message r : mtp_recv_[size_t(chunk)][i]) pp_.wait(r);
+  m.backward_end();
+  if (k > 0) {
+    const Tensor& g = m.input_grad();
+    s.sends.push_back(pp_.isend(g.ptr, int64_t(g.bytes()), int((rank_ + P_ - 1) % P_),
+                                tag(microbatch, k - 1, kGradient)));
+  }
+  if (k == S_ - 1)
+    for (int64_t j = 0; j < mtp_; ++j) {
+      const Tensor& g = m.mtp_embedding_grads()[size_t(j)];
+      s.sends.push_back(
+          pp_.isend(g.ptr, int64_t(g.bytes()), 0, tag(microbatch, 0, kMtpGradient + int(j))));
+    }
+  // The slot is free: its next micro-batch's activations may arrive.
+  post_input_receive(chunk, microbatch + int64_t(slots_[size_t(chunk)].size()));
+}
+
+void PipelineExecutor::sync_embedding_replica(ParamStore& params) {
+  if (mtp_ == 0 || !(is_first() || is_last())) return;
+  const NamedSlice& e = params.named("model.embed_tokens.weight");
+  Tensor v = e.weight->value;
+  MOET_ASSERT(e.weight->replica == is_last());
+  if (is_first())
+    pp_.wait(pp_.isend(v.ptr, int64_t(v.bytes()), int(P_ - 1), 0));
+  else
+    pp_.wait(pp_.irecv(v.ptr, int64_t(v.bytes()), 0, 0));
+}
+
+LossBreakdown PipelineExecutor::run_step(const std::function<const int32_t*(int64_t)>& micro_batch,
+                                         double grad_scale) {
+  for (int64_t c = 0; c < V_; ++c)
+    for (int64_t m = 0; m < int64_t(slots_[size_t(c)].size()); ++m) post_input_receive(c, m);
+  LossBreakdown losses;
+  for (const PipelinePass& p : passes_) {
+    if (p.forward) {
+      forward(p.chunk, p.microbatch, micro_batch(p.microbatch), grad_scale, &losses);
+      post_gradient_receives(p.chunk, p.microbatch);
+    } else {
+      backward(p.chunk, p.microbatch, grad_scale);
+    }
+  }
+  for (auto& row : slots_)
+    for (Slot& s : row) wait_sends(s);
+  return losses;
+}
+
+double PipelineExecutor::forward_only(const std::function<const int32_t*(int64_t)>& micro_batch,
+                                      int64_t n) {
+  eval_loss_ = 0;
+  for (int64_t mb = 0; mb < n; ++mb)
+    for (int64_t c = 0; c < V_; ++c) forward(c, mb, micro_batch(mb), 0.0, nullptr);
+  for (auto& row : slots_)
+    for (Slot& s : row) wait_sends(s);
+  return eval_loss_;
+}
+
+}  // namespace moet

@@ -1,0 +1,86 @@
+// PipelineExecutor: one pipeline rank's share of a training step — the forward and backward
+// passes pipeline_schedule() lists for it, in that order (1F1B, or interleaved 1F1B with V model
+// chunks), each on the Model of its chunk. Activations go to the next virtual stage and
+// gradients to the previous one by non-blocking point-to-point messages, sent as soon as a pass
+// ends; every receive is posted as soon as its buffer is free, and waited for only when the
+// pass that reads it starts.
+//
+// Memory follows the schedule: chunk c keeps one Model (its activations) per micro-batch it can
+// have in flight at once (slots_per_chunk), micro-batch m using slot m mod slots.
+//
+// Virtual stage k = c·P + r (rank r, chunk c); stage 0 holds the embedding, stage V·P − 1 the
+// loss and the MTP modules, whose embedding gradients travel back to stage 0 (ModelPart).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "model/model.h"
+#include "parallel/communicator.h"
+#include "parallel/pipeline_schedule.h"
+
+namespace moet {
+
+class PipelineExecutor {
+ public:
+  // pp: the ranks of this pipeline, in stage order (its rank is this rank's stage).
+  // chunks[c][s]: chunk c's model for slot s, slots_per_chunk(spec, rank)[c] of them.
+  PipelineExecutor(Communicator& pp, const PipelineScheduleSpec& spec,
+                   std::vector<std::vector<Model*>> chunks);
+  // The most micro-batches chunk c of `rank` holds in flight during a step.
+  static std::vector<int64_t> slots_per_chunk(const PipelineScheduleSpec& spec, int64_t rank);
+
+  // Runs the step's passes: micro_batch(m) gives micro-batch m's tokens (every stage reads
+  // them: the first embeds them, the last predicts them). grad_scale multiplies every gradient
+  // (1/M for a mean). last_backward_hook(layer): a decoder block's gradients are final (its
+  // last micro-batch's backward is done). Returns the sum over micro-batches of the losses
+  // this rank computed (its MoE layers' balance and z losses; the LM and MTP losses on the last
+  // stage), each times grad_scale.
+  LossBreakdown run_step(const std::function<const int32_t*(int64_t)>& micro_batch,
+                         double grad_scale);
+  void set_final_gradient_hook(std::function<void(int64_t layer)> hook);
+
+  // Forward only (evaluation) of n micro-batches: the sum of their LM losses on the last stage,
+  // 0 elsewhere.
+  double forward_only(const std::function<const int32_t*(int64_t)>& micro_batch, int64_t n);
+
+  // After the optimizer step: the first stage's embedding values go to the last stage's replica
+  // (its MTP modules read them), when the model has MTP modules.
+  void sync_embedding_replica(ParamStore& params);
+
+  int64_t stage() const { return rank_; }
+  bool is_first() const { return rank_ == 0; }
+  bool is_last() const { return rank_ == P_ - 1; }
+  const PipelineScheduleSpec& spec() const { return spec_; }
+  // Bytes of activations this rank holds (every slot of every chunk).
+  int64_t activation_bytes() const;
+
+ private:
+  struct Slot {
+    Model* model = nullptr;
+    std::vector<Communicator::Message> sends;  // to wait for before the slot is reused
+  };
+  int64_t virtual_stage(int64_t chunk) const { return chunk * P_ + rank_; }
+  Slot& slot(int64_t chunk, int64_t microbatch);
+  int tag(int64_t microbatch, int64_t vstage, int kind) const;
+  void wait_sends(Slot& s);
+  void post_input_receive(int64_t chunk, int64_t microbatch);
+  void post_gradient_receives(int64_t chunk, int64_t microbatch);
+  void forward(int64_t chunk, int64_t microbatch, const int32_t* tokens, double grad_scale,
+               LossBreakdown* losses);
+  void backward(int64_t chunk, int64_t microbatch, double grad_scale);
+
+  Communicator& pp_;
+  PipelineScheduleSpec spec_;
+  int64_t P_, V_, S_, rank_, mtp_;
+  std::vector<std::vector<Slot>> slots_;  // [chunk][slot]
+  std::vector<PipelinePass> passes_;
+  // receives posted and not yet waited for, per (chunk, micro-batch mod slots)
+  std::vector<std::vector<Communicator::Message>> input_recv_, grad_recv_;
+  std::vector<std::vector<std::vector<Communicator::Message>>> mtp_recv_;
+  std::function<void(int64_t)> final_hook_;
+  int64_t current_microbatch_ = 0;
+  double eval_loss_ = 0;
+};
+
+}  // namespace moet

@@ -1,0 +1,177 @@
+#include "train/parallelize.h"
+
+#include <cstdlib>
+#include <thread>
+
+#include "core/error.h"
+#include "metrics/trace.h"
+#include "parallel/allgather_dispatcher.h"
+#include "parallel/alltoall_dispatcher.h"
+#include "parallel/pipeline_layout.h"
+#include "parallel/pipeline_norm.h"
+
+namespace moet {
+
+namespace {
+
+// "auto": a communication thread only pays when it has a core of its own; a thread spinning
+// in MPI on a core that compute needs slows the step (docs/benchmarks.md).
+bool use_overlap(const std::string& mode, int threads_per_rank) {
+  if (mode == "on") return true;
+  if (mode == "off") return false;
+  MOET_CHECK(mode == "auto", "--overlap '", mode, "' is not one of auto, on, off");
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  const int ranks_here = local ? std::max(1, std::atoi(local)) : 1;
+  return int(std::thread::hardware_concurrency()) >= ranks_here * (threads_per_rank + 1);
+}
+
+}  // namespace
+
+std::vector<ModelPart> pipeline_parts(const ModelConfig& cfg, const std::string& layout,
+                                      int64_t S) {
+  const int64_t L = cfg.num_hidden_layers, K = cfg.num_nextn_predict_layers;
+  std::vector<size_t> stage;  // of E, the layers, the MTP layers, the loss
+  if (layout.empty()) {
+    MOET_CHECK(L % S == 0, "the ", L, " decoder layers do not split evenly over ", S,
+               " virtual pipeline stages (--pp x --vpp): give --pp-layout");
+    stage.push_back(0);
+    for (int64_t l = 0; l < L; ++l) stage.push_back(size_t(l / (L / S)));
+    for (int64_t k = 0; k <= K; ++k) stage.push_back(size_t(S - 1));
+  } else {
+    stage = parse_pipeline_layout(layout, L, K, S);
+  }
+  const size_t loss = stage.back();
+  MOET_CHECK(stage[0] == 0, "--pp-layout '", layout, "' puts the embedding on virtual stage ",
+             stage[0], "; it belongs on the first");
+  MOET_CHECK(loss == size_t(S - 1), "--pp-layout '", layout, "' puts the loss on virtual stage ",
+             loss, "; it belongs on the last (", S - 1, ")");
+  for (int64_t k = 0; k < K; ++k)
+    MOET_CHECK(stage[size_t(1 + L + k)] == loss, "--pp-layout '", layout,
+               "': moet runs the MTP layers on the loss's stage (m next to L)");
+  std::vector<ModelPart> parts(static_cast<size_t>(S));
+  int64_t next = 0;
+  for (int64_t k = 0; k < S; ++k) {
+    ModelPart& p = parts[size_t(k)];
+    p.embedding = k == 0;
+    p.loss = k == S - 1;
+    p.first_layer = next;
+    while (next < L && stage[size_t(1 + next)] == size_t(k)) ++next;
+    p.end_layer = next;
+    MOET_CHECK(p.embedding || p.loss || p.end_layer > p.first_layer, "--pp-layout '", layout,
+               "': virtual stage ", k, " holds nothing");
+  }
+  return parts;
+}
+
+std::vector<MoeLayer*> ParallelRun::moe_layers() const {
+  std::vector<MoeLayer*> out;
+  for (const auto& chunk : chunks)
+    for (MoeLayer* m : chunk[0]->moe_layers()) out.push_back(m);
+  return out;
+}
+
+std::vector<std::pair<MoeLayer*, MoeLayer*>> ParallelRun::moe_merges() const {
+  std::vector<std::pair<MoeLayer*, MoeLayer*>> out;  // (the second lane's: StepRunner)
+  for (const auto& chunk : chunks)
+    for (size_t s = 1; s < chunk.size(); ++s)
+      for (size_t i = 0; i < chunk[0]->moe_layers().size(); ++i)
+        out.emplace_back(chunk[s]->moe_layers()[i], chunk[0]->moe_layers()[i]);
+  return out;
+}
+
+int64_t ParallelRun::activation_bytes() const {
+  int64_t total = 0;
+  for (const auto& m : models) total += int64_t(m->activation_bytes());
+  return total;
+}
+
+std::unique_ptr<ParallelRun> parallelize(const TrainOptions& o, const ModelConfig& cfg,
+                                         Communicator* world, const PrecisionPolicy& precision,
+                                         int threads, TraceRecorder* trace) {
+  auto run = std::make_unique<ParallelRun>();
+  ParallelRun& r = *run;
+  r.world_size = world ? world->size() : 1;
+  r.world_rank = world ? world->rank() : 0;
+  r.pp = int(o.pp);
+  MOET_CHECK(r.world_size % r.pp == 0, "--pp ", o.pp, " does not divide the ", r.world_size,
+             " ranks");
+  r.dp = r.world_size / r.pp;
+  r.pp_rank = r.world_rank / r.dp;  // Megatron's order: the pipeline outermost
+  r.dp_rank = r.world_rank % r.dp;
+  DispatcherFactory dispatchers;
+  if (world) {
+    Communicator* stage_world = world;
+    if (r.pp > 1) {
+      r.pp_group = world->split(r.dp_rank, r.pp_rank);
+      r.dp_group = world->split(r.pp_rank, r.world_rank);
+      stage_world = r.dp_group.get();
+    }
+    r.layout = make_parallel_layout(*stage_world, int(o.ep));
+    if (use_overlap(o.overlap, threads) && stage_world->size() > 1) {
+      r.stream = std::make_unique<CommStream>();
+      r.stream->set_trace(trace);
+    }
+    if (o.ep > 1)
+      dispatchers = [&r, &o](int64_t E) -> std::unique_ptr<TokenDispatcher> {
+        std::unique_ptr<ExpertExchangeDispatcher> d;
+        if (o.dispatcher == "allgather")
+          d = std::make_unique<AllGatherDispatcher>(*r.layout->ep_group, E);
+        else
+          d = std::make_unique<AllToAllDispatcher>(*r.layout->ep_group, E);
+        d->set_stream(r.stream.get());
+        if (o.ep_ranks_per_node > 0) d->set_ranks_per_node(o.ep_ranks_per_node);
+        r.exchanges.push_back(d.get());
+        return d;
+      };
+  }
+  const int64_t B = o.micro_batch, T = o.seq;
+  const LossWeights lw{o.mtp_lambda, o.balance_alpha, o.z_loss_coef};
+  if (r.pp == 1) {
+    // --deterministic: a model for one sequence, run B times per micro-batch; --a2a-overlap:
+    // two lanes of B/2 sequences over one set of parameters.
+    const int64_t lane_batch = o.deterministic ? 1 : o.a2a_overlap ? B / 2 : B;
+    r.models.push_back(std::make_unique<Model>(cfg, lane_batch, T, lw, dispatchers, precision));
+    r.models[0]->init_parameters(o.seed);
+    if (o.a2a_overlap)
+      r.models.push_back(
+          std::make_unique<Model>(cfg, lane_batch, T, lw, dispatchers, *r.models[0]));
+    r.chunks.push_back({r.models[0].get()});
+  } else {
+    PipelineScheduleSpec spec;
+    spec.stages = o.pp;
+    spec.chunks = o.vpp;
+    spec.microbatches = o.grad_accum;
+    check_pipeline_schedule(spec);
+    const std::vector<ModelPart> parts = pipeline_parts(cfg, o.pp_layout, o.pp * o.vpp);
+    const std::vector<int64_t> slots = PipelineExecutor::slots_per_chunk(spec, r.pp_rank);
+    r.stage_params.share_declarations();
+    for (int64_t c = 0; c < o.vpp; ++c) {
+      std::vector<Model*>& chunk = r.chunks.emplace_back();
+      for (int64_t s = 0; s < slots[size_t(c)]; ++s) {
+        r.models.push_back(std::make_unique<Model>(cfg, parts[size_t(c * o.pp + r.pp_rank)], B, T,
+                                                   lw, dispatchers, precision, r.stage_params));
+        chunk.push_back(r.models.back().get());
+      }
+    }
+    r.stage_params.allocate();
+    r.stage_params.initialize(o.seed, cfg.initializer_range);
+    r.pipeline = std::make_unique<PipelineExecutor>(*r.pp_group, spec, r.chunks);
+  }
+  for (auto& m : r.models) m->set_trace(trace);
+  if (r.layout) {
+    r.dp_sync.emplace(*r.layout, r.params(), r.stream.get(), o.zero1);
+    DataParallel& dp = *r.dp_sync;
+    if (r.pipeline) {
+      r.pipeline->set_final_gradient_hook([&dp](int64_t layer) { dp.on_layer_done(layer); });
+      dp.set_norm_combiner([&r, layers = cfg.num_hidden_layers](const SquareSums& sums) {
+        return pipeline_grad_norm(*r.pp_group, r.params(), sums, layers);
+      });
+    } else {
+      // gradient buckets start when the last lane to finish a block has finished it
+      r.models.back()->set_backward_hook([&dp](int64_t layer) { dp.on_layer_done(layer); });
+    }
+  }
+  return run;
+}
+
+}  // namespace moet

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Pipeline parallelism end to end (docs/pipeline.md): `moet train --pp` under mpirun trains the
+# same model as the layout without a pipeline, bit for bit. Step by step, the gradient norm
+# (which sees every parameter's gradient), the LM and MTP losses and the held-out loss equal
+# the reference's exactly, and the total loss within 1e-12 (the stages' balance-loss parts are
+# added in another order):
+#   - 1F1B on 2 and 4 stages, interleaved 1F1B (2 x 2 virtual stages, a stage holding only the
+#     MTP layer and the loss), each against one process;
+#   - 2 stages x 2 data-parallel ranks with --ep 2 and ZeRO-1, interleaved, against 2 ranks
+#     with --ep 2 (no pipeline);
+#   - a checkpoint saved by a pipeline run, resumed by one process, continues exactly as a run
+#     never interrupted (the stages' pieces make up the whole model);
+# and bad pipeline flags get one line and a non-zero exit.
+# Usage: mpi_pipeline_cli.sh MOET CONFIG MPIEXEC [MPIEXEC-FLAGS...] (no -np: the test sets it)
+set -euo pipefail
+moet="$1" config="$2"
+shift 2
+mpi=("$@")
+dir="$(mktemp -d)"
+trap 'rm -rf "$dir"' EXIT
+fail() {
+  echo "FAIL: $*"
+  exit 1
+}
+common=(train --model "$config" --data mock --steps 3 --seq 32 --micro-batch 2 --grad-accum 4
+        --quiet --peak-tflops 1 --threads 1 --eval-batches 2)
+exact() { grep -o '"\(lm_loss\|mtp_loss\|grad_norm\|eval_loss\)":[^,}]*' "$1"; }
+total() { grep -o '"loss":[^,}]*' "$1" | cut -d: -f2; }
+same() {  # reference.jsonl candidate.jsonl what [values: 10 = 3 steps x 3 + the eval loss]
+  exact "$1" >"$dir/a.txt"
+  exact "$2" >"$dir/b.txt"
+  [ "$(wc -l <"$dir/a.txt")" -ge "${4:-10}" ] || fail "$3: the metrics lack values"
+  diff "$dir/a.txt" "$dir/b.txt" >/dev/null || {
+    diff "$dir/a.txt" "$dir/b.txt" | head
+    fail "$3 differs from the reference"
+  }
+  paste <(total "$1") <(total "$2") | awk -v what="$3" '{
+    d = $1 - $2; if (d < 0) d = -d
+    if (d > 1e-12 * ($1 < 0 ? -$1 : $1)) { print "FAIL: " what ": loss " $1 " vs " $2; exit 1 } }'
+  echo "ok: $3"
+}
+run() {  # ranks out.jsonl args...
+  local np=$1 out=$2
+  shift 2
+  "${mpi[@]}" -np "$np" "$moet" "${common[@]}" --metrics "$out" "$@"
+}
+
+"$moet" "${common[@]}" --metrics "$dir/one.jsonl"
+run 2 "$dir/pp2.jsonl" --pp 2 --pp-layout "Et|ttmL"
+same "$dir/one.jsonl" "$dir/pp2.jsonl" "1F1B, 2 stages"
+run 4 "$dir/pp4.jsonl" --pp 4 --pp-layout "E|tt|t|mL"
+same "$dir/one.jsonl" "$dir/pp4.jsonl" "1F1B, 4 stages (one with the embedding only)"
+run 2 "$dir/vpp.jsonl" --pp 2 --vpp 2 --pp-layout "Et|t|t|mL"
+same "$dir/one.jsonl" "$dir/vpp.jsonl" "interleaved 1F1B, 2 stages x 2 chunks"
+
+run 2 "$dir/ep.jsonl" --ep 2
+run 4 "$dir/pp_ep.jsonl" --pp 2 --vpp 2 --pp-layout "Et|t|t|mL" --ep 2 --zero1
+# (the mock data's one held-out batch is too few for 2 data-parallel ranks: no eval loss)
+same "$dir/ep.jsonl" "$dir/pp_ep.jsonl" "2 stages x 2 data-parallel ranks, --ep 2 --zero1" 9
+
+# a pipeline checkpoint resumed by one process
+long=(--steps 4 --eval-batches 0)
+"$moet" "${common[@]}" "${long[@]}" --metrics "$dir/straight.jsonl"
+run 2 "$dir/cut.jsonl" "${long[@]}" --pp 2 --vpp 2 --pp-layout "Et|t|t|mL" --out "$dir/run" \
+  --save-every 2
+rm -r "$dir/run/step-0000004"  # as if it had stopped after step 2
+"$moet" checkpoint inspect "$dir/run" >/dev/null || fail "the pipeline checkpoint does not verify"
+"$moet" "${common[@]}" "${long[@]}" --metrics "$dir/cut.jsonl" --out "$dir/run" --resume auto
+exact "$dir/straight.jsonl" >"$dir/a.txt"
+exact "$dir/cut.jsonl" >"$dir/b.txt"
+diff "$dir/a.txt" "$dir/b.txt" >/dev/null || fail "resumed from a pipeline checkpoint, one process differs"
+echo "ok: a --pp 2 --vpp 2 checkpoint resumed by one process"
+
+# bad flags: one line, non-zero exit
+refuse() {  # expected-text ranks args...
+  local want=$1 np=$2
+  shift 2
+  if "${mpi[@]}" -np "$np" "$moet" "${common[@]}" --metrics "$dir/bad.jsonl" --overwrite-metrics \
+    "$@" >"$dir/bad.out" 2>&1; then
+    fail "accepted $*"
+  fi
+  grep -qF -- "$want" "$dir/bad.out" || {
+    cat "$dir/bad.out"
+    fail "no \"$want\" for $*"
+  }
+}
+refuse "--pp 3 does not divide the 2 ranks" 2 --pp 3
+refuse "puts the loss on virtual stage 0" 2 --pp 2 --pp-layout "EtttmL|"
+refuse "do not split evenly" 2 --pp 2
+refuse "--vpp and --pp-layout need --pp > 1" 2 --vpp 2
+refuse "moet runs the MTP layers on the loss's stage" 2 --pp 2 --pp-layout "Etttm|L"
+refuse "--pp does not combine with --deterministic" 2 --pp 2 --pp-layout "Et|ttmL" --deterministic
+echo "ok: bad pipeline flags refused"
