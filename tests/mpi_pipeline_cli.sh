@@ -7,7 +7,8 @@
 #   - 1F1B on 2 and 4 stages, interleaved 1F1B (2 x 2 virtual stages, a stage holding only the
 #     MTP layer and the loss), each against one process;
 #   - 2 stages x 2 data-parallel ranks with --ep 2 and ZeRO-1, interleaved, against 2 ranks
-#     with --ep 2 (no pipeline);
+#     with --ep 2 (no pipeline); the same with combined 1F1B (--a2a-overlap), whose passes are
+#     checked to run combined;
 #   - a checkpoint saved by a pipeline run, resumed by one process, continues exactly as a run
 #     never interrupted (the stages' pieces make up the whole model);
 # and bad pipeline flags get one line and a non-zero exit.
@@ -57,6 +58,14 @@ run 2 "$dir/ep.jsonl" --ep 2
 run 4 "$dir/pp_ep.jsonl" --pp 2 --vpp 2 --pp-layout "Et|t|t|mL" --ep 2 --zero1
 # (the mock data's one held-out batch is too few for 2 data-parallel ranks: no eval loss)
 same "$dir/ep.jsonl" "$dir/pp_ep.jsonl" "2 stages x 2 data-parallel ranks, --ep 2 --zero1" 9
+# combined 1F1B: forwards and backwards of other micro-batches interleaved stage by stage
+run 4 "$dir/combined.jsonl" --pp 2 --vpp 2 --pp-layout "Et|t|t|mL" --ep 2 --a2a-overlap
+same "$dir/ep.jsonl" "$dir/combined.jsonl" "combined 1F1B (--a2a-overlap), --ep 2" 9
+"${mpi[@]}" -np 4 "$moet" train --model "$config" --data mock --steps 1 --seq 32 --micro-batch 2 \
+  --grad-accum 4 --peak-tflops 1 --threads 1 --pp 2 --vpp 2 --pp-layout "Et|t|t|mL" --ep 2 \
+  --a2a-overlap >"$dir/header.txt"
+grep -q "combined 1F1B: [1-9][0-9]* of rank 0's 8 backward passes" "$dir/header.txt" ||
+  fail "no pass ran combined: $(grep combined "$dir/header.txt")"
 
 # a pipeline checkpoint resumed by one process
 long=(--steps 4 --eval-batches 0)
@@ -90,4 +99,5 @@ refuse "do not split evenly" 2 --pp 2
 refuse "--vpp and --pp-layout need --pp > 1" 2 --vpp 2
 refuse "moet runs the MTP layers on the loss's stage" 2 --pp 2 --pp-layout "Etttm|L"
 refuse "--pp does not combine with --deterministic" 2 --pp 2 --pp-layout "Et|ttmL" --deterministic
+refuse "--pp and --vpp must be positive" 2 --pp 0
 echo "ok: bad pipeline flags refused"

@@ -63,7 +63,8 @@ void add_train_command(CLI::App& app, moet::TrainOptions& o) {
       ->capture_default_str();
   t->add_flag("--a2a-overlap", o.a2a_overlap,
               "split each micro-batch in two halves whose stages interleave, so one half's "
-              "all-to-alls travel under the other half's compute");
+              "all-to-alls travel under the other half's compute; under --pp, combined 1F1B: "
+              "a forward and another micro-batch's backward interleave");
   t->add_option("--pp", o.pp,
                 "pipeline stages (under mpirun; the world is pp x data-parallel ranks, the "
                 "pipeline outermost as in Megatron)")

@@ -32,6 +32,16 @@ PipelineExecutor::PipelineExecutor(Communicator& pp, const PipelineScheduleSpec&
   check_pipeline_schedule(spec_);
   MOET_ASSERT(pp.size() == P_ && int64_t(chunks.size()) == V_);
   passes_ = pipeline_schedule(spec_, rank_);
+  // With the EP overlap, a forward followed by another micro-batch's backward run combined.
+  combine_.assign(passes_.size(), false);
+  for (size_t i = 0; spec_.ep_overlap && i + 1 < passes_.size(); ++i) {
+    const PipelinePass &f = passes_[i], &b = passes_[i + 1];
+    if (f.forward && !b.forward && !(b.microbatch == f.microbatch && b.chunk == f.chunk)) {
+      combine_[i] = true;
+      ++combined_pairs_;
+      ++i;
+    }
+  }
   const std::vector<int64_t> slots = slots_per_chunk(spec_, rank_);
   mtp_ = chunks[0][0]->config().num_nextn_predict_layers;  // the same on every stage (tags)
   for (int64_t c = 0; c < V_; ++c) {
@@ -102,17 +112,18 @@ void PipelineExecutor::post_gradient_receives(int64_t chunk, int64_t microbatch)
     }
 }
 
-void PipelineExecutor::forward(int64_t chunk, int64_t microbatch, const int32_t* tokens,
-                               double grad_scale, LossBreakdown* losses) {
+Model& PipelineExecutor::begin_forward(int64_t chunk, int64_t microbatch, const int32_t* tokens,
+                                       double grad_scale, bool training) {
   const int64_t k = virtual_stage(chunk);
   // forward only: slot 0, one micro-batch at a time
-  const size_t i = losses ? size_t(microbatch % int64_t(slots_[size_t(chunk)].size())) : size_t(0);
+  const size_t i =
+      training ? size_t(microbatch % int64_t(slots_[size_t(chunk)].size())) : size_t(0);
   Slot& s = slots_[size_t(chunk)][i];
   Model& m = *s.model;
   wait_sends(s);
   m.forward_begin(tokens, grad_scale);
   if (k > 0) {
-    if (losses) {
+    if (training) {
       pp_.wait(input_recv_[size_t(chunk)][i]);
     } else {  // forward only: nothing was posted ahead
       Tensor& in = m.input();
@@ -120,10 +131,16 @@ void PipelineExecutor::forward(int64_t chunk, int64_t microbatch, const int32_t*
                          tag(microbatch, k, kActivation)));
     }
   }
-  for (int64_t l = 0; l < m.num_layers(); ++l)
-    for (int st = 0; st < DecoderBlock::kStages; ++st) m.forward_stage(l, st);
+  return m;
+}
+
+void PipelineExecutor::end_forward(int64_t chunk, int64_t microbatch, bool training,
+                                   double grad_scale, LossBreakdown* losses) {
+  const int64_t k = virtual_stage(chunk);
+  Slot& s = training ? slot(chunk, microbatch) : slots_[size_t(chunk)][0];
+  Model& m = *s.model;
   const LossBreakdown l = m.forward_end();
-  if (losses) {
+  if (training) {
     losses->loss += l.loss * grad_scale;
     losses->lm_loss += l.lm_loss * grad_scale;
     losses->mtp_loss += l.mtp_loss * grad_scale;
@@ -137,18 +154,32 @@ void PipelineExecutor::forward(int64_t chunk, int64_t microbatch, const int32_t*
     s.sends.push_back(pp_.isend(out.ptr, int64_t(out.bytes()), int((rank_ + 1) % P_),
                                 tag(microbatch, k + 1, kActivation)));
   }
+  if (training) post_gradient_receives(chunk, microbatch);
 }
 
-void PipelineExecutor::backward(int64_t chunk, int64_t microbatch, double grad_scale) {
+void PipelineExecutor::forward(int64_t chunk, int64_t microbatch, const int32_t* tokens,
+                               double grad_scale, LossBreakdown* losses) {
+  const bool training = losses != nullptr;
+  Model& m = begin_forward(chunk, microbatch, tokens, grad_scale, training);
+  for (int64_t l = 0; l < m.num_layers(); ++l)
+    for (int st = 0; st < DecoderBlock::kStages; ++st) m.forward_stage(l, st);
+  end_forward(chunk, microbatch, training, grad_scale, losses);
+}
+
+Model& PipelineExecutor::begin_backward(int64_t chunk, int64_t microbatch, double grad_scale) {
+  const int64_t k = virtual_stage(chunk);
+  Model& m = *slot(chunk, microbatch).model;
+  const size_t i = size_t(microbatch % int64_t(slots_[size_t(chunk)].size()));
+  if (k < S_ - 1) pp_.wait(grad_recv_[size_t(chunk)][i]);
+  m.backward_begin(grad_scale);
+  return m;
+}
+
+void PipelineExecutor::end_backward(int64_t chunk, int64_t microbatch) {
   const int64_t k = virtual_stage(chunk);
   Slot& s = slot(chunk, microbatch);
   Model& m = *s.model;
   const size_t i = size_t(microbatch % int64_t(slots_[size_t(chunk)].size()));
-  current_microbatch_ = microbatch;
-  if (k < S_ - 1) pp_.wait(grad_recv_[size_t(chunk)][i]);
-  m.backward_begin(grad_scale);
-  for (int64_t l = m.num_layers(); l-- > 0;)
-    for (int st = 0; st < DecoderBlock::kStages; ++st) m.backward_stage(l, st);
   if (k == 0)
     for (Communicator::Message r : mtp_recv_[size_t(chunk)][i]) pp_.wait(r);
   m.backward_end();
@@ -167,6 +198,34 @@ void PipelineExecutor::backward(int64_t chunk, int64_t microbatch, double grad_s
   post_input_receive(chunk, microbatch + int64_t(slots_[size_t(chunk)].size()));
 }
 
+void PipelineExecutor::backward(int64_t chunk, int64_t microbatch, double grad_scale) {
+  current_microbatch_ = microbatch;
+  Model& m = begin_backward(chunk, microbatch, grad_scale);
+  for (int64_t l = m.num_layers(); l-- > 0;)
+    for (int st = 0; st < DecoderBlock::kStages; ++st) m.backward_stage(l, st);
+  end_backward(chunk, microbatch);
+}
+
+// Combined 1F1B (Megatron's EP overlap): a forward and a backward of two other micro-batches run
+// stage by stage in turn, so each one's expert exchanges (started at the end of a stage, waited
+// for at the start of its next) travel under the other's compute. The arithmetic of each is
+// unchanged: a forward adds no parameter gradient except the LM head's, which only forwards add,
+// in micro-batch order as before.
+void PipelineExecutor::combined(const PipelinePass& f, const PipelinePass& b, const int32_t* tokens,
+                                double grad_scale, LossBreakdown* losses) {
+  current_microbatch_ = b.microbatch;
+  Model& mf = begin_forward(f.chunk, f.microbatch, tokens, grad_scale, true);
+  Model& mb = begin_backward(b.chunk, b.microbatch, grad_scale);
+  const int stages = DecoderBlock::kStages;
+  const int64_t nf = mf.num_layers() * stages, nb = mb.num_layers() * stages;
+  for (int64_t i = 0; i < std::max(nf, nb); ++i) {
+    if (i < nf) mf.forward_stage(i / stages, int(i % stages));
+    if (i < nb) mb.backward_stage(mb.num_layers() - 1 - i / stages, int(i % stages));
+  }
+  end_forward(f.chunk, f.microbatch, true, grad_scale, losses);
+  end_backward(b.chunk, b.microbatch);
+}
+
 void PipelineExecutor::sync_embedding_replica(ParamStore& params) {
   if (mtp_ == 0 || !(is_first() || is_last())) return;
   const NamedSlice& e = params.named("model.embed_tokens.weight");
@@ -183,10 +242,13 @@ LossBreakdown PipelineExecutor::run_step(const std::function<const int32_t*(int6
   for (int64_t c = 0; c < V_; ++c)
     for (int64_t m = 0; m < int64_t(slots_[size_t(c)].size()); ++m) post_input_receive(c, m);
   LossBreakdown losses;
-  for (const PipelinePass& p : passes_) {
-    if (p.forward) {
+  for (size_t i = 0; i < passes_.size(); ++i) {
+    const PipelinePass& p = passes_[i];
+    if (combine_[i]) {
+      combined(p, passes_[i + 1], micro_batch(p.microbatch), grad_scale, &losses);
+      ++i;
+    } else if (p.forward) {
       forward(p.chunk, p.microbatch, micro_batch(p.microbatch), grad_scale, &losses);
-      post_gradient_receives(p.chunk, p.microbatch);
     } else {
       backward(p.chunk, p.microbatch, grad_scale);
     }

@@ -8,6 +8,10 @@
 // Memory follows the schedule: chunk c keeps one Model (its activations) per micro-batch it can
 // have in flight at once (slots_per_chunk), micro-batch m using slot m mod slots.
 //
+// With spec.ep_overlap (--a2a-overlap under --pp, Megatron's combined 1F1B) the schedule has
+// one more warm-up forward and each steady-state forward runs combined with the next backward,
+// stage by stage in turn, each one's expert all-to-alls under the other's compute.
+//
 // Virtual stage k = c·P + r (rank r, chunk c); stage 0 holds the embedding, stage V·P − 1 the
 // loss and the MTP modules, whose embedding gradients travel back to stage 0 (ModelPart).
 #pragma once
@@ -52,6 +56,8 @@ class PipelineExecutor {
   bool is_first() const { return rank_ == 0; }
   bool is_last() const { return rank_ == P_ - 1; }
   const PipelineScheduleSpec& spec() const { return spec_; }
+  // Forward/backward pairs this rank runs combined per step (0 without the EP overlap).
+  int64_t combined_pairs() const { return combined_pairs_; }
   // Bytes of activations this rank holds (every slot of every chunk).
   int64_t activation_bytes() const;
 
@@ -66,15 +72,27 @@ class PipelineExecutor {
   void wait_sends(Slot& s);
   void post_input_receive(int64_t chunk, int64_t microbatch);
   void post_gradient_receives(int64_t chunk, int64_t microbatch);
+  // A pass in halves (begin waits for its input, end sends its output and posts the receives
+  // the slot needs next), so that two passes can run combined. losses: null for forward only.
+  Model& begin_forward(int64_t chunk, int64_t microbatch, const int32_t* tokens, double grad_scale,
+                       bool training);
+  void end_forward(int64_t chunk, int64_t microbatch, bool training, double grad_scale,
+                   LossBreakdown* losses);
+  Model& begin_backward(int64_t chunk, int64_t microbatch, double grad_scale);
+  void end_backward(int64_t chunk, int64_t microbatch);
   void forward(int64_t chunk, int64_t microbatch, const int32_t* tokens, double grad_scale,
                LossBreakdown* losses);
   void backward(int64_t chunk, int64_t microbatch, double grad_scale);
+  void combined(const PipelinePass& f, const PipelinePass& b, const int32_t* tokens,
+                double grad_scale, LossBreakdown* losses);
 
   Communicator& pp_;
   PipelineScheduleSpec spec_;
   int64_t P_, V_, S_, rank_, mtp_;
   std::vector<std::vector<Slot>> slots_;  // [chunk][slot]
   std::vector<PipelinePass> passes_;
+  std::vector<bool> combine_;  // passes_[i] runs combined with passes_[i + 1]
+  int64_t combined_pairs_ = 0;
   // receives posted and not yet waited for, per (chunk, micro-batch mod slots)
   std::vector<std::vector<Communicator::Message>> input_recv_, grad_recv_;
   std::vector<std::vector<std::vector<Communicator::Message>>> mtp_recv_;

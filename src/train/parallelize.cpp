@@ -141,6 +141,7 @@ std::unique_ptr<ParallelRun> parallelize(const TrainOptions& o, const ModelConfi
     spec.stages = o.pp;
     spec.chunks = o.vpp;
     spec.microbatches = o.grad_accum;
+    spec.ep_overlap = o.a2a_overlap;  // combined 1F1B
     check_pipeline_schedule(spec);
     const std::vector<ModelPart> parts = pipeline_parts(cfg, o.pp_layout, o.pp * o.vpp);
     const std::vector<int64_t> slots = PipelineExecutor::slots_per_chunk(spec, r.pp_rank);

@@ -50,8 +50,7 @@ void StepRunner::set_moe_layers(std::vector<MoeLayer*> layers,
 }
 
 void StepRunner::set_pipeline(PipelineExecutor* pipeline, Communicator* pp) {
-  MOET_CHECK(sequences_ == 0 && !lane2_,
-             "--pp does not combine with --deterministic or --a2a-overlap yet");
+  MOET_ASSERT(sequences_ == 0 && !lane2_);  // refused by the trainer's checks
   MOET_ASSERT(dp_ != nullptr);
   pipeline_ = pipeline;
   pp_ = pp;

@@ -48,7 +48,7 @@ void validate(const TrainOptions& o) {
   MOET_CHECK(o.threads >= 0, "--threads must be >= 0, got ", o.threads);
   if (o.precision != "auto") parse_recipe(o.precision);  // one line naming the choices
   MOET_CHECK(o.bf16_layers >= 0, "--bf16-layers must be >= 0, got ", o.bf16_layers);
-  MOET_CHECK(!o.a2a_overlap || o.micro_batch % 2 == 0,
+  MOET_CHECK(!o.a2a_overlap || o.pp > 1 || o.micro_batch % 2 == 0,
              "--a2a-overlap splits each micro-batch in two: --micro-batch must be even, got ",
              o.micro_batch);
   MOET_CHECK(o.dispatcher == "alltoall" || o.dispatcher == "allgather", "--dispatcher '",
@@ -63,8 +63,8 @@ void validate(const TrainOptions& o) {
              o.vpp);
   MOET_CHECK(o.pp > 1 || (o.vpp == 1 && o.pp_layout.empty()),
              "--vpp and --pp-layout need --pp > 1");
-  MOET_CHECK(o.pp == 1 || (!o.deterministic && !o.a2a_overlap),
-             "--pp does not combine with --deterministic or --a2a-overlap yet (docs/pipeline.md)");
+  MOET_CHECK(o.pp == 1 || !o.deterministic,
+             "--pp does not combine with --deterministic yet (docs/pipeline.md)");
   MOET_CHECK(o.pp == 1 || o.init_from.empty() || !is_hf_directory(o.init_from),
              "--pp cannot start from a Hugging Face directory yet: convert it with moet "
              "import-hf and pass that checkpoint to --init-from");
@@ -248,6 +248,12 @@ double run_training(const TrainOptions& o, Communicator* world) {
           std::printf("%s%lld", c ? "," : "", (long long)slots[c]);
         std::printf(")%s", r + 1 < spec.stages ? ";" : "\n");
       }
+      if (spec.ep_overlap)
+        std::printf(
+            "combined 1F1B: %lld of rank 0's %lld backward passes run combined with a "
+            "forward\n",
+            (long long)par->pipeline->combined_pairs(),
+            (long long)(spec.microbatches * spec.chunks));
     }
     if (resuming)
       std::printf("resumed from %s at step %lld\n", checkpoints.resume_dir().c_str(),
