@@ -5,7 +5,8 @@
 # (--resume auto); the run that finally completes has bitwise the parameters, moments and losses
 # of a run never interrupted. With an MPI launcher, one rank of the job is killed and the whole
 # job must end by itself.
-# Usage: [PRECISION=mxfp8] checkpoint_kill.sh MOET CONFIG [MPI-LAUNCHER-PREFIX...]
+# Usage: [PRECISION=mxfp8] [EXTRA_ARGS="--pp 2 ..."] checkpoint_kill.sh MOET CONFIG
+#        [MPI-LAUNCHER-PREFIX...]
 set -euo pipefail
 moet="$1" config="$2"
 shift 2
@@ -25,6 +26,11 @@ steps=400
 args=(train --model "$config" --data mock --seq 32 --micro-batch 2 --quiet --eval-batches 0
       --threads 1 --peak-tflops 1 --steps $steps --save-every 1 --keep-last 3)
 [ ${#launcher[@]} -gt 0 ] && args+=(--ep 2 --zero1)
+# EXTRA_ARGS: more flags for every run, e.g. a pipeline layout
+if [ -n "${EXTRA_ARGS:-}" ]; then
+  read -ra extra <<<"$EXTRA_ARGS"
+  args+=("${extra[@]}")
+fi
 args+=(--precision "${PRECISION:-fp32}")
 losses() { grep -o '"\(step\|loss\|lm_loss\|mtp_loss\|grad_norm\)":[^,]*' "$1"; }
 
@@ -77,6 +83,11 @@ for round in 1 2 3 4 5 6; do
   done
   kill -0 $pid 2>/dev/null && fail "the job did not end within 30 s of a rank's SIGKILL"
   wait $pid 2>/dev/null || true
+  if [ ${#launcher[@]} -gt 0 ]; then  # the launcher names the rank that died, once per kill
+    named=$(grep -c "process rank [0-9]* with PID .* exited on signal 9" "$dir/run.out" || true)
+    [ "$named" -ge "$kills" ] ||
+      fail "nothing names the killed rank of kill $kills: $(tail -12 "$dir/run.out")"
+  fi
   compgen -G "$dir/run/step-*.tmp" >/dev/null && during_save=$((during_save + 1))
   # the newest complete checkpoint verifies
   "$moet" checkpoint inspect "$dir/run" >"$dir/inspect.txt" 2>&1 ||
