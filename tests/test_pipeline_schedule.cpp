@@ -130,3 +130,30 @@ TEST(PipelineSchedule, RefusesWhatMegatronRefuses) {
 
 }  // namespace
 }  // namespace moet
+
+namespace moet {
+namespace {
+
+// Per-virtual-stage pass times (what `moet simulate` feeds the schedule): equal times reproduce
+// the uniform run; with a heavier stage its rank paces the step, and it cannot start before the
+// first forward of rank 0 has reached it.
+TEST(PipelineSimulation, PerStageTimes) {
+  PipelineScheduleSpec s;
+  s.stages = 2;
+  s.chunks = 2;
+  s.microbatches = 4;
+  const PipelineTiming uniform = simulate_pipeline(s, 1.0, 2.0, 0.1);
+  const PipelineTiming same =
+      simulate_pipeline(s, std::vector<double>(4, 1.0), std::vector<double>(4, 2.0), 0.1);
+  EXPECT_EQ(uniform.step_s, same.step_s);
+  EXPECT_EQ(uniform.ideal_s, same.ideal_s);
+  std::vector<double> f(4, 1.0), b(4, 2.0);
+  f[3] = 2.0, b[3] = 4.0;  // virtual stage 3 (rank 1, chunk 1) twice as heavy
+  const PipelineTiming heavy = simulate_pipeline(s, f, b, 0.1);
+  EXPECT_DOUBLE_EQ(heavy.ideal_s, 4 * (1.0 + 2.0 + 2.0 + 4.0));  // rank 1's compute
+  EXPECT_GT(heavy.step_s, uniform.step_s);
+  EXPECT_GE(heavy.step_s, heavy.ideal_s + 1.0 + 0.1 - 1e-12);
+}
+
+}  // namespace
+}  // namespace moet

@@ -75,7 +75,16 @@ std::vector<PipelinePass> pipeline_schedule(const PipelineScheduleSpec& s, int64
 
 PipelineTiming simulate_pipeline(const PipelineScheduleSpec& s, double forward_s, double backward_s,
                                  double p2p_s) {
+  const size_t K = size_t(s.stages * s.chunks);
+  return simulate_pipeline(s, std::vector<double>(K, forward_s), std::vector<double>(K, backward_s),
+                           p2p_s);
+}
+
+PipelineTiming simulate_pipeline(const PipelineScheduleSpec& s,
+                                 const std::vector<double>& forward_s,
+                                 const std::vector<double>& backward_s, double p2p_s) {
   const int64_t P = s.stages, V = s.chunks, M = s.microbatches, K = P * V;
+  MOET_ASSERT(int64_t(forward_s.size()) == K && int64_t(backward_s.size()) == K);
   std::vector<std::vector<PipelinePass>> lists;
   for (int64_t r = 0; r < P; ++r) lists.push_back(pipeline_schedule(s, r));
   constexpr double kNotYet = std::numeric_limits<double>::infinity();
@@ -102,7 +111,7 @@ PipelineTiming simulate_pipeline(const PipelineScheduleSpec& s, double forward_s
                                  : bwd_end[at(p.microbatch, stage + 1)] + p2p_s;
         if (ready == kNotYet) break;  // waits for another rank
         const double start = std::max(ready, free_at[size_t(r)]);
-        const double end = start + (p.forward ? forward_s : backward_s);
+        const double end = start + (p.forward ? forward_s : backward_s)[size_t(stage)];
         (p.forward ? fwd_end : bwd_end)[at(p.microbatch, stage)] = end;
         free_at[size_t(r)] = end;
         in_flight[size_t(r)] += p.forward ? 1 : -1;
@@ -115,7 +124,12 @@ PipelineTiming simulate_pipeline(const PipelineScheduleSpec& s, double forward_s
     MOET_CHECK(progressed, "pipeline schedule deadlocks (P ", P, ", V ", V, ", M ", M, ")");
   }
   t.step_s = *std::max_element(free_at.begin(), free_at.end());
-  t.ideal_s = double(M * V) * (forward_s + backward_s);
+  for (int64_t r = 0; r < P; ++r) {  // the busiest rank's compute
+    double busy = 0;
+    for (int64_t c = 0; c < V; ++c)
+      busy += double(M) * (forward_s[size_t(c * P + r)] + backward_s[size_t(c * P + r)]);
+    t.ideal_s = std::max(t.ideal_s, busy);
+  }
   t.bubble_fraction = t.ideal_s > 0 ? t.step_s / t.ideal_s - 1.0 : 0.0;
   return t;
 }

@@ -48,11 +48,16 @@ std::vector<PipelinePass> pipeline_schedule(const PipelineScheduleSpec& s, int64
 // Throws moet::Error if the lists deadlock (they never do for a valid spec).
 struct PipelineTiming {
   double step_s = 0;                   // until the last backward ends
-  double ideal_s = 0;                  // one rank's compute: M·V·(forward_s + backward_s)
+  double ideal_s = 0;                  // the busiest rank's compute: M·V·(forward_s + backward_s)
   double bubble_fraction = 0;          // step_s / ideal_s − 1
   std::vector<int64_t> max_in_flight;  // per rank: most forwards waiting for their backward
 };
 PipelineTiming simulate_pipeline(const PipelineScheduleSpec& s, double forward_s, double backward_s,
                                  double p2p_s = 0);
+// The same with each virtual stage's own pass times (stage k = chunk·P + rank); ideal_s is then
+// the busiest rank's compute.
+PipelineTiming simulate_pipeline(const PipelineScheduleSpec& s,
+                                 const std::vector<double>& forward_s,
+                                 const std::vector<double>& backward_s, double p2p_s = 0);
 
 }  // namespace moet
