@@ -54,6 +54,10 @@ CLI::App* add_simulate_command(CLI::App& app, SimulateArgs& a) {
                 "ep_load_imbalance; 1 = balanced)")
       ->capture_default_str();
   c->add_flag("--no-a2a-overlap", a.no_a2a_overlap, "expert all-to-all not hidden behind compute");
+  c->add_option("--cuda-graphs", a.cuda_graphs,
+                "kernels in CUDA graphs: full (launches free), partial (MoE dispatch, experts and "
+                "combine launched one by one), none (every kernel launched by the host)")
+      ->capture_default_str();
   c->add_flag("--no-dp-overlap", a.no_dp_overlap,
               "data-parallel gradient/parameter traffic not hidden behind compute");
   c->add_flag("--no-distributed-optimizer", a.no_distributed_optimizer,
@@ -105,6 +109,7 @@ void run_simulate(const SimulateArgs& a) {
   l.distributed_optimizer = !a.no_distributed_optimizer;
   l.expert_imbalance = a.expert_imbalance;
   l.pp_layout = a.pp_layout;
+  l.cuda_graphs = a.cuda_graphs;
   const auto ps = sim::simulate_scaling(c, l, s, a.gpus);
   if (a.json) {
     std::fprintf(stderr, "moet simulate: %s\n", sim::flops_line(ps.front()).c_str());

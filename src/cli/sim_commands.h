@@ -12,7 +12,7 @@ struct SimulateArgs {
   std::string model, system;
   std::vector<int64_t> gpus;
   int64_t tp = 1, pp = 1, vpp = 1, ep = 1, etp = 1, mbs = 1, gbs = 0, seq = 4096, mtp = -1;
-  std::string precision = "bf16", recompute = "none", pp_layout;
+  std::string precision = "bf16", recompute = "none", pp_layout, cuda_graphs = "full";
   double expert_imbalance = 1.0;
   bool no_a2a_overlap = false, no_dp_overlap = false, no_distributed_optimizer = false;
   bool json = false;

@@ -103,7 +103,10 @@ class SlotBuilder {
   void launch(SlotCost& w, int kf, int kb) const {
     w.launch_f += kf * s_.eff.op_overhead_us * 1e-6;
     w.launch_b += kb * s_.eff.op_overhead_us * 1e-6;
+    w.kernels_f += kf, w.kernels_b += kb;
+    if (in_experts_) w.expert_kernels_f += kf, w.expert_kernels_b += kb;
   }
+  bool in_experts_ = false;  // counting the MoE dispatch, experts and combine
 
   // [m,k]·[k,n] with `count` copies (grouped GEMM of the local experts); backward is the data
   // gradient [m,n]·[n,k] and the weight gradient [k,m]·[m,n].
@@ -231,6 +234,7 @@ class SlotBuilder {
     // expert-major order; combine: weight, pack, unpack and sum the k rows of each token.
     const double fanout = fan_.ranks_same_domain + fan_.ranks_other_domains;
     const double db = quantized_ ? 1 : a_;
+    in_experts_ = true;
     mem(w, (1 + fanout) * h() * tl() * db + 2 * arrivals * h() * db,
         (1 + fanout) * h() * tl() * a_ + 2 * arrivals * h() * a_, 2, 2, 1);
     gemm(w, per_expert, 2 * fe, h(), local, true);
@@ -242,6 +246,7 @@ class SlotBuilder {
     merge_group(w, act_in, "moe_act");
     mem(w, (2 * arrivals + (1 + fanout) * tl()) * h(), (4 * arrivals + (1 + fanout) * tl()) * h(),
         2, 3);
+    in_experts_ = false;
     w.act_bytes += arrivals * (h() * (quantized_ ? 1 : a_) + 8);  // permuted input, probs
     mem(w, 3 * h() * tl(), 3 * h() * tl(), 1, 1);                 // residual add
     a2a(w, db);
@@ -321,6 +326,25 @@ class SlotBuilder {
 
 }  // namespace
 
+// Kernels outside CUDA graphs are launched one by one by the host. The MoE dispatch waits for
+// the token counts on the host (a device-to-host sync) in every layer, forward and backward, so
+// the GPU's queue is empty when the dispatch, experts and combine are launched: those kernels
+// run at the host's pace, each costing its launch (partial and none). Elsewhere the host runs
+// ahead of the GPU and its launches cost only where they exceed the GPU's work for the same
+// kernels (none: each slot's direction takes at least its launch time).
+void add_host_launches(SlotCost& w, const SimLayout& l, const SystemSpec& s) {
+  if (l.cuda_graphs == "full" || s.eff.kernel_launch_us <= 0) return;
+  const double us = s.eff.kernel_launch_us * 1e-6;
+  auto exposed = [&](double kernels, double expert_kernels, double gpu) {
+    double t = expert_kernels * us;
+    if (l.cuda_graphs == "none") t += std::max(0.0, (kernels - expert_kernels) * us - gpu);
+    return t;
+  };
+  const double f = exposed(w.kernels_f, w.expert_kernels_f, w.fwd());
+  const double b = exposed(w.kernels_b, w.expert_kernels_b, w.bwd());
+  w.launch_f += f, w.launch_b += b;
+}
+
 std::vector<SlotCost> slot_costs(const ModelConfig& c, const SimLayout& l, const SystemSpec& s) {
   // Expert ranks are ordered etp-ep-edp-pp (Megatron's parallel folding): an EP group's
   // members have stride ETP, so a domain holds min(EP, ranks per domain / ETP) of them.
@@ -335,6 +359,7 @@ std::vector<SlotCost> slot_costs(const ModelConfig& c, const SimLayout& l, const
   }
   for (int64_t d = 0; d < mtp_depth(c, l); ++d) slots.push_back(b.mtp_layer(d));
   slots.push_back(b.loss_slot());
+  for (SlotCost& w : slots) add_host_launches(w, l, s);
   return slots;
 }
 

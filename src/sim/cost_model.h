@@ -19,9 +19,12 @@ struct SlotCost {
   double attn_f = 0, attn_b = 0;      // core attention
   double mem_f = 0, mem_b = 0;        // memory-bound kernels (norms, activations, permutes, casts)
   double tp_f = 0, tp_b = 0;          // tensor-parallel all-gather / reduce-scatter (exposed)
-  double launch_f = 0, launch_b = 0;  // fixed cost per kernel
-  double recompute = 0;               // forward work redone during backward (in the *_b above)
-  double a2a_f = 0, a2a_b = 0;        // expert dispatch + combine (not yet overlapped)
+  double launch_f = 0, launch_b = 0;  // per-kernel cost, and host launch time the GPU waits for
+  // Kernels, forward / backward: all of them, and those of the MoE dispatch, experts and
+  // combine (which partial CUDA graphs leave uncaptured).
+  double kernels_f = 0, kernels_b = 0, expert_kernels_f = 0, expert_kernels_b = 0;
+  double recompute = 0;         // forward work redone during backward (in the *_b above)
+  double a2a_f = 0, a2a_b = 0;  // expert dispatch + combine (not yet overlapped)
   double a2a_bytes_nvlink = 0, a2a_bytes_scaleout = 0;  // sent per micro-batch, fwd+bwd
   double act_bytes = 0;                                 // activations saved for backward
   double dense_params = 0;                              // parameters on this GPU, reduced over DP

@@ -19,6 +19,8 @@ void validate(const ModelConfig& c, const SimLayout& l) {
   auto positive = [](int64_t v, const char* what) {
     if (v < 1) throw Error(str(what, " must be at least 1 (got ", v, ")"));
   };
+  if (l.cuda_graphs != "full" && l.cuda_graphs != "partial" && l.cuda_graphs != "none")
+    throw Error(str("--cuda-graphs '", l.cuda_graphs, "' is not one of full, partial, none"));
   positive(l.gpus, "--gpus");
   positive(l.tp, "--tp");
   positive(l.pp, "--pp");

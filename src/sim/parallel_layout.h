@@ -30,6 +30,10 @@ struct SimLayout {
   // Megatron pipeline layout such as "Et*4|(t*4|)*14tmL" (E embedding, t decoder layer, m MTP
   // layer, L loss, | stage boundary, *N repeat, parentheses group).
   std::string pp_layout;
+  // Kernels captured in CUDA graphs: "full" (the whole iteration, as the GB300 record ran:
+  // launches cost nothing), "partial" (Megatron's attention/router/dense scopes: the MoE
+  // dispatch, experts and combine launch kernel by kernel), "none" (every kernel launched).
+  std::string cuda_graphs = "full";
 
   int64_t dp() const { return gpus / (tp * pp); }               // data-parallel size
   int64_t edp() const { return gpus / (etp * ep * pp); }        // expert-data-parallel size

@@ -22,6 +22,10 @@ struct Efficiency {
   double collective_scaleout = 0.9;  // ... of the NIC
   double collective_sm_fraction = 0;  // compute slowed by this while a DP collective runs
   double op_overhead_us = 0;          // fixed cost per kernel (launch, OpenMP fork/join)
+  // Host time to launch one kernel outside a CUDA graph (GPUs; 0 on CPUs, where op_overhead_us
+  // is the per-kernel cost). Counts only for kernels that --cuda-graphs leaves uncaptured, and
+  // only where the host falls behind the GPU (cost_model.cpp).
+  double kernel_launch_us = 0;
 };
 
 struct SystemSpec {
