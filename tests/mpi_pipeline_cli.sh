@@ -53,6 +53,14 @@ run 4 "$dir/pp4.jsonl" --pp 4 --pp-layout "E|tt|t|mL"
 same "$dir/one.jsonl" "$dir/pp4.jsonl" "1F1B, 4 stages (one with the embedding only)"
 run 2 "$dir/vpp.jsonl" --pp 2 --vpp 2 --pp-layout "Et|t|t|mL"
 same "$dir/one.jsonl" "$dir/vpp.jsonl" "interleaved 1F1B, 2 stages x 2 chunks"
+# every step reports the pipeline's time, its bubble and the schedule's prediction
+/usr/bin/python3 - "$dir/vpp.jsonl" <<'PY' || fail "pipeline metrics missing or not positive"
+import json, sys
+for line in open(sys.argv[1]):
+    m = json.loads(line)
+    assert m["pp_run_s"] > 0 and m["pp_schedule_s"] > 0 and m["pp_bubble"] >= 0, m
+    assert m["pp_run_s"] <= m["step_time_s"], m
+PY
 
 run 2 "$dir/ep.jsonl" --ep 2
 run 4 "$dir/pp_ep.jsonl" --pp 2 --vpp 2 --pp-layout "Et|t|t|mL" --ep 2 --zero1

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The performance model against moet's own measured CPU runs: calibrate this machine with
-# `moet bench`, train configs/small.json (one process, and mpirun -np 2 --ep 2), predict both
-# step times with `moet simulate --system local`, and require them within 20% of the measured
-# steps. The machine is shared and a neighbour only ever slows work down, so both sides are
+# `moet bench`, train configs/small.json in four layouts (one process; mpirun -np 2 with --ep 2;
+# --pp 2 with 1F1B; --pp 2 --vpp 2 interleaved), predict each step time with `moet simulate
+# --system local` (the pipeline bubble from the engine's own schedule), and require each within
+# 20% of the measured steps. The machine is shared and a neighbour only ever slows work down, so both sides are
 # the undisturbed speed: bench keeps each kernel's best call (from cold caches), and a run's
 # measured step is its fastest after the first two. The machine's speed also drifts over
 # minutes, so the check runs rounds (train one process, train two ranks, calibrate) after a
@@ -40,12 +41,19 @@ predict() {  # predict SYSTEM_FILE FLAGS...: predicted step seconds
 # predict the one-process step within 10% of each other (the machine did not change speed
 # under it).
 one=(--gpus 1 --gbs 8)
+# the pipeline layouts: 4 micro-batches of 2 sequences (the same global batch of 8)
+pp=(--pp 2 --pp-layout "Etttt|ttmL" --micro-batch 2 --grad-accum 4)
+vpp=(--pp 2 --vpp 2 --pp-layout "Et|tt|tt|tmL" --micro-batch 2 --grad-accum 4)
+pp_sim=(--gpus 2 --pp 2 --pp-layout "Etttt|ttmL" --mbs 2 --gbs 8)
+vpp_sim=(--gpus 2 --pp 2 --vpp 2 --pp-layout "Et|tt|tt|tmL" --mbs 2 --gbs 8)
 "$moet" bench --out "$tmp/cal0.json" --overwrite >/dev/null
 : >"$tmp/ratios"
 valid=0
 for r in 1 2 3 4 5 6; do
   "$moet" "${train[@]}" --metrics "$tmp/one$r.jsonl"
   "${mpi[@]}" 2 "$moet" "${train[@]}" --ep 2 --metrics "$tmp/two$r.jsonl"
+  "${mpi[@]}" 2 "$moet" "${train[@]}" "${pp[@]}" --metrics "$tmp/pp$r.jsonl"
+  "${mpi[@]}" 2 "$moet" "${train[@]}" "${vpp[@]}" --metrics "$tmp/vpp$r.jsonl"
   "$moet" bench --out "$tmp/cal$r.json" --overwrite >/dev/null
   before=$tmp/cal$((r - 1)).json
   after=$tmp/cal$r.json
@@ -60,6 +68,10 @@ for r in 1 2 3 4 5 6; do
   echo "$r one $b $a $(stat "$tmp/one$r.jsonl" step_time_s min)" >>"$tmp/ratios"
   echo "$r two $(predict "$before" "${two[@]}") $(predict "$after" "${two[@]}")" \
     "$(stat "$tmp/two$r.jsonl" step_time_s min) $imbalance" >>"$tmp/ratios"
+  echo "$r pp $(predict "$before" "${pp_sim[@]}") $(predict "$after" "${pp_sim[@]}")" \
+    "$(stat "$tmp/pp$r.jsonl" step_time_s min)" >>"$tmp/ratios"
+  echo "$r vpp $(predict "$before" "${vpp_sim[@]}") $(predict "$after" "${vpp_sim[@]}")" \
+    "$(stat "$tmp/vpp$r.jsonl" step_time_s min)" >>"$tmp/ratios"
   valid=$((valid + 1))
   [ $valid -ge 3 ] && break
 done
@@ -69,7 +81,7 @@ if [ $valid -eq 0 ]; then
 fi
 /usr/bin/python3 - "$tmp/ratios" <<'PY'
 import statistics, sys
-runs = {"one": [], "two": []}
+runs = {"one": [], "two": [], "pp": [], "vpp": []}
 for line in open(sys.argv[1]):
     r, run, p_before, p_after, measured, *imb = line.split()
     p = (float(p_before) + float(p_after)) / 2
@@ -79,7 +91,9 @@ for line in open(sys.argv[1]):
     print(f"round {r} {run:3s}: predicted {p:.3f} s, measured {float(measured):.3f} s, "
           f"ratio {ratio:.2f}{extra}")
 ok = True
-for run, label in (("one", "one process"), ("two", "mpirun -np 2 --ep 2")):
+for run, label in (("one", "one process"), ("two", "mpirun -np 2 --ep 2"),
+                   ("pp", "mpirun -np 2 --pp 2 (1F1B)"),
+                   ("vpp", "mpirun -np 2 --pp 2 --vpp 2 (interleaved)")):
     m = statistics.median(runs[run])
     print(f"{label}: median predicted / measured {m:.2f} over {len(runs[run])} rounds")
     ok &= 0.8 <= m <= 1.2

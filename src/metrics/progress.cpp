@@ -108,6 +108,9 @@ std::string metrics_json_line(const StepMetrics& m) {
   optional("eta_s", m.eta_s);
   optional("peak_rss_mb", m.peak_rss_mb);
   optional("save_s", m.save_s);
+  optional("pp_run_s", m.pp_run_s);
+  optional("pp_bubble", m.pp_bubble);
+  optional("pp_schedule_s", m.pp_schedule_s);
   return j.dump();
 }
 

@@ -44,6 +44,13 @@ struct StepMetrics {
   double eta_s = kNone;
   double peak_rss_mb = kNone;  // the process's peak resident set size so far (MB)
   double save_s = kNone;       // seconds a checkpoint save held up this step (async: the copy)
+  // --pp: the pipeline's passes took pp_run_s (the slowest rank), of which the busiest rank
+  // computed for busy: pp_bubble = pp_run_s / busy − 1. pp_schedule_s is what the schedule
+  // (simulate_pipeline, the generator `moet simulate` uses) predicts from this step's measured
+  // pass times of every virtual stage.
+  double pp_run_s = kNone;
+  double pp_bubble = kNone;
+  double pp_schedule_s = kNone;
 };
 
 // One line, e.g. "step  12/100 | loss 5.4321 (lm 5.4012 mtp 5.6930) | lr 3.00e-04 |

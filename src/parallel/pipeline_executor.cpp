@@ -1,6 +1,7 @@
 #include "parallel/pipeline_executor.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "core/error.h"
 
@@ -79,6 +80,12 @@ int PipelineExecutor::tag(int64_t microbatch, int64_t vstage, int kind) const {
   return int((microbatch * S_ + vstage) * (kMtpGradient + mtp_) + kind);
 }
 
+void PipelineExecutor::wait_receive(Communicator::Message m) {
+  const auto t0 = std::chrono::steady_clock::now();
+  pp_.wait(m);
+  times_.wait_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 void PipelineExecutor::wait_sends(Slot& s) {
   for (Communicator::Message m : s.sends) pp_.wait(m);
   s.sends.clear();
@@ -124,7 +131,7 @@ Model& PipelineExecutor::begin_forward(int64_t chunk, int64_t microbatch, const 
   m.forward_begin(tokens, grad_scale);
   if (k > 0) {
     if (training) {
-      pp_.wait(input_recv_[size_t(chunk)][i]);
+      wait_receive(input_recv_[size_t(chunk)][i]);
     } else {  // forward only: nothing was posted ahead
       Tensor& in = m.input();
       pp_.wait(pp_.irecv(in.ptr, int64_t(in.bytes()), int((rank_ + P_ - 1) % P_),
@@ -170,7 +177,7 @@ Model& PipelineExecutor::begin_backward(int64_t chunk, int64_t microbatch, doubl
   const int64_t k = virtual_stage(chunk);
   Model& m = *slot(chunk, microbatch).model;
   const size_t i = size_t(microbatch % int64_t(slots_[size_t(chunk)].size()));
-  if (k < S_ - 1) pp_.wait(grad_recv_[size_t(chunk)][i]);
+  if (k < S_ - 1) wait_receive(grad_recv_[size_t(chunk)][i]);
   m.backward_begin(grad_scale);
   return m;
 }
@@ -181,7 +188,7 @@ void PipelineExecutor::end_backward(int64_t chunk, int64_t microbatch) {
   Model& m = *s.model;
   const size_t i = size_t(microbatch % int64_t(slots_[size_t(chunk)].size()));
   if (k == 0)
-    for (Communicator::Message r : mtp_recv_[size_t(chunk)][i]) pp_.wait(r);
+    for (Communicator::Message r : mtp_recv_[size_t(chunk)][i]) wait_receive(r);
   m.backward_end();
   if (k > 0) {
     const Tensor& g = m.input_grad();
@@ -242,9 +249,20 @@ LossBreakdown PipelineExecutor::run_step(const std::function<const int32_t*(int6
   for (int64_t c = 0; c < V_; ++c)
     for (int64_t m = 0; m < int64_t(slots_[size_t(c)].size()); ++m) post_input_receive(c, m);
   LossBreakdown losses;
+  using clock = std::chrono::steady_clock;
+  auto seconds = [](clock::time_point a, clock::time_point b) {
+    return std::chrono::duration<double>(b - a).count();
+  };
+  times_.wait_s = 0;
+  times_.forward_s.assign(size_t(V_), 0.0);
+  times_.backward_s.assign(size_t(V_), 0.0);
+  const clock::time_point start = clock::now();
   for (size_t i = 0; i < passes_.size(); ++i) {
     const PipelinePass& p = passes_[i];
-    if (combine_[i]) {
+    const clock::time_point t0 = clock::now();
+    const double waited = times_.wait_s;
+    const bool both = combine_[i];
+    if (both) {
       combined(p, passes_[i + 1], micro_batch(p.microbatch), grad_scale, &losses);
       ++i;
     } else if (p.forward) {
@@ -252,7 +270,10 @@ LossBreakdown PipelineExecutor::run_step(const std::function<const int32_t*(int6
     } else {
       backward(p.chunk, p.microbatch, grad_scale);
     }
+    const double busy = seconds(t0, clock::now()) - (times_.wait_s - waited);
+    (p.forward && !both ? times_.forward_s : times_.backward_s)[size_t(p.chunk)] += busy;
   }
+  times_.run_s = seconds(start, clock::now());
   for (auto& row : slots_)
     for (Slot& s : row) wait_sends(s);
   return losses;

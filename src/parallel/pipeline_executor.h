@@ -56,6 +56,14 @@ class PipelineExecutor {
   bool is_first() const { return rank_ == 0; }
   bool is_last() const { return rank_ == P_ - 1; }
   const PipelineScheduleSpec& spec() const { return spec_; }
+  // The last run_step's times on this rank: the whole step's passes, the part spent waiting for
+  // other stages' activations and gradients, and each chunk's forward and backward compute
+  // (summed over micro-batches, waits excluded; passes run combined count as backward).
+  struct StepTimes {
+    double run_s = 0, wait_s = 0;
+    std::vector<double> forward_s, backward_s;  // per chunk
+  };
+  const StepTimes& last_step_times() const { return times_; }
   // Forward/backward pairs this rank runs combined per step (0 without the EP overlap).
   int64_t combined_pairs() const { return combined_pairs_; }
   // Bytes of activations this rank holds (every slot of every chunk).
@@ -99,6 +107,8 @@ class PipelineExecutor {
   std::function<void(int64_t)> final_hook_;
   int64_t current_microbatch_ = 0;
   double eval_loss_ = 0;
+  StepTimes times_;
+  void wait_receive(Communicator::Message m);
 };
 
 }  // namespace moet

@@ -1,5 +1,6 @@
 #include "train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -106,6 +107,35 @@ double evaluate(ParallelRun& par, int64_t B, const TokenDataset& ds, int64_t bat
     mean /= double(W);
   }
   return mean;
+}
+
+// --pp: every rank's pass times, the bubble they make, and the schedule's prediction from them.
+void pipeline_metrics(ParallelRun& par, Communicator& world, StepMetrics& m) {
+  const PipelineExecutor::StepTimes& t = par.pipeline->last_step_times();
+  const PipelineScheduleSpec& spec = par.pipeline->spec();
+  const int64_t V = spec.chunks, P = spec.stages, n = 2 + 2 * V;
+  std::vector<double> mine{t.run_s, t.wait_s};
+  mine.insert(mine.end(), t.forward_s.begin(), t.forward_s.end());
+  mine.insert(mine.end(), t.backward_s.begin(), t.backward_s.end());
+  std::vector<double> all(static_cast<size_t>(n * world.size()));
+  world.allgather(mine.data(), n * int64_t(sizeof(double)), all.data());
+  double run = 0, busy = 0;
+  std::vector<double> f(size_t(P * V)), b(size_t(P * V));
+  for (int64_t r = 0; r < P; ++r) {
+    const double* x = all.data() + r * par.dp * n;  // the stage's data-parallel rank 0
+    run = std::max(run, x[0]);
+    double compute = 0;
+    for (int64_t c = 0; c < V; ++c) {
+      f[size_t(c * P + r)] = x[2 + c] / double(spec.microbatches);
+      b[size_t(c * P + r)] = x[2 + V + c] / double(spec.microbatches);
+      compute += x[2 + c] + x[2 + V + c];
+    }
+    busy = std::max(busy, compute);
+  }
+  m.pp_run_s = run;
+  m.pp_bubble = busy > 0 ? run / busy - 1 : 0;
+  if (!spec.ep_overlap)  // combined passes have no separate forward and backward times
+    m.pp_schedule_s = simulate_pipeline(spec, f, b).step_s;
 }
 
 }  // namespace
@@ -347,6 +377,7 @@ double run_training(const TrainOptions& o, Communicator* world) {
       m.comm_bytes = bytes;
       if (rows_mean > 0) m.ep_load_imbalance = rows_max / rows_mean;
     }
+    if (par->pipeline) pipeline_metrics(*par, *world, m);
     m.elapsed_s = seconds_since(t_start);
     m.peak_rss_mb = double(peak_rss_bytes()) / 1048576.0;
     m.eta_s = m.elapsed_s / double(step + 1 - first_step) * double(o.steps - step - 1);
