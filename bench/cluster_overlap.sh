@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Overlap on the emulated cluster (docs/benchmarks.md#cluster-overlap; root): configs/small.json
+# on 2 "nodes" (network namespaces whose link is capped at 3000 Mbit/s by tc tbf, about 10 : 1
+# against shared memory, docs/cluster.md), one rank per node, so every collective crosses the
+# capped link. Each configuration runs STEPS steps; the median step time over steps 3.. is
+# reported with the communication time and the part of it not hidden behind compute:
+#   dp        data parallelism: gradient reduction with --overlap off, then on (a communication
+#             thread reduces each block's gradients during the backward);
+#   ep        --ep 2: the experts' all-to-all with --overlap off, then on (shared expert and
+#             router backward under it), then --a2a-overlap (the micro-batch split in two
+#             halves whose exchanges travel under each other's compute);
+#   pp        --pp 2 --ep 1 is all point-to-point: --overlap has nothing to hide there, so the
+#             pipeline is measured for its bubble instead (bench/pipeline_bubble.sh).
+# Then node-limited routing (--ep 2, a node per expert group of the config's n_group): bytes
+# that leave the node per step with topk_group = 1 (each token's experts on one node) against
+# topk_group = n_group (unlimited).
+# Usage: sudo bench/cluster_overlap.sh [MOET] [STEPS]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+moet=$(realpath "${1:-$root/build/moet}")
+steps=${2:-6}
+tmp=$(mktemp -d)
+chmod 755 "$tmp"
+trap 'rm -rf "$tmp"; "$root/scripts/cluster.sh" down >/dev/null 2>&1 || true' EXIT
+cluster=("$root/scripts/cluster.sh" run --nodes 2 --ranks-per-node 1 --)
+base=(train --steps "$steps" --eval-batches 0 --quiet --seq 256
+      --micro-batch 4 --threads 1 --data mock --ep-ranks-per-node 1)
+echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; 2 nodes x 1 rank x 1 thread"
+"$root/scripts/cluster.sh" up --nodes 2 >/dev/null
+summary() {  # FILE LABEL
+  /usr/bin/python3 - "$1" "$2" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])][2:]
+med = lambda k: statistics.median(r.get(k, 0) or 0 for r in rows)
+comm = med("grad_sync_s") + med("a2a_s")
+exposed = med("exposed_comm_s")
+hidden = 1 - exposed / comm if comm > 0 else 0
+print(f"{sys.argv[2]:44s} step {med('step_time_s'):6.3f} s | comm {comm:6.3f} s, exposed "
+      f"{exposed:6.3f} s ({100 * hidden:3.0f}% hidden) | {med('comm_bytes') / 1e6:7.1f} MB sent, "
+      f"{med('comm_bytes_other_nodes') / 1e6:7.1f} MB across nodes")
+PY
+}
+run() {  # LABEL ARGS...
+  local label=$1
+  shift
+  "${cluster[@]}" "$moet" "${base[@]}" --model "$root/configs/small.json" "$@" \
+    --metrics "$tmp/m.jsonl" --overwrite-metrics
+  summary "$tmp/m.jsonl" "$label"
+}
+run "dp: gradient sync, --overlap off" --overlap off
+run "dp: gradient sync, --overlap on" --overlap on
+run "ep 2: all-to-all, --overlap off" --ep 2 --overlap off
+run "ep 2: all-to-all, --overlap on" --ep 2 --overlap on
+run "ep 2: --overlap on --a2a-overlap (split)" --ep 2 --overlap on --a2a-overlap
+
+# node-limited routing: n_group = 2 groups of 16 experts, one per node
+for k in 1 2; do
+  /usr/bin/python3 - "$root/configs/small.json" "$tmp/small_g$k.json" "$k" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["n_group"], c["topk_group"] = 2, int(sys.argv[3])
+json.dump(c, open(sys.argv[2], "w"))
+PY
+  chmod 644 "$tmp/small_g$k.json"
+  "${cluster[@]}" "$moet" "${base[@]}" --model "$tmp/small_g$k.json" --ep 2 --overlap on \
+    --metrics "$tmp/m.jsonl" --overwrite-metrics
+  summary "$tmp/m.jsonl" "ep 2, n_group 2, topk_group $k"
+done
