@@ -1,5 +1,6 @@
 // grouped_gemm.cpp — the experts' grouped linear layer: one GEMM per non-empty (expert,
 // source) segment of contiguous rows, in any precision of kernels/precision.h.
+#include "core/tree_sum.h"
 #include "kernels/cpu/operands.h"
 #include "kernels/profile.h"
 
@@ -7,19 +8,6 @@ namespace moet::ops {
 using namespace cpu;
 
 namespace {
-
-// part holds S arrays of n values; afterwards part[0..n) is their sum in the canonical pairwise
-// tree order of parallel/communicator.h (split at the largest power of two below the count).
-template <typename T>
-void tree_sum_rows(T* part, int64_t S, int64_t n) {
-  if (S <= 1) return;
-  int64_t half = 1;
-  while (half * 2 < S) half *= 2;
-  tree_sum_rows(part, half, n);
-  tree_sum_rows(part + half * n, S - half, n);
-  const T* b = part + half * n;
-  for (int64_t i = 0; i < n; ++i) part[i] += b[i];
-}
 
 // Validates offsets (I32, E+1 entries, 0 .. M, non-decreasing); returns E.
 int64_t check_offsets(const Tensor& offsets_E1, int64_t M) {
@@ -207,7 +195,7 @@ void grouped_linear_backward(const Tensor& dy_MO, const Tensor& x_MD, const Tens
       }
       T* part = scratch<T>(size_t(S * O * D), 2);  // this thread's
       for (int64_t s = 0; s < S; ++s) segment_grad(e * S + s, part + s * O * D, T(0));
-      tree_sum_rows(part, S, O * D);  // part[0] = canonical sum of the S parts
+      tree_sum_arrays(part, S, O * D);  // part[0] = canonical sum of the S parts
       const T* sum = part;
       for (int64_t i = 0; i < O * D; ++i) dw[i] += sum[i];
     }
