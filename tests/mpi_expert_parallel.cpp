@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "data/dataset.h"
@@ -254,6 +255,66 @@ TEST(DataParallel, DeterministicEqualsOneProcessBitwise) {
     test::expect_same_training(test::train_tiny(o), one, "zero1 accum " + std::to_string(accum),
                                true);
   }
+}
+
+// The experts' weight gradients of each source rank kept apart (MoeLayer::set_expert_grad_parts)
+// are, with one sequence per rank, bit for bit the gradients one process computes for each
+// rank's sequence alone — the expert's rows of that sequence, in the same order, in the same
+// GEMM (what --deterministic under expert parallelism needs).
+TEST(ExpertParallel, SourcePartsOfExpertGradientsAreOneProcessPerSequence) {
+  Communicator& world = test::world();
+  const int P = world.size(), rank = world.rank();
+  ParallelLayout layout = make_parallel_layout(world, P);
+  ModelConfig cfg = load_model_config(kRoot + "/configs/tiny.json");
+  const LossWeights lw{0.3, 1e-2, 1e-3};
+  DispatcherFactory factory = [&](int64_t E) -> std::unique_ptr<TokenDispatcher> {
+    return std::make_unique<AllToAllDispatcher>(*layout.ep_group, E);
+  };
+  Model ep(cfg, 1, kT, lw, factory);
+  ep.init_parameters(7);
+  std::vector<std::vector<float>> parts;  // per MoE layer: gate/up, down; [P, El, O, D] each
+  for (MoeLayer* layer : ep.moe_layers()) {
+    Tensor views[2];
+    for (int i = 0; i < 2; ++i) {
+      const Tensor& w = (i == 0 ? layer->experts_gate_up() : layer->experts_down())->value;
+      std::vector<float>& buf = parts.emplace_back(size_t(P * w.numel()), 0.0f);
+      views[i] = Tensor(buf.data(), DType::F32, {P, w.size(0), w.size(1), w.size(2)});
+    }
+    layer->set_expert_grad_parts(views[0], views[1]);
+  }
+  MockDataset data(cfg.vocab_size, 3);
+  std::vector<int32_t> tok(kT + 1);
+  data.fill_sequences(0, 0, rank, 1, kT, tok.data());  // rank p runs sequence p
+  ep.params().zero_grads();
+  ep.forward(tok.data(), 1.0);
+  ep.backward(1.0);
+  for (MoeLayer* layer : ep.moe_layers()) {
+    for (const Weight* w : {layer->experts_gate_up(), layer->experts_down()})
+      for (int64_t i = 0; i < w->grad.numel(); ++i)
+        ASSERT_EQ(w->grad.f32()[i], 0.0f) << w->name << ": the parts took the gradient";
+    layer->set_expert_grad_parts({}, {});
+  }
+
+  Model one(cfg, 1, kT, lw);
+  one.init_parameters(7);
+  int64_t nonzero = 0;
+  for (int p = 0; p < P; ++p) {
+    data.fill_sequences(0, 0, p, 1, kT, tok.data());
+    one.params().zero_grads();
+    one.forward(tok.data(), 1.0);
+    one.backward(1.0);
+    size_t k = 0;
+    for (MoeLayer* layer : one.moe_layers())
+      for (const Weight* w : {layer->experts_gate_up(), layer->experts_down()}) {
+        const std::vector<float>& part = parts[k++];
+        const int64_t n = int64_t(part.size()) / P;  // this rank's experts: [rank·n, rank·n + n)
+        const float* want = w->grad.f32() + rank * n;
+        EXPECT_EQ(std::memcmp(part.data() + p * n, want, size_t(n) * sizeof(float)), 0)
+            << w->name << " source " << p;
+        for (int64_t i = 0; i < n; ++i) nonzero += want[i] != 0.0f;
+      }
+  }
+  EXPECT_GT(nonzero, 0) << "some sequence reaches this rank's experts";
 }
 
 }  // namespace

@@ -189,6 +189,37 @@ TEST(OpsGroupedLinear, SegmentGradientsAddInTreeOrder) {
     EXPECT_EQ(dw.get(i), (g[0][i] + g[1][i]) + (g[2][i] + g[3][i])) << i;
 }
 
+// --deterministic under expert parallelism: into a [S, E, O, D] dw each (expert, source) segment's
+// gradient is added into its own slice, bit for bit what the segment gives on its own.
+TEST(OpsGroupedLinear, SegmentGradientsKeptApart) {
+  const int64_t D = 5, O = 3, S = 2, E = 2;
+  const std::vector<int32_t> rows = {3, 0, 2, 4};  // (e0 s0), (e0 s1) empty, (e1 s0), (e1 s1)
+  Rng rng(12);
+  Buf x(DType::F32, {9, D}), dy(DType::F32, {9, O}), w(DType::F32, {E, O, D});
+  Buf dx(DType::F32, {9, D}), dw(DType::F32, {S, E, O, D});
+  for (Buf* b : {&x, &dy, &w})
+    for (int64_t i = 0; i < b->n(); ++i) b->set(i, rng.uniform(-1, 1));
+  std::vector<int32_t> off(E * S + 1, 0);
+  for (int64_t g = 0; g < E * S; ++g) off[g + 1] = off[g] + rows[g];
+  Tensor off_t(off.data(), DType::I32, {E * S + 1});
+  dw.fill(0.0);
+  ops::grouped_linear_backward(dy.t(), x.t(), off_t, w.t(), dx.t(), dw.t(), S);
+  for (int64_t e = 0; e < E; ++e)
+    for (int64_t s = 0; s < S; ++s) {
+      const int64_t g = e * S + s;
+      Buf part(DType::F32, {1, O, D});
+      part.fill(0.0);
+      int32_t seg[2] = {0, rows[g]};
+      Tensor seg_off(seg, DType::I32, {2}), none;
+      ops::grouped_linear_backward(dy.t().view({9, O}).rows(off[g], off[g + 1]),
+                                   x.t().view({9, D}).rows(off[g], off[g + 1]), seg_off,
+                                   w.t().view({E, O * D}).rows(e, e + 1), none, part.t(), 1);
+      for (int64_t i = 0; i < O * D; ++i)
+        EXPECT_EQ(dw.get((s * E + e) * O * D + i), part.get(i))
+            << "expert " << e << " source " << s;
+    }
+}
+
 // ------------------------------------------------------------------ norm, loss
 
 TEST(OpsRmsNorm, ForwardFormulaAndAccumulatedDx) {

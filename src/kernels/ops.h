@@ -84,7 +84,9 @@ void grouped_linear_forward(const Tensor& x_MD, const Tensor& offsets_E1, const 
                             const LinearPrecision& p = {}, const WeightOperands* wq = nullptr,
                             bool x_in_format = false);
 // dx = dy · w[e] per segment (overwrite); dw[e] += Σ_s dy[rows of s]ᵀ · x[rows of s], the S
-// segment gradients summed in the canonical tree order (tree_sum in parallel/communicator.h).
+// segment gradients summed in the canonical tree order (core/tree_sum.h).
+// A 4-D dw [S, E, O, D] keeps them apart instead: dw[s, e] += dy[rows of segment (e, s)]ᵀ ·
+// x[those rows], computed exactly as with one segment per expert.
 // Low-precision wgrad blocks run along the rows of each segment, starting at its first row, so
 // they hold the same tokens whatever the expert-parallel layout.
 void grouped_linear_backward(const Tensor& dy_MO, const Tensor& x_MD, const Tensor& offsets_E1,

@@ -118,6 +118,11 @@ void MoeLayer::forward_stage(int stage, const Tensor& x_ND, Tensor& y_ND) {
   dispatcher_->combine_finish(gates_NK_, y_ND, shared_ != nullptr);
 }
 
+void MoeLayer::set_expert_grad_parts(Tensor gate_up_SEOD, Tensor down_SEOD) {
+  gate_up_parts_ = gate_up_SEOD;  // shapes checked by the grouped GEMM
+  down_parts_ = down_SEOD;
+}
+
 void MoeLayer::backward(const Tensor& dy_ND, const Tensor& x_ND, Tensor& dx_ND,
                         const LossScales& ls) {
   for (int stage = 0; stage < 3; ++stage) backward_stage(stage, dy_ND, x_ND, dx_ND, ls);
@@ -142,10 +147,13 @@ void MoeLayer::backward_stage(int stage, const Tensor& dy_ND, const Tensor& x_ND
   if (stage == 1) {
     dispatcher_->combine_backward_finish(dyp);
     const int64_t S = dispatcher_->segments_per_expert();
-    ops::grouped_linear_backward(dyp, h, off, w_down_->value, dh, w_down_->grad, S, lin_,
+    // the experts' weight gradients: summed into the weights', or kept apart per source
+    Tensor& dw_down = down_parts_.empty() ? w_down_->grad : down_parts_;
+    Tensor& dw_gate_up = gate_up_parts_.empty() ? w_gate_up_->grad : gate_up_parts_;
+    ops::grouped_linear_backward(dyp, h, off, w_down_->value, dh, dw_down, S, lin_,
                                  w_down_->operands());
     ops::swiglu_backward(dh, gu, dgu);
-    ops::grouped_linear_backward(dgu, xp, off, w_gate_up_->value, dxp, w_gate_up_->grad, S, lin_,
+    ops::grouped_linear_backward(dgu, xp, off, w_gate_up_->value, dxp, dw_gate_up, S, lin_,
                                  w_gate_up_->operands());
     // input gradients travel back while the router's backward runs: gates, then the auxiliary
     // losses, then the gate projection

@@ -46,6 +46,16 @@ class MoeLayer {
   double last_z_loss() const { return last_z_; }
   RouterStats& stats() { return stats_; }
   Weight* correction_bias() { return bias_; }
+  // The routed experts' weights this process holds ([El, 2F, D] and [El, D, F]) and the row
+  // segments each expert's tokens arrive in (one per source rank of the expert-parallel group).
+  Weight* experts_gate_up() { return w_gate_up_; }
+  Weight* experts_down() { return w_down_; }
+  int64_t segments_per_expert() const { return dispatcher_->segments_per_expert(); }
+  // Keeps the segments' weight gradients apart: source s's part of the experts' gradients is
+  // added into slice s of gate_up_SEOD [S, El, 2F, D] and down_SEOD [S, El, D, F] instead of
+  // into the weights' gradients (--deterministic under expert parallelism: the trainer adds
+  // them in one process's order over sequences). Empty tensors: back to the weights' gradients.
+  void set_expert_grad_parts(Tensor gate_up_SEOD, Tensor down_SEOD);
   const ops::RouterSpec& router_spec() const { return spec_; }
 
  private:
@@ -63,7 +73,8 @@ class MoeLayer {
   Tensor logits_NE_, scores_NE_, idx_NK_, gates_NK_, gu_M2F_, h_MF_, yp_MD_;
   // temporaries
   Tensor xq_ND_, dyp_MD_, dgates_NK_, dh_MF_, dgu_M2F_, dxp_MD_, dlogits_NE_;
-  Tensor no_grad_;  // empty: "don't compute"
+  Tensor no_grad_;                     // empty: "don't compute"
+  Tensor gate_up_parts_, down_parts_;  // set_expert_grad_parts (empty: the weights' gradients)
   double last_balance_ = 0, last_z_ = 0;
   RouterStats stats_;
 };

@@ -126,8 +126,11 @@ void grouped_linear_backward(const Tensor& dy_MO, const Tensor& x_MD, const Tens
       check_grouped("grouped linear bwd", x_MD, offsets_E1, w_EOD, dy_MO, segments_per_expert);
   MOET_CHECK(dx_MD.empty() || dx_MD.numel() == g.M * g.D, "grouped linear bwd dx ",
              dx_MD.shape_str());
-  MOET_CHECK(dw_EOD.empty() || dw_EOD.numel() == g.E * g.O * g.D, "grouped linear bwd dw ",
-             dw_EOD.shape_str());
+  // dw [S, E, O, D]: the segments' gradients kept apart (one slice per source rank)
+  const bool apart = dw_EOD.ndim == 4;
+  MOET_CHECK(dw_EOD.empty() || (dw_EOD.numel() == (apart ? g.S : 1) * g.E * g.O * g.D &&
+                                (!apart || dw_EOD.size(0) == g.S)),
+             "grouped linear bwd dw ", dw_EOD.shape_str(), " for E=", g.E, " S=", g.S);
   check_dtype(dy_MO.dtype, {&x_MD, &w_EOD, &dx_MD, &dw_EOD});
   const int32_t* off = offsets_E1.i32();
   const int64_t D = g.D, O = g.O, S = g.S;
@@ -169,7 +172,9 @@ void grouped_linear_backward(const Tensor& dy_MO, const Tensor& x_MD, const Tens
   }
   // Weight gradients: one GEMM per segment; with several segments per expert (one per source
   // rank under expert parallelism) the segments' gradients are summed in the canonical tree
-  // order, so the result does not depend on how experts are spread over ranks.
+  // order, so the result does not depend on how experts are spread over ranks — or, into a
+  // [S, E, O, D] dw, each added into its own slice by the very call a single segment gets
+  // (--deterministic adds them later, in one process's order over sequences).
   dispatch_float(dy_MO.dtype, [&](auto t0) {
     using T = decltype(t0);
     auto segment_grad = [&](int64_t s, T* out, T beta) {
@@ -189,8 +194,8 @@ void grouped_linear_backward(const Tensor& dy_MO, const Tensor& x_MD, const Tens
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t e = 0; e < g.E; ++e) {
       T* dw = dw_EOD.data<T>() + e * O * D;
-      if (S == 1) {
-        if (off[e + 1] > off[e]) segment_grad(e, dw, T(1));
+      if (S == 1 || apart) {  // segment s into slice s (an empty segment adds nothing)
+        for (int64_t s = 0; s < S; ++s) segment_grad(e * S + s, dw + s * g.E * O * D, T(1));
         continue;
       }
       T* part = scratch<T>(size_t(S * O * D), 2);  // this thread's
