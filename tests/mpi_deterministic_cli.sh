@@ -1,22 +1,57 @@
 #!/usr/bin/env bash
-# `moet train --deterministic` end to end: mpirun -np 2 with micro-batch 2 (and grad-accum 2)
-# writes, step by step, exactly the losses and gradient norms of one process with micro-batch 4.
-# Usage: mpi_deterministic_cli.sh MOET CONFIG MPIRUN-PREFIX...
+# `moet train --deterministic` end to end: under mpirun, N ranks with micro-batch 2 and
+# grad-accum 2 write, step by step, exactly the metrics (losses, gradient norm, expert load) of
+# one process with micro-batch 2N — data parallelism alone and with the routed experts sharded
+# over --ep ranks (each expert's gradient added per source rank, docs/parallel.md):
+#   2 ranks: --ep 1, --ep 2, --ep 2 --zero1 against one process with micro-batch 4, and --ep 2
+#   in FP8 (blockwise) against one process in FP8;
+#   4 ranks: --ep 2 (two expert-parallel groups), --ep 4, and --ep 2 --zero1 (each expert's
+#   gradient reduce-scattered over its two replicas) with the communication thread, against
+#   one process with micro-batch 8.
+# Usage: mpi_deterministic_cli.sh MOET CONFIG MPIEXEC [MPIEXEC-FLAGS...] (no -np: the test sets it)
 set -euo pipefail
 moet="$1" config="$2"
 shift 2
+mpi=("$@")
 dir="$(mktemp -d)"
 trap 'rm -rf "$dir"' EXIT
-common=(train --model "$config" --data mock --steps 4 --seq 32 --grad-accum 2 --deterministic
-        --quiet --peak-tflops 1 --threads 1)
-"$moet" "${common[@]}" --micro-batch 4 --metrics "$dir/one.jsonl"
-"$@" "$moet" "${common[@]}" --micro-batch 2 --metrics "$dir/two.jsonl"
-pick() { grep -o '"\(loss\|lm_loss\|mtp_loss\|grad_norm\)":[^,]*' "$1"; }
-pick "$dir/one.jsonl" >"$dir/one.txt"
-pick "$dir/two.jsonl" >"$dir/two.txt"
-[ "$(wc -l <"$dir/one.txt")" -eq 16 ] || { echo "FAIL: expected 4 steps x 4 values"; exit 1; }
-if ! diff "$dir/one.txt" "$dir/two.txt"; then
-  echo "FAIL: 2 ranks differ from one process"
-  exit 1
-fi
-echo "2 ranks x micro-batch 2 = 1 process x micro-batch 4, bit for bit (4 steps)"
+steps=4
+common=(train --model "$config" --data mock --steps "$steps" --seq 32 --grad-accum 2
+        --deterministic --quiet --peak-tflops 1 --threads 1)
+pick() {
+  grep -o '"\(loss\|lm_loss\|mtp_loss\|balance_loss\|z_loss\|grad_norm\|max_expert_load\)":[^,}]*' "$1"
+}
+one() {  # micro-batch, flags...: one process with the whole micro-batch, the reference
+  local mb="$1"
+  shift
+  rm -f "$dir/one.jsonl"
+  "$moet" "${common[@]}" --micro-batch "$mb" "$@" --metrics "$dir/one.jsonl"
+  pick "$dir/one.jsonl" >"$dir/one.txt"
+  [ "$(wc -l <"$dir/one.txt")" -eq $((steps * 7)) ] || {
+    echo "FAIL: expected $steps steps x 7 values"
+    exit 1
+  }
+  reference="1 process x micro-batch $mb${*:+ $*}"
+}
+same() {  # ranks, flags...: as many ranks with micro-batch 2 against the last reference
+  local np="$1"
+  shift
+  rm -f "$dir/run.jsonl"
+  "${mpi[@]}" -np "$np" "$moet" "${common[@]}" --micro-batch 2 "$@" --metrics "$dir/run.jsonl"
+  pick "$dir/run.jsonl" >"$dir/run.txt"
+  if ! diff "$dir/one.txt" "$dir/run.txt"; then
+    echo "FAIL: $np ranks x micro-batch 2 $* differ from $reference"
+    exit 1
+  fi
+  echo "ok: $np ranks x micro-batch 2 $* = $reference, bit for bit"
+}
+one 4
+same 2 --ep 1
+same 2 --ep 2
+same 2 --ep 2 --zero1
+one 4 --precision fp8-blockwise
+same 2 --ep 2 --precision fp8-blockwise
+one 8
+same 4 --ep 2
+same 4 --ep 4
+same 4 --ep 2 --zero1 --overlap on

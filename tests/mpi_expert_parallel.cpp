@@ -1,6 +1,7 @@
 // Expert and data parallelism under mpirun: dispatch∘combine is the identity; --ep 1/2/4 give
 // bitwise-identical training; data parallelism equals one process to 1e-6 (a P-times larger
-// micro-batch, or P accumulated micro-batches), and bit for bit with --deterministic.
+// micro-batch, or P accumulated micro-batches), and bit for bit with --deterministic, at every
+// --ep (the experts' gradients kept apart per source rank).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -61,8 +62,7 @@ TrainRun train_single(int64_t B, int64_t parts, bool split, int steps, bool dete
     out.losses.push_back(r.losses.loss);
     out.norms.push_back(r.grad_norm);
   }
-  Tensor v = m.params().all_values();
-  out.params.assign(v.f32(), v.f32() + v.numel());
+  test::keep_parameters(m.params(), out);
   return out;
 }
 
@@ -237,30 +237,33 @@ TEST(DataParallel, EqualsOneProcess) {
 }
 
 // --deterministic: P ranks of B sequences = one process of P × B sequences, bit for bit (losses,
-// gradient norms, every parameter), with and without gradient accumulation and ZeRO-1. (Without
-// --deterministic the same comparison differs in the last bits: DataParallel.EqualsOneProcess.)
+// gradient norms, every parameter), with and without gradient accumulation and ZeRO-1, for
+// every expert-parallel size. (Without --deterministic the same comparison differs in the last
+// bits: DataParallel.EqualsOneProcess.)
 TEST(DataParallel, DeterministicEqualsOneProcessBitwise) {
   const int P = test::world().size();
   for (int64_t accum : {1, 2}) {
-    test::TrainSetup o;
-    o.B = 2;
-    o.grad_accum = accum;
-    o.steps = 6;
-    o.deterministic = true;
-    TrainRun dp = test::train_tiny(o);
     TrainRun one = train_single(2, P, false, 6, true, accum);
-    test::expect_same_training(dp, one, "accum " + std::to_string(accum), true);
-    o.zero1 = true;
-    o.overlap = true;
-    test::expect_same_training(test::train_tiny(o), one, "zero1 accum " + std::to_string(accum),
-                               true);
+    for (int ep = 1; ep <= P; ep *= 2) {
+      test::TrainSetup o;
+      o.ep = ep;
+      o.B = 2;
+      o.grad_accum = accum;
+      o.steps = 6;
+      o.deterministic = true;
+      const std::string what = "ep " + std::to_string(ep) + " accum " + std::to_string(accum);
+      test::expect_same_training(test::train_tiny(o), one, what, true);
+      o.zero1 = true;
+      o.overlap = true;
+      test::expect_same_training(test::train_tiny(o), one, "zero1 " + what, true);
+    }
   }
 }
 
-// The experts' weight gradients of each source rank kept apart (MoeLayer::set_expert_grad_parts)
-// are, with one sequence per rank, bit for bit the gradients one process computes for each
-// rank's sequence alone — the expert's rows of that sequence, in the same order, in the same
-// GEMM (what --deterministic under expert parallelism needs).
+// What makes that hold under expert parallelism: the experts' weight gradients of each source
+// rank kept apart (MoeLayer::set_expert_grad_parts, as ExpertSourceTrees does) are, with one
+// sequence per rank, bit for bit the gradients one process computes for each rank's sequence
+// alone — the expert's rows of that sequence, in the same order, in the same GEMM.
 TEST(ExpertParallel, SourcePartsOfExpertGradientsAreOneProcessPerSequence) {
   Communicator& world = test::world();
   const int P = world.size(), rank = world.rank();

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,12 +40,25 @@ struct TrainSetup {
 
 struct TrainRun {
   std::vector<double> losses, norms;
-  std::vector<float> params;       // after the last step
+  std::vector<float> params;  // after the last step
+  // The same by Hugging Face name (each expert apart): an expert-parallel rank holds its own
+  // experts only, so ranks compare with one process name by name.
+  std::map<std::string, std::vector<float>> named;
   bool has_moments = false;        // the optimizer holds full moments (not ZeRO-1)
   int64_t moment_bytes = 0;        // AdamW moments on this rank
   int64_t dispatchers = 0;         // expert-exchange dispatchers (MoE layers × lanes)
   int64_t bytes = 0, routing = 0;  // this rank's bytes_sent() over the run, its routing part
 };
+
+// The parameters after the last step, whole and by name.
+inline void keep_parameters(const ParamStore& ps, TrainRun& out) {
+  Tensor v = ps.all_values();
+  out.params.assign(v.f32(), v.f32() + v.numel());
+  for (const auto& [name, slice] : ps.names()) {
+    const Tensor t = slice.value();
+    out.named[name].assign(t.f32(), t.f32() + t.numel());
+  }
+}
 
 inline TrainRun train_tiny(const TrainSetup& o) {
   Communicator& world = test::world();
@@ -98,8 +112,7 @@ inline TrainRun train_tiny(const TrainSetup& o) {
     out.losses.push_back(r.losses.loss);
     out.norms.push_back(r.grad_norm);
   }
-  Tensor v = m.params().all_values();
-  out.params.assign(v.f32(), v.f32() + v.numel());
+  keep_parameters(m.params(), out);
   out.has_moments = runner.optimizer().has_moments();
   out.moment_bytes =
       o.zero1 ? dp.zero1_moment_bytes() : int64_t(2 * m.params().numel() * int64_t(sizeof(float)));
@@ -111,7 +124,9 @@ inline TrainRun train_tiny(const TrainSetup& o) {
   return out;
 }
 
-// Losses and gradient norms (and, with params, every parameter) bit for bit.
+// Losses and gradient norms (and, with params, every parameter) bit for bit. Parameters are
+// compared by name, every one `a` holds (a's experts may be a shard of b's), and as a whole
+// where both hold the same.
 inline void expect_same_training(const TrainRun& a, const TrainRun& b, const std::string& what,
                                  bool params) {
   ASSERT_EQ(a.losses.size(), b.losses.size());
@@ -120,9 +135,18 @@ inline void expect_same_training(const TrainRun& a, const TrainRun& b, const std
     EXPECT_EQ(a.norms[s], b.norms[s]) << what << " step " << s;
   }
   if (!params) return;
-  ASSERT_EQ(a.params.size(), b.params.size());
-  EXPECT_EQ(std::memcmp(a.params.data(), b.params.data(), a.params.size() * sizeof(float)), 0)
-      << what << ": parameters differ";
+  ASSERT_FALSE(a.named.empty()) << what;
+  for (const auto& [name, v] : a.named) {
+    auto it = b.named.find(name);
+    ASSERT_TRUE(it != b.named.end()) << what << ": " << name << " missing";
+    ASSERT_EQ(v.size(), it->second.size()) << what << ": " << name;
+    EXPECT_EQ(std::memcmp(v.data(), it->second.data(), v.size() * sizeof(float)), 0)
+        << what << ": " << name << " differs";
+  }
+  if (a.params.size() == b.params.size()) {
+    EXPECT_EQ(std::memcmp(a.params.data(), b.params.data(), a.params.size() * sizeof(float)), 0)
+        << what << ": parameters differ";
+  }
 }
 
 }  // namespace moet::test

@@ -10,6 +10,7 @@
 #include "optim/expert_bias.h"
 #include "parallel/data_parallel.h"
 #include "parallel/pipeline_executor.h"
+#include "train/expert_source_trees.h"
 #include "train/gradient_tree.h"
 
 namespace moet {
@@ -63,6 +64,7 @@ void StepRunner::set_deterministic(int64_t sequences) {
              "--deterministic runs one sequence at a time: plan the model for micro-batch 1");
   sequences_ = sequences;
   tree_ = std::make_unique<GradientTree>(model_.params().numel());
+  expert_trees_ = std::make_unique<ExpertSourceTrees>(model_.moe_layers());
   accum_.assign(size_t(model_.params().numel()), 0.0f);
   leaf_losses_.resize(size_t(sequences));
 }
@@ -133,11 +135,14 @@ LossBreakdown StepRunner::accumulate_deterministic(
     tree_->reset();
     for (int64_t s = 0; s < S; ++s) {
       params.zero_grads();
+      expert_trees_->zero();
       leaf_losses_[size_t(s)] = model_.forward(micro_batch(a) + s * per_seq, 1.0);
       model_.backward(1.0);
       tree_->push(grads.f32());
+      expert_trees_->push();
     }
     tree_->finish(grads.f32());
+    expert_trees_->finish();  // expert parallelism: the experts' gradients, source by source
     auto sum = [&](double LossBreakdown::*field) {
       return tree_sum<double>(0, int(S), [&](int s) { return leaf_losses_[size_t(s)].*field; });
     };

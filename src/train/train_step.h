@@ -21,6 +21,7 @@ struct StepResult {
 
 class Communicator;
 class DataParallel;
+class ExpertSourceTrees;
 class GradientTree;
 class MoeLayer;
 class PipelineExecutor;
@@ -47,7 +48,9 @@ class StepRunner {
   // in the canonical tree order (GradientTree), reduced over the ranks after every micro-batch
   // (plain sums), accumulated over micro-batches in order and scaled once at the end. Data
   // parallelism over P ranks with a power-of-two micro-batch then gives bitwise what one
-  // process gives with a P-times larger micro-batch (docs/parallel.md).
+  // process gives with a P-times larger micro-batch (docs/parallel.md). Under expert
+  // parallelism the routed experts' gradients are added per source rank (ExpertSourceTrees),
+  // so that holds too.
   void set_deterministic(int64_t sequences);
   // The MoE layers whose router statistics drive the expert-bias update (one instance per
   // layer this rank holds), and the other instances of those layers (lanes, pipeline slots)
@@ -75,6 +78,7 @@ class StepRunner {
   bool interleave_ = true;
   int64_t sequences_ = 0;  // --deterministic: sequences per micro-batch (0: off)
   std::unique_ptr<GradientTree> tree_;
+  std::unique_ptr<ExpertSourceTrees> expert_trees_;
   std::vector<float> accum_;
   std::vector<LossBreakdown> leaf_losses_;
   void run_stages(Model* lanes[2], int64_t layers, bool forward);

@@ -56,9 +56,6 @@ void validate(const TrainOptions& o) {
              o.dispatcher, "' is not known: alltoall or allgather");
   MOET_CHECK(!o.deterministic || !o.a2a_overlap,
              "--deterministic runs one sequence at a time and does not combine with --a2a-overlap");
-  MOET_CHECK(!o.deterministic || o.ep == 1,
-             "--deterministic needs --ep 1 (expert-parallel layouts are bitwise-identical to each "
-             "other at --grad-accum 1 without it; docs/parallel.md)");
   MOET_CHECK(o.eval_every >= 0 && o.eval_batches >= 0, "--eval-every/--eval-batches must be >= 0");
   MOET_CHECK(o.pp >= 1 && o.vpp >= 1, "--pp and --vpp must be positive, got ", o.pp, " and ",
              o.vpp);
