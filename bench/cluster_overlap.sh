@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Overlap on the emulated cluster (docs/benchmarks.md#cluster-overlap; root): configs/small.json
-# on 2 "nodes" (network namespaces whose link is capped at 3000 Mbit/s by tc tbf, about 10 : 1
-# against shared memory, docs/cluster.md), one rank per node, so every collective crosses the
-# capped link. Each configuration runs STEPS steps; the median step time over steps 3.. is
-# reported with the communication time and the part of it not hidden behind compute:
+# Overlap on the emulated cluster (docs/benchmarks.md, "Overlap on the emulated cluster"; root):
+# configs/small.json on 2 "nodes" (network namespaces whose link is capped at 3000 Mbit/s by
+# tc tbf, about 10 : 1 against shared memory, docs/cluster.md), one rank per node, so every
+# collective crosses the capped link. Each configuration runs STEPS steps; the median step time
+# over steps 3.. is reported with the communication time and the part of it not hidden:
 #   dp        data parallelism: gradient reduction with --overlap off, then on (a communication
 #             thread reduces each block's gradients during the backward);
 #   ep        --ep 2: the experts' all-to-all with --overlap off, then on (shared expert and

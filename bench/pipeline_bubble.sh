@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The pipeline bubble, measured (docs/benchmarks.md#pipeline): moet train --pp 2 on
-# configs/small.json with 1F1B and interleaved 1F1B over several micro-batch counts M. For each
-# run, the median over steps 3.. of:
+# The pipeline bubble, measured (docs/benchmarks.md, "Pipeline: the bubble ..."): moet train
+# --pp 2 on configs/small.json with 1F1B and interleaved 1F1B over several micro-batch counts
+# M. For each run, the median over steps 3.. of:
 #   run    the pipeline passes' time (slowest rank);
 #   bubble run / the busiest rank's compute − 1, against (P − 1)/(V·M);
 #   sched  what the schedule generator (simulate_pipeline, the code `moet simulate` runs)
