@@ -85,6 +85,12 @@ CLI::App* add_bench_command(CLI::App& app, BenchArgs& a) {
   c->add_option("--out", a.out, "system file to write (default configs/systems/local.json)");
   c->add_flag("--overwrite", a.overwrite, "replace an existing calibration");
   c->add_option("--threads", a.threads, "threads (default: all cores)");
+  c->add_option("--ranks-per-node", a.ranks_per_node,
+                "describe the emulated cluster of scripts/cluster.sh: ranks per node (with "
+                "--link-gbps)");
+  c->add_option("--link-gbps", a.link_gbps,
+                "the link between its nodes, GB/s each direction (its cap, or what "
+                "bench/cluster_links.sh measured)");
   c->add_option("--model", a.model,
                 "profile a training step of this model per op instead (time, share, GFLOP/s or "
                 "GB/s of each op)");
@@ -150,7 +156,20 @@ void run_bench(const BenchArgs& a) {
   const std::string out = a.out.empty() ? sim::systems_dir() + "/local.json" : a.out;
   if (std::filesystem::exists(out) && !a.overwrite)
     throw Error(str(out, " exists (an earlier calibration); pass --overwrite to replace it"));
-  const sim::SystemSpec s = sim::calibrate_local(a.threads, stdout);
+  if ((a.ranks_per_node > 0) != (a.link_gbps > 0))
+    throw Error("--ranks-per-node and --link-gbps describe the emulated cluster together: give "
+                "both (positive) or neither");
+  sim::SystemSpec s = sim::calibrate_local(a.threads, stdout);
+  if (a.ranks_per_node > 0) {
+    s.name = "cluster";
+    s.nvlink_domain = a.ranks_per_node;  // shared memory within a node
+    s.scaleout_gbps = a.link_gbps;
+    s.description += str("; emulated cluster: ", a.ranks_per_node, " ranks per node, links of ",
+                         a.link_gbps, " GB/s each way");
+    s.sources["scaleout_gbps"] = str("given with --link-gbps ", a.link_gbps,
+                                     " (scripts/cluster.sh's tbf cap, or bench/cluster_links.sh)");
+    s.sources["nvlink_domain"] = str("given with --ranks-per-node ", a.ranks_per_node);
+  }
   std::ofstream f(out);
   if (!f) throw Error(str("cannot write ", out));
   f << sim::system_to_json(s);

@@ -30,6 +30,10 @@ struct BenchArgs {
   // --model: a per-op profile of a training step instead of the machine calibration
   std::string model, precision = "auto", json;
   int64_t bf16_layers = 1, micro_batch = 4, seq = 256, steps = 3, warmup = 2;
+  // The emulated cluster (scripts/cluster.sh): ranks per node and the link between nodes,
+  // GB/s each direction (0: one shared-memory domain).
+  int ranks_per_node = 0;
+  double link_gbps = 0;
 };
 
 CLI::App* add_simulate_command(CLI::App& app, SimulateArgs& a);

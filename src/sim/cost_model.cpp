@@ -33,8 +33,9 @@ class SlotBuilder {
     low_ = l.precision;
     high_ = l.precision == "fp32" ? "fp32" : "bf16";
     quantized_ = l.precision == "fp8" || l.precision == "mxfp8";
-    // GPUs of one domain may share one node's compute and memory (the `local` CPU system).
-    share_ = s.compute_shared ? s.ranks_per_domain(static_cast<int>(l.gpus)) : 1;
+    // The ranks may share one machine's compute and memory (the `local` CPU system, and the
+    // emulated cluster, whose nodes are namespaces of that one machine).
+    share_ = s.compute_shared ? static_cast<int>(l.gpus) : 1;
     hbm_ = s.hbm_tbps * 1e12 * s.eff.hbm / share_;
     tokens_ = static_cast<double>(l.mbs * l.seq);
   }

@@ -84,7 +84,7 @@ Prediction simulate(const ModelConfig& c, const SimLayout& l, const SystemSpec& 
   const std::vector<SlotCost> slots = slot_costs(c, l, s);
   const int64_t P = l.pp, V = l.vpp, m = l.micro_batches();
   p.micro_batches = m;
-  const int share = s.compute_shared ? s.ranks_per_domain(int(l.gpus)) : 1;
+  const int share = s.compute_shared ? int(l.gpus) : 1;  // ranks sharing the one machine
 
   // Slots in pipeline order, cut into P·V virtual stages; stage j runs on rank j % P.
   std::vector<RankWork> ranks(P);

@@ -37,7 +37,8 @@ struct SystemSpec {
   double nvlink_gbps = 0;    // NVLink (or shared-memory) bandwidth per GPU, each direction, GB/s
   int nvlink_domain = 1;     // GPUs that share one NVLink domain
   double scaleout_gbps = 0;  // scale-out NIC bandwidth per GPU, each direction, GB/s
-  // The GPUs of a domain share one node's compute and memory (`local`: MPI ranks on a CPU).
+  // Every rank of a run shares one machine's compute and memory (`local`: MPI ranks on a CPU,
+  // in one shared-memory domain or in the emulated cluster's namespaces).
   bool compute_shared = false;
   double memory_reserve_gb = 0;  // runtime, communication buffers, allocator fragmentation
   Efficiency eff;
