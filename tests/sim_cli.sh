@@ -64,4 +64,9 @@ expect_error "--model" simulate --system gb300-nvl72 --gpus 256 --gbs 1
 echo "keep" >"$tmp/local.json"
 expect_error "exists" bench --out "$tmp/local.json"
 [ "$(cat "$tmp/local.json")" = keep ] || fail "bench overwrote an existing file"
+# the emulated cluster's description needs both of its numbers
+expect_error "give both (positive) or neither" bench --out "$tmp/c.json" --ranks-per-node 2
+expect_error "give both (positive) or neither" bench --out "$tmp/c.json" --link-gbps 0.4
+[ ! -e "$tmp/c.json" ] || fail "bench wrote a system file after refusing its flags"
+expect_error "--cuda-graphs 'some' is not one of" simulate "${record[@]}" --gpus 256 --cuda-graphs some
 echo "sim_cli: ok"

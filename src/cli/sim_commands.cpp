@@ -157,8 +157,9 @@ void run_bench(const BenchArgs& a) {
   if (std::filesystem::exists(out) && !a.overwrite)
     throw Error(str(out, " exists (an earlier calibration); pass --overwrite to replace it"));
   if ((a.ranks_per_node > 0) != (a.link_gbps > 0))
-    throw Error("--ranks-per-node and --link-gbps describe the emulated cluster together: give "
-                "both (positive) or neither");
+    throw Error(
+        "--ranks-per-node and --link-gbps describe the emulated cluster together: give "
+        "both (positive) or neither");
   sim::SystemSpec s = sim::calibrate_local(a.threads, stdout);
   if (a.ranks_per_node > 0) {
     s.name = "cluster";
