@@ -11,6 +11,8 @@
 #     checked to run combined;
 #   - a checkpoint saved by a pipeline run, resumed by one process, continues exactly as a run
 #     never interrupted (the stages' pieces make up the whole model);
+#   - with --deterministic, a pipeline (with --vpp, --ep, --zero1) gives bitwise one process's
+#     losses (the total included) and parameters;
 # and bad pipeline flags get one line and a non-zero exit.
 # Usage: mpi_pipeline_cli.sh MOET CONFIG MPIEXEC [MPIEXEC-FLAGS...] (no -np: the test sets it)
 set -euo pipefail
@@ -88,6 +90,27 @@ exact "$dir/cut.jsonl" >"$dir/b.txt"
 diff "$dir/a.txt" "$dir/b.txt" >/dev/null || fail "resumed from a pipeline checkpoint, one process differs"
 echo "ok: a --pp 2 --vpp 2 checkpoint resumed by one process"
 
+# --deterministic: any pipeline layout gives one process's bits, the total loss and every
+# parameter included (a sequence per pipeline micro-batch, each chunk's own gradient tree)
+det=(train --model "$config" --data mock --steps 3 --seq 32 --grad-accum 2 --quiet
+     --peak-tflops 1 --threads 1 --eval-batches 0 --deterministic)
+"$moet" "${det[@]}" --micro-batch 4 --metrics "$dir/det1.jsonl" --out "$dir/det1"
+for layout in "2 4 --pp 2 --vpp 2 --pp-layout Et|t|t|mL" \
+  "4 2 --pp 2 --pp-layout Et|ttmL --ep 2" \
+  "4 2 --pp 2 --vpp 2 --pp-layout Et|t|t|mL --ep 2 --zero1"; do
+  read -ra a <<<"$layout"
+  rm -rf "$dir/detp"
+  "${mpi[@]}" -np "${a[0]}" "$moet" "${det[@]}" --micro-batch "${a[1]}" "${a[@]:2}" \
+    --metrics "$dir/detp.jsonl" --overwrite-metrics --out "$dir/detp"
+  all() { grep -o '"\(loss\|lm_loss\|mtp_loss\|balance_loss\|z_loss\|grad_norm\)":[^,}]*' "$1"; }
+  diff <(all "$dir/det1.jsonl") <(all "$dir/detp.jsonl") >/dev/null ||
+    fail "--deterministic ${a[*]:2} differs from one process"
+  [ "$(all "$dir/detp.jsonl" | wc -l)" -eq 18 ] || fail "--deterministic: the metrics lack values"
+  "$moet" checkpoint diff "$dir/det1" "$dir/detp" >/dev/null ||
+    fail "--deterministic ${a[*]:2}: the parameters differ from one process"
+  echo "ok: --deterministic ${a[*]:2} on ${a[0]} ranks = one process, bit for bit"
+done
+
 # bad flags: one line, non-zero exit
 refuse() {  # expected-text ranks args...
   local want=$1 np=$2
@@ -106,6 +129,5 @@ refuse "puts the loss on virtual stage 0" 2 --pp 2 --pp-layout "EtttmL|"
 refuse "do not split evenly" 2 --pp 2
 refuse "--vpp and --pp-layout need --pp > 1" 2 --vpp 2
 refuse "moet runs the MTP layers on the loss's stage" 2 --pp 2 --pp-layout "Etttm|L"
-refuse "--pp does not combine with --deterministic" 2 --pp 2 --pp-layout "Et|ttmL" --deterministic
 refuse "--pp and --vpp must be positive" 2 --pp 0
 echo "ok: bad pipeline flags refused"

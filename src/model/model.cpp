@@ -181,9 +181,16 @@ LossBreakdown Model::forward_end() {
     r.balance_loss += moe->last_balance_loss();
     r.z_loss += moe->last_z_loss();
   }
-  r.loss = r.lm_loss + mtp_w * r.mtp_loss + lw_.balance_alpha * r.balance_loss +
-           lw_.z_loss_coef * r.z_loss;
+  r.loss = total_loss(r);
   return r;
+}
+
+double Model::total_loss(const LossBreakdown& r) const {
+  const double mtp_w = cfg_.num_nextn_predict_layers == 0
+                           ? 0.0
+                           : lw_.mtp_lambda / double(cfg_.num_nextn_predict_layers);
+  return r.lm_loss + mtp_w * r.mtp_loss + lw_.balance_alpha * r.balance_loss +
+         lw_.z_loss_coef * r.z_loss;
 }
 
 void Model::backward(double grad_scale) {

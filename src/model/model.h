@@ -113,6 +113,9 @@ class Model {
   // keeps only each row's log-sum-exp.
   void logits(Tensor& logits_NV) { head_->logits(logits_NV); }
   const std::vector<MoeLayer*>& moe_layers() const { return moe_layers_; }
+  // The total loss of one forward from its parts (lm, mtp, balance and z sums): the one
+  // expression forward_end uses, for callers that add the parts up themselves.
+  double total_loss(const LossBreakdown& parts) const;
   int64_t micro_batch() const { return B_; }
   int64_t seq_len() const { return T_; }
   size_t activation_bytes() const { return act_.capacity() + scratch_.capacity(); }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <string>
 
+#include "core/error.h"
 #include "kernels/ops.h"
 
 namespace moet {
@@ -64,18 +65,33 @@ void DataParallel::reduce_gradients(double scale) {
   const double before = sync_s_;
   for (Bucket& b : buckets_)
     if (!b.issued) issue(b);
+  finish_issued(scale, before);
+  armed_ = false;
+}
+
+void DataParallel::finish_issued(double scale, double sync_before) {
   if (stream_)
     exposed_s_ += stream_->wait_all();
   else
-    exposed_s_ += sync_s_ - before;
+    exposed_s_ += sync_s_ - sync_before;
   for (Bucket& b : buckets_) {
+    if (!b.issued) continue;
     const size_t i = size_t(&b - buckets_.data());
     const int64_t lo = zero1_ ? zero1_->begin(i) : 0, hi = zero1_ ? zero1_->end(i) : b.n;
     Tensor t(b.ptr + lo, DType::F32, {hi - lo});
     if (hi > lo && scale != 1.0) ops::scale_inplace(t, scale);
     b.issued = false;
   }
-  armed_ = false;
+}
+
+void DataParallel::reduce_gradient_range(int64_t begin, int64_t end, double scale) {
+  const double before = sync_s_;
+  for (Bucket& b : buckets_) {
+    const bool inside = b.offset >= begin && b.offset + b.n <= end;
+    MOET_ASSERT(inside || b.offset + b.n <= begin || b.offset >= end);
+    if (inside && !b.issued) issue(b);
+  }
+  finish_issued(scale, before);
 }
 
 double DataParallel::take_sync_seconds(double* exposed) {

@@ -36,6 +36,9 @@ class DataParallel {
   void reduce_gradients() { reduce_gradients(1.0 / double(layout_.size())); }
   // The same, multiplying by `scale` instead (1: plain sums, as --deterministic wants them).
   void reduce_gradients(double scale);
+  // The same for the buckets inside arena elements [begin, end) only (a pipeline chunk's
+  // weights; a bucket never straddles chunks, as a chunk's weights are whole layers).
+  void reduce_gradient_range(int64_t begin, int64_t end, double scale);
   // Seconds the reductions took, and seconds the step waited for them, since the last call.
   double take_sync_seconds(double* exposed);
   // sqrt(Σ g²) over all parameters of the model (expert shards of the whole ep group counted
@@ -71,6 +74,8 @@ class DataParallel {
     int64_t offset;  // in the parameter arena
   };
   void issue(Bucket& b);
+  // Waits for the issued buckets, scales this rank's part of each and marks them done.
+  void finish_issued(double scale, double sync_before);
 
   ParallelLayout& layout_;
   ParamStore& params_;

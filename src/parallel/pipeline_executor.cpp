@@ -64,6 +64,13 @@ void PipelineExecutor::set_final_gradient_hook(std::function<void(int64_t)> hook
   final_hook_ = std::move(hook);
 }
 
+void PipelineExecutor::set_gradient_hooks(GradientHooks hooks) {
+  MOET_CHECK(!is_last() || slots_.back().size() == 1,
+             "--deterministic under --pp needs the loss stage to hold one micro-batch at a time "
+             "(not with --a2a-overlap)");
+  grad_hooks_ = std::move(hooks);
+}
+
 int64_t PipelineExecutor::activation_bytes() const {
   int64_t total = 0;
   for (const auto& row : slots_)
@@ -147,6 +154,7 @@ void PipelineExecutor::end_forward(int64_t chunk, int64_t microbatch, bool train
   Slot& s = training ? slot(chunk, microbatch) : slots_[size_t(chunk)][0];
   Model& m = *s.model;
   const LossBreakdown l = m.forward_end();
+  if (training && grad_hooks_.forward_done) grad_hooks_.forward_done(chunk, microbatch, m, l);
   if (training) {
     losses->loss += l.loss * grad_scale;
     losses->lm_loss += l.lm_loss * grad_scale;
@@ -167,6 +175,8 @@ void PipelineExecutor::end_forward(int64_t chunk, int64_t microbatch, bool train
 void PipelineExecutor::forward(int64_t chunk, int64_t microbatch, const int32_t* tokens,
                                double grad_scale, LossBreakdown* losses) {
   const bool training = losses != nullptr;
+  if (training && grad_hooks_.before && virtual_stage(chunk) == S_ - 1)
+    grad_hooks_.before(chunk, microbatch);
   Model& m = begin_forward(chunk, microbatch, tokens, grad_scale, training);
   for (int64_t l = 0; l < m.num_layers(); ++l)
     for (int st = 0; st < DecoderBlock::kStages; ++st) m.forward_stage(l, st);
@@ -207,10 +217,12 @@ void PipelineExecutor::end_backward(int64_t chunk, int64_t microbatch) {
 
 void PipelineExecutor::backward(int64_t chunk, int64_t microbatch, double grad_scale) {
   current_microbatch_ = microbatch;
+  if (grad_hooks_.before && virtual_stage(chunk) != S_ - 1) grad_hooks_.before(chunk, microbatch);
   Model& m = begin_backward(chunk, microbatch, grad_scale);
   for (int64_t l = m.num_layers(); l-- > 0;)
     for (int st = 0; st < DecoderBlock::kStages; ++st) m.backward_stage(l, st);
   end_backward(chunk, microbatch);
+  if (grad_hooks_.after) grad_hooks_.after(chunk, microbatch);
 }
 
 // Combined 1F1B (Megatron's EP overlap): a forward and a backward of two other micro-batches run

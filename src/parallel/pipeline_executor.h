@@ -44,6 +44,25 @@ class PipelineExecutor {
                          double grad_scale);
   void set_final_gradient_hook(std::function<void(int64_t layer)> hook);
 
+  // --deterministic: `before` runs ahead of the first pass of (chunk, micro-batch) that writes
+  // parameter gradients (the loss chunk's forward, whose LM heads take their gradient there;
+  // every other chunk's backward), `after` after its backward, and `forward_done` after each
+  // forward with its model and losses. Needs the loss chunk to hold one micro-batch at a time
+  // (so nothing else writes its gradients between its forward and backward), which every
+  // schedule without the EP overlap gives; one moet::Error line otherwise.
+  struct GradientHooks {
+    std::function<void(int64_t chunk, int64_t microbatch)> before, after;
+    std::function<void(int64_t chunk, int64_t microbatch, Model& m, const LossBreakdown& l)>
+        forward_done;
+  };
+  void set_gradient_hooks(GradientHooks hooks);
+  // The chunk's model for slot s (the same part, the same parameters, its own activations).
+  Model& chunk_model(int64_t chunk, int64_t s = 0) {
+    return *slots_[size_t(chunk)][size_t(s)].model;
+  }
+  int64_t chunk_slots(int64_t chunk) const { return int64_t(slots_[size_t(chunk)].size()); }
+  int64_t chunks() const { return V_; }
+
   // Forward only (evaluation) of n micro-batches: the sum of their LM losses on the last stage,
   // 0 elsewhere.
   double forward_only(const std::function<const int32_t*(int64_t)>& micro_batch, int64_t n);
@@ -105,6 +124,7 @@ class PipelineExecutor {
   std::vector<std::vector<Communicator::Message>> input_recv_, grad_recv_;
   std::vector<std::vector<std::vector<Communicator::Message>>> mtp_recv_;
   std::function<void(int64_t)> final_hook_;
+  GradientHooks grad_hooks_;
   int64_t current_microbatch_ = 0;
   double eval_loss_ = 0;
   StepTimes times_;

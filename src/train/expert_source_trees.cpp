@@ -4,17 +4,19 @@
 #include <cstring>
 #include <utility>
 
+#include "core/error.h"
 #include "core/tree_sum.h"
 
 namespace moet {
 
-ExpertSourceTrees::ExpertSourceTrees(std::vector<MoeLayer*> layers) {
+ExpertSourceTrees::ExpertSourceTrees(std::vector<MoeLayer*> layers,
+                                     std::vector<std::vector<MoeLayer*>> others) {
   if (layers.empty() || layers[0]->segments_per_expert() == 1) return;
-  layers_ = std::move(layers);
-  sources_ = layers_[0]->segments_per_expert();
+  sources_ = layers[0]->segments_per_expert();
   const int64_t S = sources_;
-  experts_.reserve(2 * layers_.size());  // the layers keep views of the parts: no reallocation
-  for (MoeLayer* layer : layers_) {
+  experts_.reserve(2 * layers.size());  // the layers keep views of the parts: no reallocation
+  for (size_t l = 0; l < layers.size(); ++l) {
+    MoeLayer* layer = layers[l];
     Tensor views[2];
     for (int i = 0; i < 2; ++i) {
       Weight* w = i == 0 ? layer->experts_gate_up() : layer->experts_down();
@@ -25,6 +27,12 @@ ExpertSourceTrees::ExpertSourceTrees(std::vector<MoeLayer*> layers) {
                         {S, w->value.size(0), w->value.size(1), w->value.size(2)});
     }
     layer->set_expert_grad_parts(views[0], views[1]);
+    layers_.push_back(layer);
+    for (const std::vector<MoeLayer*>& more : others) {
+      MOET_ASSERT(more.size() == layers.size());
+      more[l]->set_expert_grad_parts(views[0], views[1]);
+      layers_.push_back(more[l]);
+    }
   }
 }
 

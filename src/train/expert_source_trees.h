@@ -21,7 +21,10 @@ class ExpertSourceTrees {
  public:
   // layers: the model's MoE layers. With one row segment per expert (no expert parallelism)
   // there is nothing to keep apart: it holds nothing and every call does nothing.
-  explicit ExpertSourceTrees(std::vector<MoeLayer*> layers);
+  // others[k]: more instances of the same layers, aligned with `layers` (a pipeline chunk's
+  // other micro-batch slots): their expert gradients go to the same parts.
+  explicit ExpertSourceTrees(std::vector<MoeLayer*> layers,
+                             std::vector<std::vector<MoeLayer*>> others = {});
   ~ExpertSourceTrees();  // the layers' expert gradients go back to their weights
   ExpertSourceTrees(const ExpertSourceTrees&) = delete;
   ExpertSourceTrees& operator=(const ExpertSourceTrees&) = delete;
@@ -41,8 +44,8 @@ class ExpertSourceTrees {
     std::vector<float> parts;         // [S, El, O, D]: the current sequence, per source
     std::vector<GradientTree> trees;  // one per source
   };
-  std::vector<MoeLayer*> layers_;
-  std::vector<Experts> experts_;  // gate/up, down for each layer
+  std::vector<MoeLayer*> layers_;  // every instance whose parts point here
+  std::vector<Experts> experts_;   // gate/up, down for each layer
   int64_t sources_ = 1;
 };
 

@@ -140,7 +140,8 @@ std::unique_ptr<ParallelRun> parallelize(const TrainOptions& o, const ModelConfi
     PipelineScheduleSpec spec;
     spec.stages = o.pp;
     spec.chunks = o.vpp;
-    spec.microbatches = o.grad_accum;
+    // --deterministic: every sequence is a micro-batch of the pipeline
+    spec.microbatches = o.deterministic ? o.grad_accum * B : o.grad_accum;
     spec.ep_overlap = o.a2a_overlap;  // combined 1F1B
     check_pipeline_schedule(spec);
     const std::vector<ModelPart> parts = pipeline_parts(cfg, o.pp_layout, o.pp * o.vpp);
@@ -149,8 +150,9 @@ std::unique_ptr<ParallelRun> parallelize(const TrainOptions& o, const ModelConfi
     for (int64_t c = 0; c < o.vpp; ++c) {
       std::vector<Model*>& chunk = r.chunks.emplace_back();
       for (int64_t s = 0; s < slots[size_t(c)]; ++s) {
-        r.models.push_back(std::make_unique<Model>(cfg, parts[size_t(c * o.pp + r.pp_rank)], B, T,
-                                                   lw, dispatchers, precision, r.stage_params));
+        r.models.push_back(std::make_unique<Model>(cfg, parts[size_t(c * o.pp + r.pp_rank)],
+                                                   o.deterministic ? 1 : B, T, lw, dispatchers,
+                                                   precision, r.stage_params));
         chunk.push_back(r.models.back().get());
       }
     }

@@ -10,6 +10,7 @@
 #include "optim/expert_bias.h"
 #include "parallel/data_parallel.h"
 #include "parallel/pipeline_executor.h"
+#include "parallel/pipeline_norm.h"
 #include "train/expert_source_trees.h"
 #include "train/gradient_tree.h"
 
@@ -51,11 +52,114 @@ void StepRunner::set_moe_layers(std::vector<MoeLayer*> layers,
 }
 
 void StepRunner::set_pipeline(PipelineExecutor* pipeline, Communicator* pp) {
-  MOET_ASSERT(sequences_ == 0 && !lane2_);  // refused by the trainer's checks
+  MOET_ASSERT(!lane2_);  // refused by the trainer's checks
   MOET_ASSERT(dp_ != nullptr);
   pipeline_ = pipeline;
   pp_ = pp;
   pp_scratch_.resize(size_t(pp->size()));
+  if (sequences_ > 0) set_pipeline_deterministic();
+}
+
+void StepRunner::set_pipeline_deterministic() {
+  const ModelConfig& cfg = model_.config();
+  const int64_t L = cfg.num_hidden_layers;
+  ParamStore& params = model_.params();
+  tree_.reset();  // each chunk keeps its own trees
+  expert_trees_.reset();
+  for (int64_t l = 0; l < L; ++l) decoder_moe_count_ += cfg.is_moe_layer(l) ? 1 : 0;
+  moe_count_ = cfg.num_moe_layers();
+  for (int64_t c = 0; c < pipeline_->chunks(); ++c) {
+    const ModelPart& part = pipeline_->chunk_model(c).part();
+    auto mine = [&](const Weight& w) {
+      const int64_t g = declaration_group(w.name, L);
+      if (g == 0) return part.embedding || (part.loss && w.replica);
+      if (g <= L) return part.first_layer <= g - 1 && g - 1 < part.end_layer;
+      return part.loss;
+    };
+    ChunkTree t;
+    t.begin = params.numel();
+    int64_t covered = 0;
+    for (const Weight& w : params.weights())
+      if (mine(w)) {
+        t.begin = std::min(t.begin, w.offset);
+        t.end = std::max(t.end, w.offset + w.value.numel());
+        covered += w.value.numel();
+      }
+    MOET_ASSERT(covered == t.end - t.begin);  // a chunk's weights are contiguous
+    t.tree = std::make_unique<GradientTree>(t.end - t.begin);
+    std::vector<std::vector<MoeLayer*>> others;
+    for (int64_t k = 1; k < pipeline_->chunk_slots(c); ++k)
+      others.push_back(pipeline_->chunk_model(c, k).moe_layers());
+    t.experts = std::make_unique<ExpertSourceTrees>(pipeline_->chunk_model(c).moe_layers(), others);
+    chunk_trees_.push_back(std::move(t));
+  }
+  const int64_t S = sequences_, row = 2 + 2 * moe_count_;
+  PipelineExecutor::GradientHooks hooks;
+  hooks.before = [this](int64_t c, int64_t) {
+    ChunkTree& t = chunk_trees_[size_t(c)];
+    float* g = model_.params().all_grads().f32();
+    std::fill(g + t.begin, g + t.end, 0.0f);
+    t.experts->zero();
+  };
+  hooks.after = [this, S](int64_t c, int64_t j) {
+    ChunkTree& t = chunk_trees_[size_t(c)];
+    float* g = model_.params().all_grads().f32();
+    t.tree->push(g + t.begin);
+    t.experts->push();
+    if (j % S != S - 1) return;
+    // the chunk has every sequence of micro-batch j / S: its sum, over the ranks, accumulated
+    t.tree->finish(g + t.begin);
+    t.tree->reset();
+    t.experts->finish();
+    dp_->reduce_gradient_range(t.begin, t.end, 1.0);
+    Tensor part(g + t.begin, DType::F32, {t.end - t.begin});
+    Tensor acc(accum_.data() + t.begin, DType::F32, {t.end - t.begin});
+    if (j / S == 0)
+      ops::copy(part, acc);
+    else
+      ops::add(acc, part, acc);
+  };
+  hooks.forward_done = [this, row](int64_t, int64_t j, Model& m, const LossBreakdown& l) {
+    double* r = seq_losses_.data() + j * row;
+    if (m.part().loss) r[0] = l.lm_loss, r[1] = l.mtp_loss;
+    // the chunk's MoE layers are its decoder layers' in order, then the MTP modules'
+    int64_t first = 0, decoder = 0;
+    for (int64_t i = 0; i < m.part().end_layer; ++i)
+      (i < m.part().first_layer ? first : decoder) += m.config().is_moe_layer(i) ? 1 : 0;
+    for (int64_t i = 0; i < int64_t(m.moe_layers().size()); ++i) {
+      const int64_t g = i < decoder ? first + i : decoder_moe_count_ + (i - decoder);
+      r[2 + g] = m.moe_layers()[size_t(i)]->last_balance_loss();
+      r[2 + moe_count_ + g] = m.moe_layers()[size_t(i)]->last_z_loss();
+    }
+  };
+  pipeline_->set_gradient_hooks(std::move(hooks));
+}
+
+LossBreakdown StepRunner::accumulate_deterministic_pipeline(
+    int64_t grad_accum, const std::function<const int32_t*(int64_t)>& micro_batch) {
+  const int64_t S = sequences_, per_seq = model_.seq_len() + 1, row = 2 + 2 * moe_count_;
+  seq_losses_.assign(size_t(grad_accum * S * row), 0.0);
+  pipeline_->run_step([&](int64_t j) { return micro_batch(j / S) + (j % S) * per_seq; }, 1.0);
+  // every stage filled its part of each sequence's row (the rest is +0)
+  pp_->allreduce_sum(seq_losses_.data(), int64_t(seq_losses_.size()));
+  LossBreakdown total;
+  for (int64_t a = 0; a < grad_accum; ++a) {
+    for (int64_t s = 0; s < S; ++s) {  // one process's forward_end, sequence by sequence
+      const double* r = seq_losses_.data() + (a * S + s) * row;
+      LossBreakdown& l = leaf_losses_[size_t(s)];
+      l = LossBreakdown{};
+      l.lm_loss = r[0], l.mtp_loss = r[1];
+      for (int64_t i = 0; i < moe_count_; ++i) {
+        l.balance_loss += r[2 + i];
+        l.z_loss += r[2 + moe_count_ + i];
+      }
+      l.loss = model_.total_loss(l);
+    }
+    LossBreakdown l = sum_leaf_losses();
+    dp_->reduce_losses(l, 1.0);
+    add_losses(total, l, 1.0);
+  }
+  return finish_deterministic(grad_accum, total);
 }
 
 void StepRunner::set_deterministic(int64_t sequences) {
@@ -74,7 +178,9 @@ StepResult StepRunner::run(int64_t step, int64_t grad_accum,
   reset_router_stats(moe_);
   for (const auto& [from, into] : merges_) reset_router_stats({from});
   StepResult r;
-  if (sequences_ > 0) {
+  if (sequences_ > 0 && pipeline_) {
+    r.losses = accumulate_deterministic_pipeline(grad_accum, micro_batch);
+  } else if (sequences_ > 0) {
     r.losses = accumulate_deterministic(grad_accum, micro_batch);
   } else {
     if (pipeline_) {
@@ -143,12 +249,7 @@ LossBreakdown StepRunner::accumulate_deterministic(
     }
     tree_->finish(grads.f32());
     expert_trees_->finish();  // expert parallelism: the experts' gradients, source by source
-    auto sum = [&](double LossBreakdown::*field) {
-      return tree_sum<double>(0, int(S), [&](int s) { return leaf_losses_[size_t(s)].*field; });
-    };
-    LossBreakdown l{sum(&LossBreakdown::loss), sum(&LossBreakdown::lm_loss),
-                    sum(&LossBreakdown::mtp_loss), sum(&LossBreakdown::balance_loss),
-                    sum(&LossBreakdown::z_loss)};
+    LossBreakdown l = sum_leaf_losses();
     if (dp_) {  // plain sums over the ranks, in the canonical order
       dp_->reduce_gradients(1.0);
       dp_->reduce_losses(l, 1.0);
@@ -160,9 +261,24 @@ LossBreakdown StepRunner::accumulate_deterministic(
       ops::add(acc, grads, acc);
     add_losses(total, l, 1.0);
   }
+  return finish_deterministic(grad_accum, total);
+}
+
+LossBreakdown StepRunner::sum_leaf_losses() const {
+  const int S = int(sequences_);
+  auto sum = [&](double LossBreakdown::*field) {
+    return tree_sum<double>(0, S, [&](int s) { return leaf_losses_[size_t(s)].*field; });
+  };
+  return LossBreakdown{sum(&LossBreakdown::loss), sum(&LossBreakdown::lm_loss),
+                       sum(&LossBreakdown::mtp_loss), sum(&LossBreakdown::balance_loss),
+                       sum(&LossBreakdown::z_loss)};
+}
+
+LossBreakdown StepRunner::finish_deterministic(int64_t grad_accum, const LossBreakdown& total) {
+  Tensor grads = model_.params().all_grads();
   const int64_t ranks = dp_ ? dp_->layout().size() : 1;
-  const double inv = 1.0 / double(ranks * grad_accum * S);
-  std::memcpy(grads.f32(), accum_.data(), size_t(n) * sizeof(float));
+  const double inv = 1.0 / double(ranks * grad_accum * sequences_);
+  std::memcpy(grads.f32(), accum_.data(), size_t(grads.numel()) * sizeof(float));
   ops::scale_inplace(grads, inv);
   LossBreakdown mean;
   add_losses(mean, total, inv);

@@ -58,7 +58,11 @@ class StepRunner {
   void set_moe_layers(std::vector<MoeLayer*> layers,
                       std::vector<std::pair<MoeLayer*, MoeLayer*>> merges);
   // --pp: the micro-batches run through the pipeline executor; losses are summed over the
-  // pipeline group `pp` (each stage computes its part), the parameters are this stage's.
+  // pipeline group `pp` (each stage computes its part), the parameters are this stage's. With
+  // --deterministic (set first) every sequence is a pipeline micro-batch: each chunk adds its
+  // sequences' gradients in its own GradientTree, and reduces and accumulates them when it has
+  // seen a micro-batch's B sequences; the losses are put together per sequence, layer by layer,
+  // as one process adds them (docs/pipeline.md).
   void set_pipeline(PipelineExecutor* pipeline, Communicator* pp);
   AdamW& optimizer() { return adamw_; }
   const LrSchedule& schedule() const { return schedule_; }
@@ -75,6 +79,23 @@ class StepRunner {
   PipelineExecutor* pipeline_ = nullptr;
   Communicator* pp_ = nullptr;
   std::vector<double> pp_scratch_;
+  // --deterministic under --pp: each chunk's arena range and tree; per sequence, the LM and MTP
+  // losses and each MoE layer's balance and z losses (global MoE layer order).
+  struct ChunkTree {
+    int64_t begin = 0, end = 0;
+    std::unique_ptr<GradientTree> tree;
+    std::unique_ptr<ExpertSourceTrees> experts;  // its experts' gradients per source (--ep)
+  };
+  std::vector<ChunkTree> chunk_trees_;
+  std::vector<double> seq_losses_;
+  int64_t moe_count_ = 0, decoder_moe_count_ = 0;
+  void set_pipeline_deterministic();
+  LossBreakdown sum_leaf_losses() const;  // tree over the sequences of leaf_losses_
+  // grads = the accumulated sums over ranks, micro-batches and sequences, divided by their
+  // count; returns the mean of `total` likewise
+  LossBreakdown finish_deterministic(int64_t grad_accum, const LossBreakdown& total);
+  LossBreakdown accumulate_deterministic_pipeline(
+      int64_t grad_accum, const std::function<const int32_t*(int64_t)>& micro_batch);
   bool interleave_ = true;
   int64_t sequences_ = 0;  // --deterministic: sequences per micro-batch (0: off)
   std::unique_ptr<GradientTree> tree_;

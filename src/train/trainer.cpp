@@ -61,8 +61,6 @@ void validate(const TrainOptions& o) {
              o.vpp);
   MOET_CHECK(o.pp > 1 || (o.vpp == 1 && o.pp_layout.empty()),
              "--vpp and --pp-layout need --pp > 1");
-  MOET_CHECK(o.pp == 1 || !o.deterministic,
-             "--pp does not combine with --deterministic yet (docs/pipeline.md)");
   MOET_CHECK(o.pp == 1 || o.init_from.empty() || !is_hf_directory(o.init_from),
              "--pp cannot start from a Hugging Face directory yet: convert it with moet "
              "import-hf and pass that checkpoint to --init-from");
