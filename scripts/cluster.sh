@@ -237,8 +237,11 @@ cmd_run() {
   # processing (ksoftirqd), which stands in for the NICs here, then gets to run; with ranks
   # spinning on every core it waited for a scheduler tick, and each rendezvous handshake across
   # the links took ~8 ms instead of ~0.1 ms (docs/cluster.md).
+  # --bind-to none: the "nodes" share this machine's cores, and each node's daemon would bind
+  # its ranks from core 0 up (OpenMPI binds to cores for 2 ranks or fewer), putting rank 0 of
+  # every node on the same core.
   ip netns exec "$sw" "${MPIRUN:-mpirun}" --allow-run-as-root --oversubscribe \
-    --hostfile "$run_dir/hostfile" -np $((nodes * rpn)) --map-by slot \
+    --hostfile "$run_dir/hostfile" -np $((nodes * rpn)) --map-by slot --bind-to none \
     --mca plm_rsh_agent "$here/cluster_agent.sh" --mca mpi_yield_when_idle 1 \
     --mca btl "$btl" --mca btl_tcp_if_include "$subnet" \
     --mca oob_tcp_if_include "$subnet" "${mpirun_args[@]}" "$@" 0<&0 &

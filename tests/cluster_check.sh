@@ -61,7 +61,17 @@ if ! diff "$dir/plain.txt" "$dir/cluster.txt"; then
 fi
 echo "moet train --ep 2 on 2 nodes x 2 ranks: bit for bit plain mpirun -np 4 (3 steps)"
 
-# 4. Nothing left.
+# 4. The "nodes" share this machine's cores: no rank is bound to one of them (each node's
+# daemon would otherwise bind its first rank to core 0, all nodes' to the same core).
+cores=$(nproc)
+run --nodes 2 --ranks-per-node 1 -- nproc >"$dir/nproc.txt"
+if [ "$(grep -c "^$cores\$" "$dir/nproc.txt")" -ne 2 ]; then
+  echo "FAIL: ranks see fewer than the machine's $cores cores: $(tr '\n' ' ' <"$dir/nproc.txt")"
+  exit 1
+fi
+echo "every rank may run on all $cores cores"
+
+# 5. Nothing left.
 bash "$cluster" down
 if ip netns list | grep -E '^moetc-' || ip -o link | grep moetc; then
   echo "FAIL: cluster namespaces or links left after down"

@@ -56,6 +56,9 @@ class Communicator {
   virtual Message isend(const void* data, int64_t bytes, int peer, int tag) = 0;
   virtual Message irecv(void* data, int64_t bytes, int peer, int tag) = 0;
   virtual void wait(Message m) = 0;
+  // Lets the messages in flight move without waiting for any (a rendezvous handshake over TCP
+  // needs the sender inside MPI); cheap enough to call between a pipeline stage's layers.
+  virtual void progress() {}
   // Ends every process of the job with a message naming this rank and the reason; never returns.
   [[noreturn]] virtual void abort(const std::string& why) = 0;
 };

@@ -402,6 +402,11 @@ void MpiCommunicator::wait(Message m) {
   }
 }
 
+void MpiCommunicator::progress() {
+  int flag = 0;  // a probe runs OpenMPI's progress engine for every request in flight
+  MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, p2p_, &flag, MPI_STATUS_IGNORE);
+}
+
 std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
   MOET_CHECK(color >= 0, "split: color must be >= 0, got ", color);
   MPI_Comm group = MPI_COMM_NULL;

@@ -47,6 +47,7 @@ class MpiCommunicator final : public Communicator {
   Message isend(const void* data, int64_t bytes, int peer, int tag) override;
   Message irecv(void* data, int64_t bytes, int peer, int tag) override;
   void wait(Message m) override;
+  void progress() override;
   // color must be >= 0.
   std::unique_ptr<Communicator> split(int color, int key) override;
   // Prints "moet: rank R: <why>" (R = rank in the world) to stderr and calls

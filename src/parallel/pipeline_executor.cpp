@@ -179,7 +179,10 @@ void PipelineExecutor::forward(int64_t chunk, int64_t microbatch, const int32_t*
     grad_hooks_.before(chunk, microbatch);
   Model& m = begin_forward(chunk, microbatch, tokens, grad_scale, training);
   for (int64_t l = 0; l < m.num_layers(); ++l)
-    for (int st = 0; st < DecoderBlock::kStages; ++st) m.forward_stage(l, st);
+    for (int st = 0; st < DecoderBlock::kStages; ++st) {
+      m.forward_stage(l, st);
+      pp_.progress();  // the messages in flight move between layers, not only at waits
+    }
   end_forward(chunk, microbatch, training, grad_scale, losses);
 }
 
@@ -220,7 +223,10 @@ void PipelineExecutor::backward(int64_t chunk, int64_t microbatch, double grad_s
   if (grad_hooks_.before && virtual_stage(chunk) != S_ - 1) grad_hooks_.before(chunk, microbatch);
   Model& m = begin_backward(chunk, microbatch, grad_scale);
   for (int64_t l = m.num_layers(); l-- > 0;)
-    for (int st = 0; st < DecoderBlock::kStages; ++st) m.backward_stage(l, st);
+    for (int st = 0; st < DecoderBlock::kStages; ++st) {
+      m.backward_stage(l, st);
+      pp_.progress();
+    }
   end_backward(chunk, microbatch);
   if (grad_hooks_.after) grad_hooks_.after(chunk, microbatch);
 }
@@ -240,6 +246,7 @@ void PipelineExecutor::combined(const PipelinePass& f, const PipelinePass& b, co
   for (int64_t i = 0; i < std::max(nf, nb); ++i) {
     if (i < nf) mf.forward_stage(i / stages, int(i % stages));
     if (i < nb) mb.backward_stage(mb.num_layers() - 1 - i / stages, int(i % stages));
+    pp_.progress();
   }
   end_forward(f.chunk, f.microbatch, true, grad_scale, losses);
   end_backward(b.chunk, b.microbatch);
