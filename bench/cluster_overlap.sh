@@ -12,6 +12,9 @@
 #   pp        --pp 2, a stage per node (activations and gradients cross the link): the
 #             pipeline's time, the schedule's prediction from the measured passes, the bubble
 #             against (P-1)/(V*M) = 0.125 (1F1B, M 8) and 0.0625 (V 2).
+# Then combined 1F1B (--a2a-overlap under --pp) on 4 nodes of 1 rank: --pp 2 --ep 2, so both
+# the stages' messages and each stage's expert all-to-all cross the link (4 ranks on the
+# machine's cores).
 # Then node-limited routing (--ep 2, a node per expert group of the config's n_group): bytes
 # that leave the node per step with topk_group = 1 (each token's experts on one node) against
 # topk_group = n_group (unlimited).
@@ -38,7 +41,8 @@ exposed = med("exposed_comm_s")
 hidden = 1 - exposed / comm if comm > 0 else 0
 if "pp_run_s" in rows[0]:
     print(f"{sys.argv[2]:44s} step {med('step_time_s'):6.3f} s | pipeline {med('pp_run_s'):6.3f} s, "
-          f"schedule's prediction {med('pp_schedule_s'):6.3f} s | bubble {med('pp_bubble'):.3f}")
+          f"schedule's prediction {med('pp_schedule_s'):6.3f} s | bubble {med('pp_bubble'):.3f} | "
+          f"comm {comm:6.3f} s, exposed {exposed:6.3f} s ({100 * hidden:3.0f}% hidden)")
 else:
     print(f"{sys.argv[2]:44s} step {med('step_time_s'):6.3f} s | comm {comm:6.3f} s, exposed "
           f"{exposed:6.3f} s ({100 * hidden:3.0f}% hidden) | {med('comm_bytes') / 1e6:7.1f} MB sent, "
@@ -73,4 +77,14 @@ PY
   "${cluster[@]}" "$moet" "${base[@]}" --model "$tmp/small_g$k.json" --ep 2 --overlap on \
     --micro-batch 4 --metrics "$tmp/m.jsonl" --overwrite-metrics
   summary "$tmp/m.jsonl" "ep 2, n_group 2, topk_group $k"
+done
+
+# combined 1F1B: 4 nodes, a stage's two expert-parallel ranks on different nodes
+"$root/scripts/cluster.sh" down >/dev/null
+"$root/scripts/cluster.sh" up --nodes 4 >/dev/null
+cluster=("$root/scripts/cluster.sh" run --nodes 4 --ranks-per-node 1 --)
+for overlap in "" "--a2a-overlap"; do
+  # shellcheck disable=SC2086
+  run "pp 2 ep 2 (4 nodes), --overlap on ${overlap:-(no a2a overlap)}" --pp 2 --ep 2 \
+    --pp-layout "Etttt|ttmL" --micro-batch 2 --grad-accum 8 --overlap on $overlap
 done
