@@ -45,7 +45,7 @@ class DataParallel {
   // once); the same on every rank.
   double global_grad_norm(const AdamW& optimizer);
   // Under pipeline parallelism this rank holds one stage's weights: `combine` puts the stages'
-  // sums together into the model's norm (pipeline_grad_norm).
+  // sums together into the model's norm (PipelineGradNorm).
   void set_norm_combiner(std::function<double(const SquareSums&)> combine) {
     combine_norm_ = std::move(combine);
   }

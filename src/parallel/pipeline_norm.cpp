@@ -17,43 +17,38 @@ int64_t declaration_group(const std::string& name, int64_t layers) {
   return i < layers ? 1 + i : layers + 3 + (i - layers);
 }
 
-namespace {
-struct Entry {
-  int64_t group = -1, pos = 0;
-  double sq = 0;
-  int64_t expert = 0;
-};
-}  // namespace
-
-double pipeline_grad_norm(Communicator& pp, const ParamStore& params, const SquareSums& local,
-                          int64_t layers) {
-  std::vector<Entry> mine;
-  for (const Weight& w : params.weights()) {
-    if (!w.trainable) continue;
-    const size_t i = mine.size();
-    MOET_ASSERT(i < local.sq.size());
-    mine.push_back({declaration_group(w.name, layers), int64_t(i), local.sq[i], local.expert[i]});
-  }
-  MOET_ASSERT(mine.size() == local.sq.size());
+PipelineGradNorm::PipelineGradNorm(Communicator& pp, const ParamStore& params, int64_t layers)
+    : pp_(pp) {
+  for (const Weight& w : params.weights())
+    if (w.trainable)
+      mine_.push_back({declaration_group(w.name, layers), int64_t(mine_.size()), 0.0, w.expert});
   const int P = pp.size();
   std::vector<int64_t> counts(static_cast<size_t>(P));
-  const int64_t n = int64_t(mine.size());
+  const int64_t n = int64_t(mine_.size());
   pp.allgather(&n, sizeof n, counts.data());
   const int64_t most = *std::max_element(counts.begin(), counts.end());
-  mine.resize(size_t(most));  // padding entries have group -1
-  std::vector<Entry> all(size_t(most) * size_t(P));
-  pp.allgather(mine.data(), most * int64_t(sizeof(Entry)), all.data());
-  all.erase(std::remove_if(all.begin(), all.end(), [](const Entry& e) { return e.group < 0; }),
-            all.end());
-  std::stable_sort(all.begin(), all.end(), [](const Entry& a, const Entry& b) {
-    return a.group != b.group ? a.group < b.group : a.pos < b.pos;
+  mine_.resize(size_t(most));  // padding entries have group -1
+  all_.resize(size_t(most) * size_t(P));
+  pp.allgather(mine_.data(), most * int64_t(sizeof(Entry)), all_.data());
+  for (size_t i = 0; i < all_.size(); ++i)
+    if (all_[i].group >= 0) order_.push_back(int64_t(i));
+  std::stable_sort(order_.begin(), order_.end(), [&](int64_t a, int64_t b) {
+    const Entry &x = all_[size_t(a)], &y = all_[size_t(b)];
+    return x.group != y.group ? x.group < y.group : x.pos < y.pos;
   });
-  SquareSums global;
-  for (const Entry& e : all) {
-    global.sq.push_back(e.sq);
-    global.expert.push_back(char(e.expert));
+  global_.sq.resize(order_.size());
+  global_.expert.resize(order_.size());
+}
+
+double PipelineGradNorm::operator()(const SquareSums& local) {
+  for (size_t i = 0; i < mine_.size() && mine_[i].group >= 0; ++i) mine_[i].sq = local.sq[i];
+  pp_.allgather(mine_.data(), int64_t(mine_.size() * sizeof(Entry)), all_.data());
+  for (size_t k = 0; k < order_.size(); ++k) {
+    const Entry& e = all_[size_t(order_[k])];
+    global_.sq[k] = e.sq;
+    global_.expert[k] = char(e.expert);
   }
-  return global.norm();
+  return global_.norm();
 }
 
 }  // namespace moet

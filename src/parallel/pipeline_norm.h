@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "model/params.h"
 #include "optim/adamw.h"
@@ -17,9 +18,24 @@ namespace moet {
 // the MTP modules.
 int64_t declaration_group(const std::string& weight_name, int64_t layers);
 
-// local: this rank's entries, one per trainable weight of `params` in its order. The same
-// value on every rank of `pp`.
-double pipeline_grad_norm(Communicator& pp, const ParamStore& params, const SquareSums& local,
-                          int64_t layers);
+// The norm over the pipeline: each step, `local` holds this rank's entries, one per trainable
+// weight of `params` in its order; the result is the same on every rank of `pp`. Where each
+// weight goes is worked out once; a step allocates nothing.
+class PipelineGradNorm {
+ public:
+  PipelineGradNorm(Communicator& pp, const ParamStore& params, int64_t layers);
+  double operator()(const SquareSums& local);
+
+ private:
+  struct Entry {
+    int64_t group = -1, pos = 0;
+    double sq = 0;
+    int64_t expert = 0;
+  };
+  Communicator& pp_;
+  std::vector<Entry> mine_, all_;
+  std::vector<int64_t> order_;  // all_ indices in one process's declaration order
+  SquareSums global_;
+};
 
 }  // namespace moet

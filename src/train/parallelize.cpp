@@ -1,6 +1,7 @@
 #include "train/parallelize.h"
 
 #include <cstdlib>
+#include <memory>
 #include <thread>
 
 #include "core/error.h"
@@ -166,9 +167,9 @@ std::unique_ptr<ParallelRun> parallelize(const TrainOptions& o, const ModelConfi
     DataParallel& dp = *r.dp_sync;
     if (r.pipeline) {
       r.pipeline->set_final_gradient_hook([&dp](int64_t layer) { dp.on_layer_done(layer); });
-      dp.set_norm_combiner([&r, layers = cfg.num_hidden_layers](const SquareSums& sums) {
-        return pipeline_grad_norm(*r.pp_group, r.params(), sums, layers);
-      });
+      auto norm =
+          std::make_shared<PipelineGradNorm>(*r.pp_group, r.params(), cfg.num_hidden_layers);
+      dp.set_norm_combiner([norm](const SquareSums& sums) { return (*norm)(sums); });
     } else {
       // gradient buckets start when the last lane to finish a block has finished it
       r.models.back()->set_backward_hook([&dp](int64_t layer) { dp.on_layer_done(layer); });
