@@ -3,7 +3,8 @@ Hugging Face's `safetensors` (PyPI), every piece's "crc32c:" checksum is the sta
 (Castagnoli) computed here independently, the pieces of each tensor cover it exactly once, and
 the assembled parameters equal, value for value, what `moet export-hf --dtype fp32` writes for
 transformers (per-expert slices of the fused expert weights included). Checked for a one-process
-checkpoint and for one written by 2 ranks with --ep 2 --zero1 (pieces spread over two files).
+checkpoint, for one written by 2 ranks with --ep 2 --zero1 (pieces spread over two files), and
+for one written by a 2-stage pipeline on 4 ranks (--pp 2 --vpp 2 --ep 2 --zero1: four files).
 
 Usage: checkpoint_interop.py --moet MOET --config tiny.json --workdir DIR [--mpirun CMD...]
 """
@@ -111,6 +112,10 @@ def main():
     runs = [("one", train)]
     if a.mpirun:
         runs.append(("ep2", a.mpirun + ["2"] + train + ["--ep", "2", "--zero1"]))
+        # a pipeline's stages each write their own part (the embedding replica not at all)
+        runs.append(("pp2", a.mpirun + ["4"] + train + ["--pp", "2", "--vpp", "2", "--pp-layout",
+                                                         "Et|t|t|mL", "--ep", "2", "--zero1",
+                                                         "--grad-accum", "2"]))
     for label, cmd in runs:
         run = os.path.join(a.workdir, label)
         subprocess.run(cmd + ["--out", run], check=True)
