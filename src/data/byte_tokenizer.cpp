@@ -9,12 +9,6 @@ void ByteTokenizer::encode_append(std::string_view text, std::vector<int32_t>& o
   for (char c : text) out.push_back(static_cast<int32_t>(static_cast<unsigned char>(c)));
 }
 
-std::vector<int32_t> ByteTokenizer::encode(std::string_view text) const {
-  std::vector<int32_t> out;
-  encode_append(text, out);
-  return out;
-}
-
 std::string ByteTokenizer::decode(const int32_t* ids, int64_t n, std::string_view eod_text) const {
   std::string s;
   s.reserve(static_cast<size_t>(n));
