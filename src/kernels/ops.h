@@ -173,6 +173,12 @@ void attention_backward(const Tensor& do_BTHV, const Tensor& q_BTHK, const Tenso
                         double scale, Tensor& dq_BTHK, Tensor& dk_BTHK, Tensor& dv_BTHV,
                         Format operands = Format::F32);
 
+// Decoding with a KV cache (model/kv_cache.h): the scores of n queries over S cached positions,
+// softmaxed in place. Row r of s_RS is query r % n (rows come in groups of n, one group per
+// head), at position first + r % n: columns s <= that position become softmax(scale · s) over
+// them, columns beyond it 0.
+void causal_softmax_rows(Tensor& s_RS, int64_t n, int64_t first, double scale);
+
 // ---------------------------------------------------------------- layout
 // out_N(A+B)[n] = [a[n] | b[n]].
 void concat_cols(const Tensor& a_NA, const Tensor& b_NB, Tensor& out_NC);

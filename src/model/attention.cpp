@@ -1,6 +1,10 @@
 #include "model/attention.h"
 
+#include <algorithm>
+#include <vector>
+
 #include "kernels/ops.h"
+#include "model/kv_cache.h"
 
 namespace moet {
 
@@ -59,7 +63,7 @@ void MlaAttention::plan(Workspace& ws) {
   dcq_raw_NQ_ = s.alloc_f32({N, Q_});
 }
 
-void MlaAttention::forward(const Tensor& x_ND, Tensor& y_ND, const RopeCache& rope) {
+void MlaAttention::project_queries(const Tensor& x_ND, const RopeCache& rope) {
   const int64_t N = x_ND.size(0), K = P_ + R_;
   // queries: q = q_b(norm(q_a(x))), rope on the last R dims of each head
   ops::linear_forward(x_ND, q_a_->value, cq_raw_NQ_, lin_, q_a_->operands());
@@ -67,6 +71,11 @@ void MlaAttention::forward(const Tensor& x_ND, Tensor& y_ND, const RopeCache& ro
   Tensor q2 = q_NHK_.view({N, H_ * K});
   ops::linear_forward(cq_NQ_, q_b_->value, q2, lin_, q_b_->operands());
   ops::rope_forward(q_NHK_, P_, rope.cos_TR2, rope.sin_TR2);
+}
+
+void MlaAttention::forward(const Tensor& x_ND, Tensor& y_ND, const RopeCache& rope) {
+  const int64_t N = x_ND.size(0), K = P_ + R_;
+  project_queries(x_ND, rope);
   // keys and values: one projection to the compressed kv (first C outputs) and the shared rope
   // key (last R)
   ops::linear_forward(x_ND, kv_a_->value, kva_NA_, lin_, kv_a_->operands());
@@ -81,6 +90,62 @@ void MlaAttention::forward(const Tensor& x_ND, Tensor& y_ND, const RopeCache& ro
   Tensor o4 = o_NHU_.view({B_, T_, H_, U_});
   ops::attention_forward(q_NHK_.view({B_, T_, H_, K}), k_NHK_.view({B_, T_, H_, K}),
                          v_NHU_.view({B_, T_, H_, U_}), rope.softmax_scale, lse_BHT_, o4, attn_);
+  ops::linear_forward(o_NHU_.view({N, H_ * U_}), o_->value, y_ND, lin_, o_->operands());
+}
+
+namespace {
+// A [rows, cols] F32 view of v, grown to fit.
+Tensor scratch_tensor(std::vector<float>& v, int64_t rows, int64_t cols) {
+  if (v.size() < size_t(rows * cols)) v.resize(size_t(rows * cols));
+  return Tensor(v.data(), DType::F32, {rows, cols});
+}
+}  // namespace
+
+// Attention over the latent cache with kv_b_proj absorbed: per head h, with W_UK[h] and W_UV[h]
+// the P key rows and U value rows of kv_b_proj, q_nope·k_nopeᵀ = (q_nope·W_UK[h])·c_kvᵀ and the
+// output o = W_UV[h]·(Σ_s p_s c_kv[s]) — the same products as forward, associated differently.
+// Heads are outermost in the temporaries, so each head's rows are one contiguous block.
+void MlaAttention::forward_cached(const Tensor& x_ND, Tensor& y_ND, const RopeCache& rope,
+                                  LatentCache& cache, int64_t pos) {
+  const int64_t N = x_ND.size(0), K = P_ + R_, W = P_ + U_, S = pos + N;
+  MOET_ASSERT(N == B_ * T_ && S <= cache.ckv_SC.size(0) && cache.scratch);
+  project_queries(x_ND, rope);
+  // the tokens' latents go into the cache: normalised c_kv and the rotated rope key
+  Tensor ckv = cache.ckv_SC.rows(pos, S), kr = cache.kpe_SR.rows(pos, S);
+  ops::linear_forward(x_ND, kv_a_->value, kva_NA_, lin_, kv_a_->operands());
+  ops::split_cols(kva_NA_, ckv_NC_, kr);
+  Tensor kr3 = kr.view({N, 1, R_});
+  ops::rope_forward(kr3, 0, rope.cos_TR2, rope.sin_TR2);
+  ops::rmsnorm_forward(ckv_NC_, kv_a_norm_->value, eps_, ckv, ckv_rstd_N_);
+  DecodeScratch& sc = *cache.scratch;
+  Tensor qn = scratch_tensor(sc.qn, H_ * N, P_), qr = scratch_tensor(sc.qr, H_ * N, R_),
+         qc = scratch_tensor(sc.qc, H_ * N, C_), sco = scratch_tensor(sc.scores, H_ * N, S),
+         oc = scratch_tensor(sc.oc, H_ * N, C_), v = scratch_tensor(sc.v, H_ * N, U_);
+  const float* q = q_NHK_.f32();
+  for (int64_t h = 0; h < H_; ++h)
+    for (int64_t n = 0; n < N; ++n) {
+      const float* src = q + (n * H_ + h) * K;
+      std::copy(src, src + P_, qn.f32() + (h * N + n) * P_);
+      std::copy(src + P_, src + K, qr.f32() + (h * N + n) * R_);
+    }
+  const Tensor& w_kv_b = kv_b_->value;  // [H·(P+U), C]
+  for (int64_t h = 0; h < H_; ++h) {
+    Tensor qc_h = qc.rows(h * N, (h + 1) * N);
+    ops::gemm(qn.rows(h * N, (h + 1) * N), false, w_kv_b.rows(h * W, h * W + P_), false, qc_h);
+  }
+  const Tensor ckv_all = cache.ckv_SC.rows(0, S), kpe_all = cache.kpe_SR.rows(0, S);
+  ops::gemm(qc, false, ckv_all, true, sco);
+  ops::gemm(qr, false, kpe_all, true, sco, 1.0, 1.0);
+  ops::causal_softmax_rows(sco, N, pos, rope.softmax_scale);
+  ops::gemm(sco, false, ckv_all, false, oc);
+  for (int64_t h = 0; h < H_; ++h) {
+    Tensor v_h = v.rows(h * N, (h + 1) * N);
+    ops::gemm(oc.rows(h * N, (h + 1) * N), false, w_kv_b.rows(h * W + P_, (h + 1) * W), true, v_h);
+  }
+  float* o = o_NHU_.f32();
+  for (int64_t h = 0; h < H_; ++h)
+    for (int64_t n = 0; n < N; ++n)
+      std::copy(v.f32() + (h * N + n) * U_, v.f32() + (h * N + n + 1) * U_, o + (n * H_ + h) * U_);
   ops::linear_forward(o_NHU_.view({N, H_ * U_}), o_->value, y_ND, lin_, o_->operands());
 }
 

@@ -15,6 +15,8 @@ struct RopeCache {
   double softmax_scale = 1.0;
 };
 
+struct LatentCache;  // model/kv_cache.h
+
 class MlaAttention {
  public:
   // lin: the formats of the projections' GEMMs; attn: of core attention's products
@@ -26,8 +28,17 @@ class MlaAttention {
   void forward(const Tensor& x_ND, Tensor& y_ND, const RopeCache& rope);
   // dx_ND = d/dx (overwritten); weight gradients accumulate.
   void backward(const Tensor& dy_ND, const Tensor& x_ND, Tensor& dx_ND, const RopeCache& rope);
+  // Inference with a KV cache (the one decode-only path of the model, docs/generate.md): the
+  // N = x_ND.size(0) tokens at positions [pos, pos + N) (rope: their tables, from position pos)
+  // write their latents into the cache's rows and attend over rows [0, pos + N), kv_b_proj
+  // absorbed into the queries and the outputs. Needs a plan for exactly N tokens.
+  void forward_cached(const Tensor& x_ND, Tensor& y_ND, const RopeCache& rope, LatentCache& cache,
+                      int64_t pos);
 
  private:
+  // q_NHK_ = the rotated queries of x (both forward paths).
+  void project_queries(const Tensor& x_ND, const RopeCache& rope);
+
   int64_t H_, P_, R_, U_, Q_, C_;
   double eps_;
   ops::LinearPrecision lin_;

@@ -43,18 +43,34 @@ void DecoderBlock::forward(const Tensor& in_ND, Tensor& out_ND, const RopeCache&
 
 void DecoderBlock::forward_stage(int stage, const Tensor& in_ND, Tensor& out_ND,
                                  const RopeCache& rope) {
-  if (stage == 0) {
-    ops::rmsnorm_forward(in_ND, in_norm_->value, eps_, xn_ND_, rstd1_N_);
-    attn_.forward(xn_ND_, a_ND_, rope);
-    ops::add(a_ND_, in_ND, a_ND_);
-    ops::rmsnorm_forward(a_ND_, post_norm_->value, eps_, an_ND_, rstd2_N_);
-  }
+  if (stage == 0) attention_part(in_ND, rope, nullptr, 0);
   if (moe_) {
     moe_->forward_stage(stage, an_ND_, out_ND);
   } else if (stage == 0) {
     mlp_->forward(an_ND_, out_ND, false);
   }
   if (stage == kStages - 1) ops::add(out_ND, a_ND_, out_ND);
+}
+
+void DecoderBlock::attention_part(const Tensor& in_ND, const RopeCache& rope, LatentCache* cache,
+                                  int64_t pos) {
+  ops::rmsnorm_forward(in_ND, in_norm_->value, eps_, xn_ND_, rstd1_N_);
+  if (cache)
+    attn_.forward_cached(xn_ND_, a_ND_, rope, *cache, pos);
+  else
+    attn_.forward(xn_ND_, a_ND_, rope);
+  ops::add(a_ND_, in_ND, a_ND_);
+  ops::rmsnorm_forward(a_ND_, post_norm_->value, eps_, an_ND_, rstd2_N_);
+}
+
+void DecoderBlock::forward_cached(const Tensor& in_ND, Tensor& out_ND, const RopeCache& rope,
+                                  LatentCache& cache, int64_t pos) {
+  attention_part(in_ND, rope, &cache, pos);
+  if (moe_)
+    moe_->forward(an_ND_, out_ND);  // routing exactly as in training: same gates, bias, groups
+  else
+    mlp_->forward(an_ND_, out_ND, false);
+  ops::add(out_ND, a_ND_, out_ND);
 }
 
 void DecoderBlock::backward(const Tensor& dout_ND, const Tensor& in_ND, Tensor& din_ND,

@@ -31,9 +31,15 @@ class DecoderBlock {
   void forward_stage(int stage, const Tensor& in_ND, Tensor& out_ND, const RopeCache& rope);
   void backward_stage(int stage, const Tensor& dout_ND, const Tensor& in_ND, Tensor& din_ND,
                       bool accumulate_din, const RopeCache& rope, const LossScales& ls);
+  // Inference: as forward, attention over the KV cache (MlaAttention::forward_cached).
+  void forward_cached(const Tensor& in_ND, Tensor& out_ND, const RopeCache& rope,
+                      LatentCache& cache, int64_t pos);
   MoeLayer* moe() { return moe_.get(); }
 
  private:
+  // a_ND_ = in + attention(norm(in)), an_ND_ = norm(a_ND_); over the cache when one is given.
+  void attention_part(const Tensor& in_ND, const RopeCache& rope, LatentCache* cache, int64_t pos);
+
   double eps_;
   Weight *in_norm_, *post_norm_;
   MlaAttention attn_;

@@ -70,4 +70,12 @@ void LmHead::logits(Tensor& logits_NV) {
   ops::linear_forward(fn_ND_, proj_->value, logits_NV, lin_, proj_->operands());
 }
 
+void LmHead::logits_of(const Tensor& h_RD, Tensor& logits_RV) {
+  const int64_t R = h_RD.size(0);
+  MOET_ASSERT(R <= fn_ND_.size(0));
+  Tensor fn = fn_ND_.rows(0, R), rstd = rstd_N_.rows(0, R);
+  ops::rmsnorm_forward(h_RD, norm_->value, eps_, fn, rstd);
+  ops::linear_forward(fn, proj_->value, logits_RV, lin_, proj_->operands());
+}
+
 }  // namespace moet

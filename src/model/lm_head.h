@@ -30,6 +30,8 @@ class LmHead {
                 bool accumulate);
   // The logits of the last forward, recomputed into logits_NV ([tokens, vocab], F32).
   void logits(Tensor& logits_NV);
+  // Inference: logits_RV = the projection of norm(h_RD), for R <= the planned tokens (no loss).
+  void logits_of(const Tensor& h_RD, Tensor& logits_RV);
   // Rows per chunk for a vocabulary of V: a chunk's logits stay within about 64 MB.
   static int64_t chunk_rows(int64_t N, int64_t V);
 

@@ -4,6 +4,7 @@
 
 #include "kernels/ops.h"
 #include "metrics/trace.h"
+#include "model/kv_cache.h"
 #include "model/local_dispatcher.h"
 #include "model/rope.h"
 
@@ -191,6 +192,28 @@ double Model::total_loss(const LossBreakdown& r) const {
                            : lw_.mtp_lambda / double(cfg_.num_nextn_predict_layers);
   return r.lm_loss + mtp_w * r.mtp_loss + lw_.balance_alpha * r.balance_loss +
          lw_.z_loss_coef * r.z_loss;
+}
+
+void Model::forward_cached(const int32_t* tokens_T, KvCache& cache, Tensor& logits_RV) {
+  MOET_CHECK(B_ == 1 && part_.embedding && part_.loss && part_.first_layer == 0 &&
+                 part_.end_layer == cfg_.num_hidden_layers,
+             "decoding with a KV cache needs a whole model with one sequence per micro-batch");
+  const int64_t pos = cache.length(), R = logits_RV.size(0);
+  MOET_CHECK(pos + T_ <= cache.capacity(), "the KV cache holds ", cache.capacity(),
+             " positions: ", pos, " + ", T_, " do not fit");
+  MOET_ASSERT(R >= 1 && R <= T_ && logits_RV.size(1) == cfg_.vocab_size);
+  int32_t* in = inputs_N_.i32();
+  for (int64_t t = 0; t < T_; ++t) {
+    MOET_CHECK(tokens_T[t] >= 0 && tokens_T[t] < cfg_.vocab_size, "token id ", tokens_T[t],
+               " out of range [0, ", cfg_.vocab_size, ")");
+    in[t] = tokens_T[t];
+  }
+  ops::embedding_forward(inputs_N_, embed_->value, hidden_[0]);
+  const RopeCache rope = cache.rope_at(pos, T_);
+  for (int64_t l = 0; l < num_layers(); ++l)
+    blocks_[l]->forward_cached(hidden_[l], hidden_[l + 1], rope, cache.layer(l), pos);
+  head_->logits_of(hidden_.back().rows(T_ - R, T_), logits_RV);
+  cache.advance(T_);
 }
 
 void Model::backward(double grad_scale) {

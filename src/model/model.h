@@ -14,6 +14,7 @@
 namespace moet {
 
 class TraceRecorder;
+class KvCache;
 
 struct LossWeights {
   double mtp_lambda = 0.3;
@@ -112,6 +113,11 @@ class Model {
   // The main logits of the last forward, recomputed into logits_NV ([B*T, V], F32): the LM head
   // keeps only each row's log-sum-exp.
   void logits(Tensor& logits_NV) { head_->logits(logits_NV); }
+  // Inference (docs/generate.md): runs the T tokens of a B = 1 model at positions
+  // [cache.length(), + T) over the KV cache, appends their latents to it, and writes the logits
+  // of the last R tokens into logits_RV ([R, V], 1 <= R <= T). MoE routing as in forward; the
+  // MTP modules are not run. A whole model only (ModelPart{}).
+  void forward_cached(const int32_t* tokens_T, KvCache& cache, Tensor& logits_RV);
   const std::vector<MoeLayer*>& moe_layers() const { return moe_layers_; }
   // The total loss of one forward from its parts (lm, mtp, balance and z sums): the one
   // expression forward_end uses, for callers that add the parts up themselves.

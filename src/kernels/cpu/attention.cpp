@@ -4,6 +4,7 @@
 // softmax, only each row's log-sum-exp kept for backward, which recomputes the probabilities.
 // Scratch per thread is a few tiles, whatever the sequence length.
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <type_traits>
 
@@ -259,6 +260,33 @@ void rope_forward(Tensor& x_NHW, int64_t off, const Tensor& cos_TR2, const Tenso
 void rope_backward(Tensor& dx_NHW, int64_t off, const Tensor& cos_TR2, const Tensor& sin_TR2) {
   OpScope op_scope("rope", 0, 2.0 * double(dx_NHW.bytes()));
   rope_apply<true>(dx_NHW, off, cos_TR2, sin_TR2);
+}
+
+void causal_softmax_rows(Tensor& s_RS, int64_t n, int64_t first, double scale) {
+  OpScope op_scope("causal softmax", 0, 2.0 * double(s_RS.bytes()));
+  MOET_CHECK(
+      s_RS.ndim == 2 && n > 0 && s_RS.size(0) % n == 0 && first >= 0 && first + n <= s_RS.size(1),
+      "causal softmax: scores ", s_RS.shape_str(), " for ", n, " queries from position ", first);
+  const int64_t R = s_RS.size(0), S = s_RS.size(1);
+  dispatch_float(s_RS.dtype, [&](auto t0) {
+    using T = decltype(t0);
+    T* base = s_RS.data<T>();
+#pragma omp parallel for schedule(static) if (R * S > kParallelMin)
+    for (int64_t r = 0; r < R; ++r) {
+      T* s = base + r * S;
+      const int64_t last = first + r % n;  // the query's position: keys 0 .. last
+      T mx = -std::numeric_limits<T>::infinity();
+      for (int64_t c = 0; c <= last; ++c) mx = std::max(mx, T(scale) * s[c]);
+      T sum = 0;
+      for (int64_t c = 0; c <= last; ++c) {
+        s[c] = std::exp(T(scale) * s[c] - mx);
+        sum += s[c];
+      }
+      const T inv = T(1) / sum;
+      for (int64_t c = 0; c <= last; ++c) s[c] *= inv;
+      for (int64_t c = last + 1; c < S; ++c) s[c] = 0;
+    }
+  });
 }
 
 void attention_forward(const Tensor& q_BTHK, const Tensor& k_BTHK, const Tensor& v_BTHV,
