@@ -44,7 +44,7 @@ grep -q "205 tensors from 1 file" "$tmp/out" || fail "import-hf: $(cat "$tmp/out
   >"$tmp/b"
 cmp -s "$tmp/trained.safetensors" "$tmp/imported.safetensors" ||
   fail "checkpoint -> Hugging Face (fp32) -> checkpoint changed the logits"
-grep -Eq "loss [0-9.]+, perplexity [0-9.]+ \(1 held-out batches of 2 x 16 tokens" "$tmp/a" ||
+grep -Eq "loss [0-9.]+, perplexity [0-9.]+, bits/byte [0-9.]+ \(1 held-out batches of 2 x 16 tokens" "$tmp/a" ||
   fail "eval line: $(cat "$tmp/a")"
 [ "$(grep -o 'loss [0-9.]*' "$tmp/a")" = "$(grep -o 'loss [0-9.]*' "$tmp/b")" ] ||
   fail "eval losses differ: $(cat "$tmp/a" "$tmp/b")"

@@ -1,19 +1,24 @@
 // Generation (docs/generate.md): decoding over the KV cache of MLA latents gives the logits of a
 // full forward over the whole sequence, for several model shapes and prefill splits; the sampler
-// (greedy, top-k, top-p, temperature, seeds); generate()'s stop token.
+// (greedy, top-k, top-p, temperature, seeds); generate()'s stop token; and `moet eval`'s bits per
+// byte against a hand computation.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <numeric>
 #include <set>
 #include <vector>
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "data/byte_tokenizer.h"
+#include "data/dataset.h"
 #include "model/inference.h"
 #include "model/model.h"
 #include "model/sampling.h"
+#include "train/evaluation.h"
 
 namespace moet {
 namespace {
@@ -210,6 +215,61 @@ TEST(Generate, GreedyFollowsFullForwardAndStops) {
   EXPECT_EQ(generate(m, prompt, o).tokens, generate(m, prompt, o).tokens);
   o.max_new_tokens = c.max_position_embeddings;  // no room left after the prompt
   EXPECT_THROW(generate(m, prompt, o), Error);
+}
+
+TEST(BitsPerByte, ByteTokenizerLengths) {
+  const std::vector<int64_t> b = token_byte_lengths(ByteTokenizer(), 260);
+  for (int i = 0; i < 256; ++i) EXPECT_EQ(b[i], 1);
+  EXPECT_EQ(b[256], 0);                    // end of document: no text
+  EXPECT_EQ(b[257] + b[258] + b[259], 0);  // ids past the tokenizer's vocabulary
+}
+
+TEST(BitsPerByte, EqualsLossOverLn2WithoutEod) {
+  const ModelConfig c = tiny();
+  Model m(c, 2, 16);
+  m.init_parameters(4);
+  MockDataset ds(256, 1);  // byte ids only: every target is one byte
+  const ByteTokenizer tok;
+  const EvalResult r = evaluate_held_out(m, ds, 1, nullptr, &tok);
+  EXPECT_EQ(r.bytes, 2 * 16);
+  EXPECT_NEAR(r.bits_per_byte, r.loss / std::log(2.0), 1e-12 * r.loss);
+}
+
+TEST(BitsPerByte, HandComputationWithEod) {
+  const std::string path = ::testing::TempDir() + "/bpb_docs.txt";
+  {
+    std::ofstream f(path);
+    for (int d = 0; d < 40; ++d) {
+      f << "document " << d << ": the quick brown fox jumps over the lazy dog, caf\xC3\xA9.\n";
+      f << "%\n";
+    }
+  }
+  const ModelConfig c = tiny();
+  const int64_t B = 2, T = 16;
+  Model m(c, B, T);
+  m.init_parameters(4);
+  TextDataset ds({path}, 1, 0.2);
+  const ByteTokenizer tok;
+  const EvalResult r = evaluate_held_out(m, ds, 100, nullptr, &tok);
+  // by hand: Σ NLL = mean loss × targets per batch; bytes = targets that are not the EOD
+  double nll = 0;
+  int64_t bytes = 0, eods = 0;
+  std::vector<int32_t> t(size_t(B * (T + 1)));
+  for (int64_t i = 0; i < r.batches; ++i) {
+    ds.eval_batch(i, B, T, t.data());
+    nll += m.forward(t.data()).lm_loss * double(B * T);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t k = 1; k <= T; ++k) {
+        const int32_t id = t[b * (T + 1) + k];
+        (id == ByteTokenizer::kEod ? eods : bytes) += 1;
+      }
+  }
+  ASSERT_GT(eods, 0);
+  EXPECT_EQ(r.bytes, bytes);
+  const double want = nll / std::log(2.0) / double(bytes);
+  EXPECT_NEAR(r.bits_per_byte, want, 1e-12 * want);
+  EXPECT_GT(r.bits_per_byte, r.loss / std::log(2.0));  // EODs cost loss but add no bytes
+  std::remove(path.c_str());
 }
 
 }  // namespace

@@ -56,7 +56,8 @@ CLI::App* add_import_hf_command(CLI::App& app, ImportHfArgs& a) {
 }
 
 CLI::App* add_eval_command(CLI::App& app, EvalArgs& a) {
-  CLI::App* c = app.add_subcommand("eval", "held-out loss and perplexity of a checkpoint");
+  CLI::App* c =
+      app.add_subcommand("eval", "held-out loss, perplexity and bits per byte of a checkpoint");
   c->add_option("--checkpoint", a.checkpoint, "a run directory or a step directory")->required();
   c->add_option("--data", a.data,
                 "text file or directory, or 'mock' (default: the English corpus of Debian's "
@@ -123,7 +124,9 @@ void run_eval(const EvalArgs& a) {
   Model model(cfg, a.micro_batch, T);
   load_checkpoint_weights(step, model.params());
   EvalDump dump;
-  const EvalResult r = evaluate_held_out(model, *ds, a.batches, a.dump.empty() ? nullptr : &dump);
+  const auto tokenizer = load_tokenizer("byte");  // the run's tokenizer
+  const EvalResult r =
+      evaluate_held_out(model, *ds, a.batches, a.dump.empty() ? nullptr : &dump, tokenizer.get());
   if (!a.dump.empty()) {
     const int64_t S = r.batches * a.micro_batch;
     SafetensorsWriter w;
@@ -132,10 +135,10 @@ void run_eval(const EvalArgs& a) {
     w.write(a.dump);
   }
   std::printf(
-      "moet eval: %s: loss %.6f, perplexity %.4f (%lld held-out batches of %lld x %lld "
-      "tokens, %s)\n",
-      step.c_str(), r.loss, r.perplexity, (long long)r.batches, (long long)a.micro_batch,
-      (long long)T, ds->describe().c_str());
+      "moet eval: %s: loss %.6f, perplexity %.4f, bits/byte %.6f (%lld held-out batches of "
+      "%lld x %lld tokens, %s)\n",
+      step.c_str(), r.loss, r.perplexity, r.bits_per_byte, (long long)r.batches,
+      (long long)a.micro_batch, (long long)T, ds->describe().c_str());
 }
 
 }  // namespace moet::cli

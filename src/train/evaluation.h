@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "data/dataset.h"
+#include "data/tokenizer.h"
 #include "model/model.h"
 
 namespace moet {
@@ -21,7 +22,16 @@ struct EvalResult {
   int64_t batches = 0;    // held-out batches of model.micro_batch() sequences evaluated
   double loss = 0;        // mean next-token cross-entropy (main head), nats
   double perplexity = 0;  // exp(loss)
+  // With a tokenizer: the UTF-8 bytes the evaluated target tokens decode to, and the loss per
+  // byte in bits, Σ NLL / ln 2 / bytes — comparable across tokenizers (docs/huggingface.md).
+  int64_t bytes = 0;
+  double bits_per_byte = 0;
 };
+
+// The UTF-8 bytes each id in [0, vocab_size) decodes to on its own (tokenizer.decode of the one
+// id): 1 for each byte of the byte tokenizer, 0 for its end-of-document token (it decodes to
+// nothing), 0 for ids the tokenizer does not have (a model vocabulary padded past it).
+std::vector<int64_t> token_byte_lengths(const Tokenizer& tokenizer, int64_t vocab_size);
 
 // What the evaluated batches were: input ids [S, T] and the main head's logits [S, T, V] for the
 // S = batches × micro-batch sequences, in order.
@@ -33,7 +43,8 @@ struct EvalDump {
 // Evaluates held-out batches 0 .. batches-1 (fewer when the held-out data have fewer), one
 // micro-batch of the model at a time; fills `dump` when given. Throws moet::Error when the data
 // have no held-out part.
+// With a tokenizer, also the bytes and bits per byte of the targets.
 EvalResult evaluate_held_out(Model& model, const TokenDataset& ds, int64_t batches,
-                             EvalDump* dump = nullptr);
+                             EvalDump* dump = nullptr, const Tokenizer* tokenizer = nullptr);
 
 }  // namespace moet
