@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cli/checkpoint_commands.h"
+#include "cli/generate_commands.h"
 #include "cli/hf_commands.h"
 #include "cli/sim_commands.h"
 #include "core/error.h"
@@ -128,6 +129,7 @@ int main(int argc, char** argv) {
   moet::cli::ExportHfArgs export_hf;
   moet::cli::ImportHfArgs import_hf;
   moet::cli::EvalArgs eval;
+  moet::cli::GenerateArgs generate;
   // Every command but train: its parser and what it runs (returning the exit status).
   struct Tool {
     CLI::App* app;
@@ -145,6 +147,8 @@ int main(int argc, char** argv) {
       {moet::cli::add_import_hf_command(app, import_hf),
        [&] { return moet::cli::run_import_hf(import_hf), 0; }},
       {moet::cli::add_eval_command(app, eval), [&] { return moet::cli::run_eval(eval), 0; }},
+      {moet::cli::add_generate_command(app, generate),
+       [&] { return moet::cli::run_generate(generate), 0; }},
   };
   if (argc > 1 && argv[1][0] != '-') {
     std::string names = "train";

@@ -1,0 +1,182 @@
+#include "cli/generate_commands.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+
+#include "checkpoint/checkpoint.h"
+#include "core/error.h"
+#include "data/tokenizer.h"
+#include "kernels/ops.h"
+#include "model/inference.h"
+
+namespace moet::cli {
+
+namespace {
+
+// The tokenizer of a checkpoint: --tokenizer, else a tokenizer.json beside the step's weights or
+// in its run directory, else bytes.
+std::string tokenizer_spec(const std::string& flag, const std::string& step_dir) {
+  if (!flag.empty()) return flag;
+  const std::filesystem::path step(step_dir);
+  for (const auto& dir : {step, step.parent_path()})
+    if (std::filesystem::is_regular_file(dir / "tokenizer.json"))
+      return (dir / "tokenizer.json").string();
+  return "byte";
+}
+
+std::vector<int32_t> parse_ids(const std::string& text, int64_t vocab_size) {
+  std::string s = text;
+  std::replace(s.begin(), s.end(), ',', ' ');
+  std::istringstream in(s);
+  std::vector<int32_t> ids;
+  std::string word;
+  while (in >> word) {
+    size_t used = 0;
+    long long v = -1;
+    try {
+      v = std::stoll(word, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    MOET_CHECK(used == word.size() && v >= 0 && v < vocab_size, "--prompt-ids: '", word,
+               "' is not a token id in [0, ", vocab_size, ")");
+    ids.push_back(int32_t(v));
+  }
+  return ids;
+}
+
+// Bytes of s that form complete UTF-8 sequences, from the start: an incomplete sequence at the
+// end (its lead byte and fewer continuation bytes than it announces) is held back.
+size_t complete_utf8_prefix(const std::string& s) {
+  const size_t n = s.size();
+  for (size_t back = 1; back <= std::min<size_t>(4, n); ++back) {
+    const unsigned char c = static_cast<unsigned char>(s[n - back]);
+    if ((c & 0xC0) == 0x80) continue;  // a continuation byte: look further back
+    const size_t want = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+    return back < want ? n - back : n;
+  }
+  return n;
+}
+
+// Writes the text of the tokens so far as they come: each time, the decoded text beyond what is
+// already out, less an incomplete UTF-8 sequence at its end (or a trailing U+FFFD that a
+// tokenizer may write for one) — those wait for the next token.
+class TextStream {
+ public:
+  explicit TextStream(const Tokenizer& tok) : tok_(tok) {}
+  void push(int32_t id) {
+    if (id >= tok_.vocab_size()) return;  // a model id the tokenizer has no text for
+    ids_.push_back(id);
+    const std::string text = tok_.decode(ids_);
+    size_t safe = complete_utf8_prefix(text);
+    static const std::string kReplacement = "\xEF\xBF\xBD";
+    if (safe == text.size() && text.size() >= 3 && text.compare(safe - 3, 3, kReplacement) == 0)
+      safe -= 3;
+    write(text, safe);
+  }
+  void finish() {
+    const std::string text = tok_.decode(ids_);
+    write(text, text.size());
+  }
+
+ private:
+  void write(const std::string& text, size_t end) {
+    if (end <= printed_) return;
+    std::fwrite(text.data() + printed_, 1, end - printed_, stdout);
+    std::fflush(stdout);
+    printed_ = end;
+  }
+  const Tokenizer& tok_;
+  std::vector<int32_t> ids_;
+  size_t printed_ = 0;
+};
+
+std::string kilobytes(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f KB", double(bytes) / 1e3);
+  return buf;
+}
+
+}  // namespace
+
+CLI::App* add_generate_command(CLI::App& app, GenerateArgs& a) {
+  CLI::App* c = app.add_subcommand(
+      "generate", "continue a prompt with a checkpoint's model (KV-cached decoding, streamed)");
+  c->add_option("--checkpoint", a.checkpoint, "a run directory or a step directory")->required();
+  auto* text = c->add_option("--prompt", a.prompt, "the text to continue");
+  auto* ids = c->add_option("--prompt-ids", a.prompt_ids,
+                            "the prompt as token ids instead, e.g. \"1 2 3\"");
+  text->excludes(ids);
+  ids->excludes(text);
+  c->add_option("--tokenizer", a.tokenizer,
+                "'byte' or a tokenizer.json (default: tokenizer.json in the step or run "
+                "directory, else bytes)");
+  c->add_option("--max-new-tokens", a.max_new_tokens,
+                "tokens to generate at most (default min(128, max_position_embeddings - prompt))");
+  c->add_option("--temperature", a.temperature, "softmax temperature; 0: greedy")
+      ->capture_default_str();
+  c->add_option("--top-k", a.top_k, "sample among the k most likely tokens (0: all)")
+      ->capture_default_str();
+  c->add_option("--top-p", a.top_p, "sample within the nucleus of this probability mass, (0, 1]")
+      ->capture_default_str();
+  c->add_option("--seed", a.seed, "seed of the sampling")->capture_default_str();
+  c->add_option("--threads", a.threads, "threads (default: all cores)");
+  c->add_flag("--print-ids", a.print_ids,
+              "print the new token ids (one line, space-separated) instead of text");
+  return c;
+}
+
+void run_generate(const GenerateArgs& a) {
+  MOET_CHECK(a.threads >= 0, "--threads must be >= 0, got ", a.threads);
+  MOET_CHECK(a.max_new_tokens >= 0, "--max-new-tokens must be positive, got ", a.max_new_tokens);
+  GenerateOptions o;
+  o.sampling = {a.temperature, a.top_k, a.top_p, a.seed};
+  Sampler check(o.sampling);  // bad sampling flags fail before the weights load
+  if (a.threads > 0) ops::set_num_threads(a.threads);
+  const std::string step = resolve_checkpoint_dir(a.checkpoint);
+  const ModelConfig cfg = load_model_config(step + "/config.json");
+  const auto tok = load_tokenizer(tokenizer_spec(a.tokenizer, step));
+  MOET_CHECK(tok->vocab_size() <= cfg.vocab_size, "the tokenizer (", tok->describe(), ") has ",
+             tok->vocab_size(), " ids but the model's vocab_size is ", cfg.vocab_size);
+  const std::vector<int32_t> prompt =
+      a.prompt_ids.empty() ? tok->encode(a.prompt) : parse_ids(a.prompt_ids, cfg.vocab_size);
+  MOET_CHECK(!prompt.empty(), "the prompt is empty: give --prompt TEXT or --prompt-ids IDS");
+  const int64_t room = cfg.max_position_embeddings - int64_t(prompt.size());
+  MOET_CHECK(room > 0, "the prompt's ", prompt.size(),
+             " tokens leave no room within max_position_embeddings (", cfg.max_position_embeddings,
+             ")");
+  o.max_new_tokens = a.max_new_tokens > 0 ? a.max_new_tokens : std::min<int64_t>(128, room);
+  o.stop_id = tok->eod_id();
+  Model model(cfg, 1, 1);
+  load_checkpoint_weights(step, model.params());
+
+  TextStream stream(*tok);
+  std::vector<int32_t> out;
+  const GenerateResult r = generate(model, prompt, o, [&](int32_t id) {
+    if (a.print_ids)
+      out.push_back(id);
+    else
+      stream.push(id);
+  });
+  if (a.print_ids) {
+    for (size_t i = 0; i < out.size(); ++i) std::printf("%s%d", i ? " " : "", out[i]);
+  } else {
+    stream.finish();
+  }
+  std::printf("\n");
+  std::fflush(stdout);
+  const int64_t steps = int64_t(r.tokens.size()) - 1;  // one-token forwards after the prefill
+  std::fprintf(stderr,
+               "moet generate: prefill %zu tokens in %.3f s (%.1f tokens/s), decode %lld tokens "
+               "in %.3f s (%.1f tokens/s); KV cache %s per token (expanded K/V: %s); tokenizer: "
+               "%s\n",
+               prompt.size(), r.prefill_seconds, double(prompt.size()) / r.prefill_seconds,
+               (long long)steps, r.decode_seconds,
+               steps > 0 ? double(steps) / r.decode_seconds : 0.0,
+               kilobytes(KvCache::bytes_per_token(cfg)).c_str(),
+               kilobytes(KvCache::expanded_bytes_per_token(cfg)).c_str(), tok->describe().c_str());
+}
+
+}  // namespace moet::cli
