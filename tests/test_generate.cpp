@@ -1,7 +1,7 @@
 // Generation (docs/generate.md): decoding over the KV cache of MLA latents gives the logits of a
 // full forward over the whole sequence, for several model shapes and prefill splits; the sampler
-// (greedy, top-k, top-p, temperature, seeds); generate()'s stop token; and `moet eval`'s bits per
-// byte against a hand computation.
+// (greedy, top-k, top-p, temperature, seeds); generate()'s stop token; the streamed text; and
+// `moet eval`'s bits per byte against a hand computation.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,6 +15,8 @@
 #include "core/rng.h"
 #include "data/byte_tokenizer.h"
 #include "data/dataset.h"
+#include "data/text_stream.h"
+#include "kernels/ops.h"
 #include "model/inference.h"
 #include "model/model.h"
 #include "model/sampling.h"
@@ -96,6 +98,24 @@ TEST(KvCacheDecode, VariantsEqualFullForward) {
   dense.tie_word_embeddings = true;
   dense.num_nextn_predict_layers = 0;
   EXPECT_LT(decode_vs_full(dense, {7}, 20), kTol);
+}
+
+TEST(KvCacheDecode, CausalSoftmaxRows) {
+  // 2 heads x 3 queries at positions 4, 5, 6 over 8 cached positions
+  const int64_t n = 3, R = 2 * n, S = 8, first = 4;
+  std::vector<float> s(size_t(R * S));
+  for (size_t i = 0; i < s.size(); ++i) s[i] = float(std::sin(0.7 * double(i)) * 3.0);
+  const std::vector<float> x = s;
+  Tensor t(s.data(), DType::F32, {R, S});
+  ops::causal_softmax_rows(t, n, first, 0.5);
+  for (int64_t r = 0; r < R; ++r) {
+    const int64_t last = first + r % n;
+    double z = 0;
+    for (int64_t c = 0; c <= last; ++c) z += std::exp(0.5 * x[r * S + c]);
+    for (int64_t c = 0; c < S; ++c)
+      EXPECT_NEAR(s[r * S + c], c <= last ? std::exp(0.5 * x[r * S + c]) / z : 0.0, 1e-6)
+          << "row " << r << " col " << c;
+  }
 }
 
 TEST(KvCacheDecode, SizesAndLimits) {
@@ -215,6 +235,26 @@ TEST(Generate, GreedyFollowsFullForwardAndStops) {
   EXPECT_EQ(generate(m, prompt, o).tokens, generate(m, prompt, o).tokens);
   o.max_new_tokens = c.max_position_embeddings;  // no room left after the prompt
   EXPECT_THROW(generate(m, prompt, o), Error);
+}
+
+TEST(TextStream, HoldsBackIncompleteUtf8) {
+  EXPECT_EQ(complete_utf8_prefix(""), 0u);
+  EXPECT_EQ(complete_utf8_prefix("a\xC3"), 1u);
+  EXPECT_EQ(complete_utf8_prefix("\xE6\x97"), 0u);
+  EXPECT_EQ(complete_utf8_prefix("\xE6\x97\xA5"), 3u);
+  EXPECT_EQ(complete_utf8_prefix("ab\xF0\x9F\x98"), 2u);
+  const ByteTokenizer tok;
+  std::vector<std::string> pieces;
+  TextStream stream(tok, [&](std::string_view p) { pieces.emplace_back(p); });
+  for (unsigned char c : std::string("caf\xC3\xA9 \xE6\x97\xA5!")) stream.push(c);
+  stream.push(ByteTokenizer::kEod);  // no text
+  stream.push(0xF0);                 // an emoji's first two bytes, never completed
+  stream.push(0x9F);
+  const std::vector<std::string> held = pieces;
+  stream.finish();
+  EXPECT_EQ(held, (std::vector<std::string>{"c", "a", "f", "\xC3\xA9", " ", "\xE6\x97\xA5", "!"}));
+  ASSERT_EQ(pieces.size(), held.size() + 1);
+  EXPECT_EQ(pieces.back(), "\xF0\x9F");  // the end writes what was held back
 }
 
 TEST(BitsPerByte, ByteTokenizerLengths) {

@@ -7,6 +7,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "core/error.h"
+#include "data/text_stream.h"
 #include "data/tokenizer.h"
 #include "kernels/ops.h"
 #include "model/inference.h"
@@ -46,52 +47,6 @@ std::vector<int32_t> parse_ids(const std::string& text, int64_t vocab_size) {
   }
   return ids;
 }
-
-// Bytes of s that form complete UTF-8 sequences, from the start: an incomplete sequence at the
-// end (its lead byte and fewer continuation bytes than it announces) is held back.
-size_t complete_utf8_prefix(const std::string& s) {
-  const size_t n = s.size();
-  for (size_t back = 1; back <= std::min<size_t>(4, n); ++back) {
-    const unsigned char c = static_cast<unsigned char>(s[n - back]);
-    if ((c & 0xC0) == 0x80) continue;  // a continuation byte: look further back
-    const size_t want = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
-    return back < want ? n - back : n;
-  }
-  return n;
-}
-
-// Writes the text of the tokens so far as they come: each time, the decoded text beyond what is
-// already out, less an incomplete UTF-8 sequence at its end (or a trailing U+FFFD that a
-// tokenizer may write for one) — those wait for the next token.
-class TextStream {
- public:
-  explicit TextStream(const Tokenizer& tok) : tok_(tok) {}
-  void push(int32_t id) {
-    if (id >= tok_.vocab_size()) return;  // a model id the tokenizer has no text for
-    ids_.push_back(id);
-    const std::string text = tok_.decode(ids_);
-    size_t safe = complete_utf8_prefix(text);
-    static const std::string kReplacement = "\xEF\xBF\xBD";
-    if (safe == text.size() && text.size() >= 3 && text.compare(safe - 3, 3, kReplacement) == 0)
-      safe -= 3;
-    write(text, safe);
-  }
-  void finish() {
-    const std::string text = tok_.decode(ids_);
-    write(text, text.size());
-  }
-
- private:
-  void write(const std::string& text, size_t end) {
-    if (end <= printed_) return;
-    std::fwrite(text.data() + printed_, 1, end - printed_, stdout);
-    std::fflush(stdout);
-    printed_ = end;
-  }
-  const Tokenizer& tok_;
-  std::vector<int32_t> ids_;
-  size_t printed_ = 0;
-};
 
 std::string kilobytes(int64_t bytes) {
   char buf[32];
@@ -152,7 +107,10 @@ void run_generate(const GenerateArgs& a) {
   Model model(cfg, 1, 1);
   load_checkpoint_weights(step, model.params());
 
-  TextStream stream(*tok);
+  TextStream stream(*tok, [](std::string_view piece) {
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
+    std::fflush(stdout);
+  });
   std::vector<int32_t> out;
   const GenerateResult r = generate(model, prompt, o, [&](int32_t id) {
     if (a.print_ids)
