@@ -57,4 +57,10 @@ expect_error "exceed max_position_embeddings (64)" "${gen[@]}" --prompt "Hello" 
 expect_error "not a token id in [0, 257)" "${gen[@]}" --prompt-ids "1 2 999"
 expect_error "the prompt is empty" "${gen[@]}" --prompt ""
 expect_error "excludes" "${gen[@]}" --prompt "a" --prompt-ids "1"
+# the tokenizer: a tokenizer.json in the run directory is the one used (this one is no tokenizer,
+# so loading it fails, naming it); --tokenizer byte overrides it
+echo '{}' >"$tmp/run/tokenizer.json"
+expect_error "$tmp/run/tokenizer.json" "${gen[@]}" --prompt "x" --max-new-tokens 2
+"${gen[@]}" --tokenizer byte --prompt "x" --max-new-tokens 2 >/dev/null 2>&1 ||
+  fail "--tokenizer byte beside a run's tokenizer.json"
 echo "generate_cli: ok"
