@@ -10,6 +10,7 @@
 #include "cli/generate_commands.h"
 #include "cli/hf_commands.h"
 #include "cli/sim_commands.h"
+#include "cli/tokenizer_commands.h"
 #include "core/error.h"
 #include "parallel/mpi_communicator.h"
 #include "train/trainer.h"
@@ -130,6 +131,7 @@ int main(int argc, char** argv) {
   moet::cli::ImportHfArgs import_hf;
   moet::cli::EvalArgs eval;
   moet::cli::GenerateArgs generate;
+  moet::cli::TokenizerArgs tokenizer;
   // Every command but train: its parser and what it runs (returning the exit status).
   struct Tool {
     CLI::App* app;
@@ -149,6 +151,8 @@ int main(int argc, char** argv) {
       {moet::cli::add_eval_command(app, eval), [&] { return moet::cli::run_eval(eval), 0; }},
       {moet::cli::add_generate_command(app, generate),
        [&] { return moet::cli::run_generate(generate), 0; }},
+      {moet::cli::add_tokenizer_command(app, tokenizer),
+       [&] { return moet::cli::run_tokenizer(tokenizer); }},
   };
   if (argc > 1 && argv[1][0] != '-') {
     std::string names = "train";

@@ -29,6 +29,15 @@ class Tokenizer {
     encode_append(text, out);
     return out;
   }
+  // Frames the ids of one text as the tokenizer's post-processor does when Hugging Face's
+  // encode(text, add_special_tokens=True) runs (e.g. a BOS in front); nothing by default.
+  virtual void add_special_tokens(std::vector<int32_t>& ids) const { (void)ids; }
+  // encode(text), framed by add_special_tokens when `add_special`.
+  std::vector<int32_t> encode(std::string_view text, bool add_special) const {
+    std::vector<int32_t> out = encode(text);
+    if (add_special) add_special_tokens(out);
+    return out;
+  }
   // The text of `ids` (special tokens written out as their text). Throws moet::Error for an id
   // outside [0, vocab_size()).
   virtual std::string decode(const int32_t* ids, int64_t n) const = 0;
