@@ -37,6 +37,7 @@ class BpeTokenizer : public Tokenizer {
   // The post-processor's BOS (the special token before the text in its template), if any.
   std::optional<int32_t> bos_id() const { return bos_; }
 
+  using Tokenizer::decode;
   using Tokenizer::encode;
   // Text to ids: invalid UTF-8 is first replaced by U+FFFD (docs/tokenizer.md), added tokens
   // written in the text are recognised, no BOS/EOS.
