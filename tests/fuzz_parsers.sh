@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Fuzzes the checkpoint parsers (fuzz/README.md): builds each libFuzzer target with clang,
-# AddressSanitizer and UndefinedBehaviorSanitizer into BUILD_DIR/fuzz/, then runs each for
-# SECONDS on a copy of its seed corpus (BUILD_DIR/fuzz/corpus/<target>/, kept between runs, so
+# Fuzzes the checkpoint parsers and the tokenizer.json loader (fuzz/README.md): builds each
+# libFuzzer target with clang, AddressSanitizer and UndefinedBehaviorSanitizer into
+# BUILD_DIR/fuzz/, then runs each for SECONDS on a copy of its seed corpus (BUILD_DIR/fuzz/corpus/<target>/, kept between runs, so
 # fuzz/corpus/ in the repository is never modified). Fails on any crash, leak, timeout, memory
 # blow-up, sanitizer report or broken invariant; the input that caused it is saved as
 # BUILD_DIR/fuzz/artifacts/<target>-crash-... and the log's tail is printed.
@@ -28,19 +28,24 @@ common=(src/checkpoint/crc32c.cpp src/core/error.cpp)
 declare -A sources=(
   [safetensors]="src/checkpoint/safetensors.cpp src/core/tensor.cpp"
   [checkpoint_index]="src/checkpoint/checkpoint_index.cpp"
+  [tokenizer_json]="src/data/bpe_tokenizer.cpp src/data/pretokenizer.cpp src/data/text_bytes.cpp src/core/file_io.cpp"
 )
-targets=(safetensors checkpoint_index)
+# Libraries a target links beyond the sanitizers (PCRE2 for the tokenizer's regexes).
+declare -A libs=(
+  [tokenizer_json]="$(pkg-config --libs libpcre2-8 2>/dev/null || echo -lpcre2-8)"
+)
+targets=(safetensors checkpoint_index tokenizer_json)
 
 # Builds fuzz_<target> unless it is newer than everything it is made from.
 build() {
   local t="$1" bin="$out/fuzz_$1"
-  if [ -x "$bin" ] && [ -z "$(find "$root/src/checkpoint" "$root/src/core" \
+  if [ -x "$bin" ] && [ -z "$(find "$root/src/checkpoint" "$root/src/core" "$root/src/data" \
         "$root/fuzz/fuzz_$t.cpp" -newer "$bin" -print -quit)" ]; then
     return 0
   fi
   # shellcheck disable=SC2086
   (cd "$root" && "$cxx" "${flags[@]}" "fuzz/fuzz_$t.cpp" ${sources[$t]} "${common[@]}" \
-     -o "$bin.tmp") && mv "$bin.tmp" "$bin"
+     ${libs[$t]:-} -o "$bin.tmp") && mv "$bin.tmp" "$bin"
 }
 
 # Runs fuzz_<target> for $seconds; its log goes to $out/fuzz_<target>.log. After a clean run
@@ -60,7 +65,7 @@ run() {
   fi
 }
 
-# Both cores: the two targets build, then run, side by side.
+# All cores: the targets build, then run, side by side.
 pids=()
 for t in "${targets[@]}"; do build "$t" & pids+=($!); done
 for p in "${pids[@]}"; do wait "$p" || { echo "fuzz_parsers: build failed" >&2; exit 1; }; done

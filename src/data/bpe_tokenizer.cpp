@@ -13,8 +13,9 @@ namespace moet {
 
 namespace {
 
-// Ids are capped so a hostile file cannot make moet allocate gigabytes for one id.
-constexpr int64_t kMaxId = (int64_t{1} << 24) - 1;
+// Ids are capped so a hostile file cannot make moet allocate gigabytes for one id (real
+// vocabularies have at most a few hundred thousand).
+constexpr int64_t kMaxId = (int64_t{1} << 21) - 1;
 
 uint64_t hash_bytes(std::string_view s) {
   uint64_t h = 0x9E3779B97F4A7C15ULL ^ s.size();

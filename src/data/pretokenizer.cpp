@@ -120,6 +120,8 @@ void PreTokenizer::parse(const nlohmann::json& j, const std::string& where,
     for (const auto& p : j["pretokenizers"]) parse(p, where, steps, byte_level);
     return;
   }
+  // Words pass the steps recursively: a bound keeps a hostile file from exhausting the stack.
+  MOET_CHECK(steps.size() < 64, where, ": more than 64 pre-tokenizer steps");
   Step s;
   if (type == "ByteLevel") {
     s.add_prefix_space = get_bool(j, "add_prefix_space", true, at);
