@@ -30,9 +30,9 @@ declare -A sources=(
   [checkpoint_index]="src/checkpoint/checkpoint_index.cpp"
   [tokenizer_json]="src/data/bpe_tokenizer.cpp src/data/pretokenizer.cpp src/data/text_bytes.cpp src/core/file_io.cpp"
 )
-# Libraries a target links beyond the sanitizers (PCRE2 for the tokenizer's regexes).
+# Libraries a target links beyond the sanitizers (PCRE2 and ICU for the tokenizer).
 declare -A libs=(
-  [tokenizer_json]="$(pkg-config --libs libpcre2-8 2>/dev/null || echo -lpcre2-8)"
+  [tokenizer_json]="$(pkg-config --libs libpcre2-8 icu-uc 2>/dev/null || echo -lpcre2-8 -licuuc)"
 )
 targets=(safetensors checkpoint_index tokenizer_json)
 

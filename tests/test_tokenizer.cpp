@@ -79,6 +79,27 @@ TEST(TextBytes, InvalidUtf8BecomesReplacementCharacters) {
   EXPECT_EQ(utf8_valid_prefix("abc\xE2\x82\xAC\xFF"), 6u);
 }
 
+TEST(TextBytes, Nfc) {
+  EXPECT_EQ(nfc("Cafe\xCC\x81"), "Caf\xC3\xA9");                   // e + combining acute -> é
+  EXPECT_EQ(nfc("\xE2\x84\xAB"), "\xC3\x85");                      // the Angstrom sign -> Å
+  EXPECT_EQ(nfc("plain ascii \xC3\xA9"), "plain ascii \xC3\xA9");  // already NFC
+}
+
+TEST(BpeTokenizer, NfcNormalizer) {
+  json j = tiny();
+  j["model"]["vocab"]["\xC3\x83"] = 9;   // byte 0xC3 (spelled Ã)
+  j["model"]["vocab"]["\xC2\xA1"] = 10;  // byte 0xA1 (spelled ¡)
+  j["model"]["vocab"]["\xC3\x8C"] = 11;  // byte 0xCC (spelled Ì)
+  const auto plain = load(j);
+  j["normalizer"] = {{"type", "NFC"}};
+  const auto t = load(j);
+  // a + U+0301 is composed to á (C3 A1) first; without NFC its bytes are 61 CC 81 (0x81 is not
+  // in this vocab, so it is dropped).
+  EXPECT_EQ(t->encode("a\xCC\x81"), ids({9, 10}));
+  EXPECT_EQ(t->encode("\xC3\xA1"), ids({9, 10}));
+  EXPECT_EQ(plain->encode("a\xCC\x81"), ids({0, 11}));
+}
+
 TEST(PreTokenizer, Gpt2Split) {
   const PreTokenizer p = PreTokenizer::gpt2();
   std::vector<std::string> words;
@@ -184,8 +205,11 @@ TEST(BpeTokenizer, RefusesWhatItDoesNotSupport) {
                         {"pretokenizers", {{{"type", "ByteLevel"}}, {{"type", "Digits"}}}}};
   EXPECT_NE(load_error(j).find("after ByteLevel is not supported"), std::string::npos);
   j = tiny();
-  j["normalizer"] = {{"type", "NFC"}};
-  EXPECT_NE(load_error(j).find("normalizer NFC is not supported"), std::string::npos);
+  j["normalizer"] = {{"type", "NFKC"}};
+  EXPECT_NE(load_error(j).find("normalizer NFKC is not supported"), std::string::npos);
+  j["normalizer"] = {{"type", "Sequence"},
+                     {"normalizers", {{{"type", "NFC"}}, {{"type", "Lowercase"}}}}};
+  EXPECT_NE(load_error(j).find("normalizer Lowercase is not supported"), std::string::npos);
   j = tiny();
   j["decoder"] = {{"type", "WordPiece"}};
   EXPECT_NE(load_error(j).find("decoder WordPiece is not supported"), std::string::npos);

@@ -6,8 +6,9 @@ cases, unusual Unicode spaces), for:
       PreTrainedTokenizerFast);
   (b) one `tokenizers` trains with its BpeTrainer and ByteLevel (GPT-2 style), and a variant with
       a prefix space, added tokens (lstrip/rstrip/single_word/normalized) and a BOS/EOS template;
-  (c) Llama-3 style (Split with Llama 3's regex, ByteLevel without its regex, ignore_merges) and
-      DeepSeek-V3 style (a Sequence of three Splits, then ByteLevel), trained by `tokenizers`;
+  (c) Llama-3 style (Split with Llama 3's regex, ByteLevel without its regex, ignore_merges),
+      DeepSeek-V3 style (a Sequence of three Splits, then ByteLevel) and Qwen 2 style (NFC, its
+      Split, ByteLevel), trained by `tokenizers`;
   (d) Split behaviours (Removed, MergedWithPrevious/Next, Contiguous, invert) and Digits.
 Decoding is compared too (round trips and random id sequences, partial UTF-8 included), and
 invalid UTF-8 input is checked to encode as its U+FFFD replacement (docs/tokenizer.md).
@@ -158,6 +159,8 @@ def edit(path, out, fn):
 
 LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+"
           r"[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+         r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 DEEPSEEK = [r"\p{N}{1,3}", "[一-龥\u3040-ゟ゠-ヿ]+",
             r"""[!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+"""
             r"""| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""]
@@ -272,6 +275,24 @@ def main():
     d = train_hf(ds_pre, text_file, w("c_deepseek_v3.json"),
                  specials=("<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"))
     compare(moet, "(c) DeepSeek-V3 style", d, texts, rng)
+
+    # Qwen 2 style: NFC, Split with single digits, ByteLevel without regex; a normalized added
+    # token written decomposed.
+    qwen_pre = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    q = train_hf(qwen_pre, text_file, w("c_qwen2.json"), specials=("<|endoftext|>", "<|im_end|>"))
+
+    def qwen_extras(j):
+        j["normalizer"] = {"type": "NFC"}
+        n = max(j["model"]["vocab"].values()) + 1
+        j["added_tokens"].append({"id": n, "content": "Cafe\u0301!", "single_word": False,
+                                  "lstrip": False, "rstrip": False, "normalized": True,
+                                  "special": False})
+    q2 = edit(q, w("c_qwen2_nfc.json"), qwen_extras)
+    nfc_texts = texts + ["Cafe\u0301! Café! e\u0301\u0301 \u212b \u1100\u1161\u11a8 Å",
+                         "\u0041\u030a\u0301 ḍ̇ q̣̇ \uf900 \u2126 \u00c5"]
+    compare(moet, "(c) Qwen 2 style with NFC", q2, nfc_texts, rng)
 
     # (d) Split behaviours and Digits on tokenizer (b)'s model.
     cases = {

@@ -230,15 +230,27 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::from_json_text(std::string_view text
 
 void BpeTokenizer::load(const nlohmann::json& j, const std::string& where) {
   MOET_CHECK(j.is_object(), where, ": a tokenizer.json must be a JSON object");
-  // Normalizer: none, or an empty Sequence.
+  // Normalizer: none, NFC, or a Sequence of at most those.
   const auto& norm = field(j, "normalizer");
   if (!norm.is_null()) {
     const auto& type = field(norm, "type");
-    const bool empty_sequence = type == "Sequence" && field(norm, "normalizers").is_array() &&
-                                field(norm, "normalizers").empty();
-    MOET_CHECK(empty_sequence, where, ": normalizer ",
-               type.is_string() ? type.get<std::string>() : norm.dump(),
-               " is not supported (moet supports no normalizer)");
+    bool ok = type == "NFC";
+    if (type == "Sequence" && field(norm, "normalizers").is_array()) {
+      ok = true;
+      for (const auto& n : norm["normalizers"]) {
+        ok &= field(n, "type") == "NFC";
+        if (!ok)
+          throw Error(
+              where + ": normalizer " +
+              (field(n, "type").is_string() ? field(n, "type").get<std::string>() : n.dump()) +
+              " is not supported (moet supports none or NFC)");
+      }
+      nfc_ = !norm["normalizers"].empty();
+    } else {
+      nfc_ = ok;
+    }
+    MOET_CHECK(ok, where, ": normalizer ", type.is_string() ? type.get<std::string>() : norm.dump(),
+               " is not supported (moet supports none or NFC)");
   }
   const auto& dec = field(j, "decoder");
   MOET_CHECK(field(dec, "type") == "ByteLevel", where, ": decoder ",
@@ -340,6 +352,7 @@ void BpeTokenizer::load_added(const nlohmann::json& a, const std::string& where)
                ": an added token needs a non-empty \"content\" string");
     AddedToken tok;
     tok.content = content.get<std::string>();
+    tok.match = tok.content;
     MOET_CHECK(utf8_valid_prefix(tok.content) == tok.content.size(), where, ": added token ",
                content.dump(), " is not valid UTF-8");
     const std::string at = where + ": added token " + content.dump();
@@ -362,20 +375,27 @@ void BpeTokenizer::load_added(const nlohmann::json& a, const std::string& where)
       bytes_.resize(tok.id + 1, "");
       kind_.resize(tok.id + 1, 0);
     }
-    tokens_[tok.id] = tok.content;
     kind_[tok.id] = 2;
     added_by_content_[tok.content] = tok.id;
     added_.push_back(std::move(tok));
   }
+  std::string raw;
   for (size_t i = 0; i < added_.size(); ++i) {
+    // Tokens matched in normalized text are matched, named and decoded by their normalized
+    // spelling; the ByteLevel decoder turns that spelling into bytes like any token's (its raw
+    // UTF-8 when a character lies outside the byte-level alphabet).
+    if (added_[i].normalized && nfc_) added_[i].match = nfc(added_[i].content);
+    const int32_t id = added_[i].id;
+    tokens_[id] = added_[i].match;
+    bytes_[id] = byte_level_to_bytes(added_[i].match, raw) ? raw : added_[i].match;
     AddedSet& set = sets_[added_[i].normalized ? 1 : 0];
-    set.by_first[static_cast<uint8_t>(added_[i].content[0])].push_back(static_cast<int32_t>(i));
+    set.by_first[static_cast<uint8_t>(added_[i].match[0])].push_back(static_cast<int32_t>(i));
     set.empty = false;
   }
   for (AddedSet& set : sets_)
     for (auto& v : set.by_first)
       std::stable_sort(v.begin(), v.end(), [&](int32_t x, int32_t y) {
-        return added_[x].content.size() > added_[y].content.size();
+        return added_[x].match.size() > added_[y].match.size();
       });
 }
 
@@ -512,7 +532,11 @@ void BpeTokenizer::split_added(std::string_view text, int pass, std::vector<int3
     if (e <= b) return;
     const std::string_view g = text.substr(b, e - b);
     if (pass == 0) {
-      split_added(g, 1, out);
+      if (nfc_) {
+        split_added(nfc(g), 1, out);
+      } else {
+        split_added(g, 1, out);
+      }
     } else {
       auto word = [&](std::string_view w) { bpe(w, out); };
       pre_->split(g, word);
@@ -530,7 +554,7 @@ void BpeTokenizer::split_added(std::string_view text, int pass, std::vector<int3
     const auto& cands = set.by_first[static_cast<uint8_t>(text[pos])];
     const AddedToken* hit = nullptr;
     for (int32_t c : cands) {
-      const std::string& s = added_[c].content;
+      const std::string& s = added_[c].match;
       if (s.size() <= text.size() - pos &&
           std::memcmp(text.data() + pos, s.data(), s.size()) == 0) {
         hit = &added_[c];
@@ -541,7 +565,7 @@ void BpeTokenizer::split_added(std::string_view text, int pass, std::vector<int3
       ++pos;
       continue;
     }
-    size_t start = pos, stop = pos + hit->content.size();
+    size_t start = pos, stop = pos + hit->match.size();
     pos = stop;
     if (hit->single_word) {
       const bool start_space = start == 0 || !word_char_at_end(text.substr(0, start));
@@ -642,27 +666,16 @@ void BpeTokenizer::bpe(std::string_view word, std::vector<int32_t>& out) const {
 }
 
 std::string BpeTokenizer::decode(const int32_t* ids, int64_t n) const {
-  std::string out, chunk;
-  auto flush = [&] {
-    if (chunk.empty()) return;
-    if (utf8_valid_prefix(chunk) == chunk.size())
-      out += chunk;
-    else
-      out += utf8_replace_invalid(chunk);
-    chunk.clear();
-  };
+  // Every token, added ones too, goes through the ByteLevel decoder as in tokenizers: its bytes
+  // (bytes_), then one lossy UTF-8 conversion of them all.
+  std::string out;
   for (int64_t i = 0; i < n; ++i) {
     const int32_t id = ids[i];
     MOET_CHECK(id >= 0 && id < vocab_size(), "token id ", id, " at position ", i,
                " is outside the vocabulary [0, ", vocab_size(), ") of ", where_);
-    if (kind_[id] == 2) {
-      flush();
-      out += tokens_[id];
-    } else if (kind_[id] == 1) {
-      chunk += bytes_[id];
-    }
+    out += bytes_[id];
   }
-  flush();
+  if (utf8_valid_prefix(out) != out.size()) out = utf8_replace_invalid(out);
   return out;
 }
 

@@ -43,10 +43,11 @@ class BpeTokenizer : public Tokenizer {
   // written in the text are recognised, no BOS/EOS.
   void encode_append(std::string_view text, std::vector<int32_t>& out) const override;
   void add_special_tokens(std::vector<int32_t>& ids) const override;
-  // Ids to text as tokenizers' decode(ids, skip_special_tokens=False): the byte-level tokens
-  // between added tokens become bytes, then UTF-8 with invalid sequences replaced by U+FFFD;
-  // added tokens are written as their text. Ids outside [0, vocab_size()) throw; ids inside it
-  // that name no token are skipped, as tokenizers does.
+  // Ids to text as tokenizers' decode(ids, skip_special_tokens=False): every token's
+  // byte-level spelling becomes bytes (a spelling with a character outside the byte-level
+  // alphabet, e.g. "<｜end▁of▁sentence｜>", is taken as its own UTF-8), then the whole is UTF-8
+  // with invalid sequences replaced by U+FFFD. Ids outside [0, vocab_size()) throw; ids inside
+  // it that name no token are skipped, as tokenizers does.
   std::string decode(const int32_t* ids, int64_t n) const override;
 
   // The id of a token as tokenizer.json spells it (byte-level spelling or added token's text).
@@ -57,6 +58,7 @@ class BpeTokenizer : public Tokenizer {
  private:
   struct AddedToken {
     std::string content;
+    std::string match;  // what is matched: the content, NFC'd when normalized under NFC
     int32_t id = 0;
     bool single_word = false, lstrip = false, rstrip = false, normalized = false, special = false;
   };
@@ -89,6 +91,7 @@ class BpeTokenizer : public Tokenizer {
   size_t n_merges_ = 0;
   int32_t unk_ = -1;
   bool fuse_unk_ = false, ignore_merges_ = false;
+  bool nfc_ = false;  // the normalizer is NFC
   std::vector<AddedToken> added_;
   AddedSet sets_[2];
   std::optional<PreTokenizer> pre_;

@@ -1,6 +1,12 @@
 #include "data/text_bytes.h"
 
+#include <unicode/unorm2.h>
+#include <unicode/ustring.h>
+
 #include <array>
+#include <vector>
+
+#include "core/error.h"
 
 namespace moet {
 
@@ -91,6 +97,31 @@ std::string utf8_replace_invalid(std::string_view s) {
       i += n;
     }
   }
+  return out;
+}
+
+std::string nfc(std::string_view s) {
+  // Every code point below U+0300 is NFC and none combines with what precedes it.
+  bool simple = true;
+  for (char c : s) simple &= static_cast<uint8_t>(c) < 0xCC;
+  if (simple) return std::string(s);
+  UErrorCode err = U_ZERO_ERROR;
+  const UNormalizer2* n = unorm2_getNFCInstance(&err);
+  MOET_CHECK(U_SUCCESS(err), "ICU has no NFC normalizer: ", u_errorName(err));
+  std::vector<UChar> u16(s.size() + 1), out16;
+  int32_t len16 = 0;
+  u_strFromUTF8(u16.data(), static_cast<int32_t>(u16.size()), &len16, s.data(),
+                static_cast<int32_t>(s.size()), &err);
+  MOET_CHECK(U_SUCCESS(err), "UTF-8 to UTF-16 failed: ", u_errorName(err));
+  out16.resize(static_cast<size_t>(len16) * 3 + 16);  // NFC grows text at most 3x
+  const int32_t n16 = unorm2_normalize(n, u16.data(), len16, out16.data(),
+                                       static_cast<int32_t>(out16.size()), &err);
+  MOET_CHECK(U_SUCCESS(err), "NFC failed: ", u_errorName(err));
+  std::string out(static_cast<size_t>(n16) * 3 + 4, '\0');
+  int32_t n8 = 0;
+  u_strToUTF8(out.data(), static_cast<int32_t>(out.size()), &n8, out16.data(), n16, &err);
+  MOET_CHECK(U_SUCCESS(err), "UTF-16 to UTF-8 failed: ", u_errorName(err));
+  out.resize(static_cast<size_t>(n8));
   return out;
 }
 

@@ -1,4 +1,4 @@
-// UTF-8 checks and the GPT-2 byte-level alphabet: what the byte-level BPE tokenizer
+// UTF-8 checks, NFC and the GPT-2 byte-level alphabet: what the byte-level BPE tokenizer
 // (bpe_tokenizer.h) and its trainer (bpe_trainer.h) do to text before and after the model.
 #pragma once
 #include <cstdint>
@@ -14,6 +14,10 @@ size_t utf8_valid_prefix(std::string_view s);
 // subpart (the Unicode "substitution of maximal subparts" practice that Rust's
 // String::from_utf8_lossy and Python's bytes.decode("utf-8", "replace") follow).
 std::string utf8_replace_invalid(std::string_view s);
+
+// Unicode Normalization Form C of valid UTF-8 `s` (ICU; text below U+0300 is returned as it
+// is without a conversion, being NFC already).
+std::string nfc(std::string_view s);
 
 // Appends code point `cp` as UTF-8.
 void append_utf8(std::string& out, uint32_t cp);
