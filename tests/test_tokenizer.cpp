@@ -122,6 +122,11 @@ TEST(BpeTokenizer, MergesByRank) {
   // A different rank order gives b+c first: a, bc.
   const auto other = load(tiny(json::array({"b c", "a b", "ab c"})));
   EXPECT_EQ(other->encode("abc"), ids({0, 7}));
+  // Each tokenizer has its own word cache: alternating between them keeps both right.
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(t->encode("abc"), ids({6}));
+    EXPECT_EQ(other->encode("abc"), ids({0, 7}));
+  }
   // Bytes outside the vocab are dropped (no unk token) before merging, as tokenizers does.
   EXPECT_EQ(t->encode("axb"), ids({5}));
 }

@@ -35,9 +35,17 @@ uint64_t hash_bytes(std::string_view s) {
 // Per-thread cache of word -> ids for one tokenizer (the serial tells tokenizers apart).
 class WordCache {
  public:
+  uint64_t owner() const { return owner_; }
+  void reset(uint64_t owner) {
+    owner_ = owner;
+    table_.assign(size_t{1} << 17, Entry{0, 0, 0, 0, 0});
+    mask_ = table_.size() - 1;
+    keys_.clear();
+    ids_.clear();
+    used_ = 0;
+  }
   static constexpr size_t kMaxWord = 256;
-  const int32_t* find(uint64_t owner, std::string_view w, uint64_t h, uint32_t& n) {
-    if (owner != owner_) reset(owner);
+  const int32_t* find(std::string_view w, uint64_t h, uint32_t& n) {
     for (size_t i = h & mask_;; i = (i + 1) & mask_) {
       const Entry& e = table_[i];
       if (e.key_len == 0) return nullptr;
@@ -65,20 +73,32 @@ class WordCache {
     uint32_t key_off, key_len;  // key_len 0: empty slot, else length + 1
     uint32_t ids_off, ids_len;
   };
-  void reset(uint64_t owner) {
-    owner_ = owner;
-    table_.assign(size_t{1} << 17, Entry{0, 0, 0, 0, 0});
-    mask_ = table_.size() - 1;
-    keys_.clear();
-    ids_.clear();
-    used_ = 0;
-  }
   uint64_t owner_ = 0;
   std::vector<Entry> table_;
   size_t mask_ = 0, used_ = 0;
   std::string keys_;
   std::vector<int32_t> ids_;
 };
+
+// The word caches of this thread: one per tokenizer for the last few tokenizers used, so that
+// alternating between two tokenizers does not clear a cache at every call.
+WordCache& word_cache(uint64_t owner) {
+  constexpr int kCaches = 4;
+  thread_local WordCache caches[kCaches];
+  thread_local uint64_t last_use[kCaches] = {};
+  thread_local uint64_t clock = 0;
+  int pick = 0;
+  for (int i = 0; i < kCaches; ++i) {
+    if (caches[i].owner() == owner) {
+      last_use[i] = ++clock;
+      return caches[i];
+    }
+    if (last_use[i] < last_use[pick]) pick = i;
+  }
+  caches[pick].reset(owner);
+  last_use[pick] = ++clock;
+  return caches[pick];
+}
 
 // The per-thread scratch of one BPE merge.
 struct MergeScratch {
@@ -203,8 +223,8 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::from_file(const std::string& path) {
   std::string text;
   try {
     text = read_text_file(path);
-  } catch (const Error& e) {
-    throw Error("tokenizer '" + path + "': cannot read it (" + e.what() + ")");
+  } catch (const Error&) {
+    throw Error("tokenizer '" + path + "': cannot read it (missing, unreadable or a directory)");
   }
   return from_json_text(text, "tokenizer '" + path + "'");
 }
@@ -481,8 +501,8 @@ void BpeTokenizer::pick_special_ids() {
 }
 
 std::string BpeTokenizer::describe() const {
-  std::string s = str("byte-level BPE from ", where_.substr(where_.find('\'')), ": ", vocab_size(),
-                      " ids (", n_merges_, " merges, ", added_.size(), " added tokens), eod ");
+  std::string s = str("byte-level BPE (", where_, "): ", vocab_size(), " ids (", n_merges_,
+                      " merges, ", added_.size(), " added tokens), eod ");
   s += eod_ ? str(tokens_[*eod_], " = ", *eod_) : std::string("none");
   return s;
 }
@@ -589,14 +609,14 @@ void BpeTokenizer::split_added(std::string_view text, int pass, std::vector<int3
 }
 
 void BpeTokenizer::bpe(std::string_view word, std::vector<int32_t>& out) const {
-  thread_local WordCache cache;
   thread_local MergeScratch scratch;
   const bool cacheable = word.size() <= WordCache::kMaxWord;
+  WordCache* cache = cacheable ? &word_cache(serial_) : nullptr;
   uint64_t h = 0;
   if (cacheable) {
     h = hash_bytes(word);
     uint32_t n = 0;
-    if (const int32_t* ids = cache.find(serial_, word, h, n)) {
+    if (const int32_t* ids = cache->find(word, h, n)) {
       out.insert(out.end(), ids, ids + n);
       return;
     }
@@ -661,7 +681,7 @@ void BpeTokenizer::bpe(std::string_view word, std::vector<int32_t>& out) const {
     for (int32_t i = 0; i < n; ++i)
       if (sym[i].alive) ids.push_back(sym[i].id);
   }
-  if (cacheable) cache.insert(word, h, ids.data(), static_cast<uint32_t>(ids.size()));
+  if (cacheable) cache->insert(word, h, ids.data(), static_cast<uint32_t>(ids.size()));
   out.insert(out.end(), ids.begin(), ids.end());
 }
 
