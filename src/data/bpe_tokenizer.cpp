@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <filesystem>
 
 #include "core/error.h"
 #include "core/file_io.h"
@@ -220,6 +221,9 @@ struct BpeTokenizer::PairTable {
 BpeTokenizer::~BpeTokenizer() = default;
 
 std::unique_ptr<BpeTokenizer> BpeTokenizer::from_file(const std::string& path) {
+  std::error_code ec;
+  MOET_CHECK(std::filesystem::is_regular_file(path, ec), "tokenizer '", path,
+             "': no such file (a tokenizer.json, or 'byte')");
   std::string text;
   try {
     text = read_text_file(path);
