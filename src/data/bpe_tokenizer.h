@@ -2,7 +2,9 @@
 // DeepSeek-V3 style): added tokens split out of the text, the pre-tokenizer's regex splits, BPE
 // merges by rank within each word, the post-processor's BOS/EOS on request; decode as the
 // ByteLevel decoder does. Encodes and decodes exactly as Hugging Face `tokenizers` does for what
-// it supports (docs/tokenizer.md) and refuses the rest with one line.
+// it supports (docs/tokenizer.md) and refuses the rest with one line. Once loaded it is
+// read-only: encode and decode may run on many threads at once (each thread keeps its own word
+// cache and merge scratch).
 #pragma once
 #include <cstdint>
 #include <memory>
