@@ -1,9 +1,10 @@
 // Writes the fuzzers' seed corpora (fuzz/corpus/) with moet's own writers, so the seeds are
-// files moet really produces: small safetensors files and checkpoint.json indexes.
+// files moet really produces: small safetensors files, checkpoint.json indexes and Megatron
+// indexes (.idx, after the two bytes that give the fuzz target its .bin size).
 // Build it from the repository root with the checkpoint sources it uses and run it there:
 //   clang++ -std=c++20 -Isrc fuzz/make_seed_corpus.cpp src/checkpoint/safetensors.cpp
 //     src/checkpoint/checkpoint_index.cpp src/checkpoint/crc32c.cpp src/core/error.cpp
-//     src/core/tensor.cpp -o /tmp/make_seed_corpus   (one command)
+//     src/core/tensor.cpp src/data/indexed_dataset.cpp -o /tmp/make_seed_corpus   (one command)
 //   /tmp/make_seed_corpus fuzz/corpus
 #include <cstdint>
 #include <cstdio>
@@ -17,6 +18,7 @@
 #include "checkpoint/safetensors.h"
 #include "core/bf16.h"
 #include "core/error.h"
+#include "data/indexed_dataset.h"
 
 namespace fs = std::filesystem;
 using moet::StDType;
@@ -90,6 +92,33 @@ void write_index_seeds(const fs::path& dir) {
   std::ofstream(dir / "no_tensors.json") << moet::format_checkpoint_index(empty);
 }
 
+// A dataset written by IndexedDatasetWriter, as the fuzz input: .bin size (u16) then the .idx.
+void write_indexed_seed(const fs::path& dir, const std::string& name, moet::IndexedDType dtype,
+                        const std::vector<std::vector<int32_t>>& docs) {
+  const std::string prefix = (dir / ("tmp_" + name)).string();
+  {
+    moet::IndexedDatasetWriter w(prefix, dtype, true);
+    for (const auto& d : docs) w.add_document(d);
+    w.finish();
+  }
+  std::ifstream in(prefix + ".idx", std::ios::binary);
+  const std::string idx((std::istreambuf_iterator<char>(in)), {});
+  const auto bin = static_cast<uint16_t>(fs::file_size(prefix + ".bin"));
+  std::ofstream out(dir / (name + ".idx"), std::ios::binary);
+  out.put(char(bin & 0xFF)).put(char(bin >> 8)) << idx;
+  fs::remove(prefix + ".idx");
+  fs::remove(prefix + ".bin");
+}
+
+void write_indexed_dataset_seeds(const fs::path& dir) {
+  fs::create_directories(dir);
+  write_indexed_seed(dir, "uint16_three_docs", moet::IndexedDType::kU16,
+                     {{1, 2, 3}, {256}, {7, 8}});
+  write_indexed_seed(dir, "int32_with_empty_doc", moet::IndexedDType::kI32,
+                     {{100000, 5}, {}, {129279}});
+  write_indexed_seed(dir, "no_documents", moet::IndexedDType::kU16, {});
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -100,6 +129,7 @@ int main(int argc, char** argv) {
   try {
     write_safetensors_seeds(fs::path(argv[1]) / "safetensors");
     write_index_seeds(fs::path(argv[1]) / "checkpoint_index");
+    write_indexed_dataset_seeds(fs::path(argv[1]) / "indexed_dataset");
   } catch (const moet::Error& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 1;

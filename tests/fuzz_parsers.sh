@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Fuzzes the checkpoint parsers and the tokenizer.json loader (fuzz/README.md): builds each
-# libFuzzer target with clang, AddressSanitizer and UndefinedBehaviorSanitizer into
-# BUILD_DIR/fuzz/, then runs each for SECONDS on a copy of its seed corpus (BUILD_DIR/fuzz/corpus/<target>/, kept between runs, so
+# Fuzzes the checkpoint and dataset parsers and the tokenizer.json loader (fuzz/README.md): builds
+# each libFuzzer target with clang, AddressSanitizer and UndefinedBehaviorSanitizer into
+# BUILD_DIR/fuzz/, then runs each for SECONDS on a copy of its seed corpus
+# (BUILD_DIR/fuzz/corpus/<target>/, kept between runs, so
 # fuzz/corpus/ in the repository is never modified). Fails on any crash, leak, timeout, memory
 # blow-up, sanitizer report or broken invariant; the input that caused it is saved as
 # BUILD_DIR/fuzz/artifacts/<target>-crash-... and the log's tail is printed.
@@ -29,12 +30,13 @@ declare -A sources=(
   [safetensors]="src/checkpoint/safetensors.cpp src/core/tensor.cpp"
   [checkpoint_index]="src/checkpoint/checkpoint_index.cpp"
   [tokenizer_json]="src/data/bpe_tokenizer.cpp src/data/pretokenizer.cpp src/data/text_bytes.cpp src/core/file_io.cpp"
+  [indexed_dataset]="src/data/indexed_dataset.cpp"
 )
 # Libraries a target links beyond the sanitizers (PCRE2 and ICU for the tokenizer).
 declare -A libs=(
   [tokenizer_json]="$(pkg-config --libs libpcre2-8 icu-uc 2>/dev/null || echo -lpcre2-8 -licuuc)"
 )
-targets=(safetensors checkpoint_index tokenizer_json)
+targets=(safetensors checkpoint_index tokenizer_json indexed_dataset)
 
 # Builds fuzz_<target> unless it is newer than everything it is made from.
 build() {
