@@ -11,6 +11,7 @@
 #include "checkpoint/safetensors.h"
 #include "core/error.h"
 #include "core/file_io.h"
+#include "data/tokenizer.h"
 #include "kernels/ops.h"
 #include "model/model.h"
 #include "train/evaluation.h"
@@ -60,8 +61,15 @@ CLI::App* add_eval_command(CLI::App& app, EvalArgs& a) {
       app.add_subcommand("eval", "held-out loss, perplexity and bits per byte of a checkpoint");
   c->add_option("--checkpoint", a.checkpoint, "a run directory or a step directory")->required();
   c->add_option("--data", a.data,
-                "text file or directory, or 'mock' (default: the English corpus of Debian's "
-                "fortunes package), as for moet train");
+                "text file or directory, Megatron PREFIX or blend \"W1 PREFIX1 W2 PREFIX2\", or "
+                "'mock' (default: the English corpus of Debian's fortunes package), as for moet "
+                "train");
+  c->add_option("--tokenizer", a.tokenizer,
+                "tokenizer of text data: 'byte' or a Hugging Face tokenizer.json")
+      ->capture_default_str();
+  c->add_option("--split", a.split,
+                "train,validation shares of the documents; the held-out part is evaluated "
+                "(default 95,5)");
   c->add_option("--batches", a.batches, "held-out micro-batches to evaluate")
       ->capture_default_str();
   c->add_option("--micro-batch", a.micro_batch, "sequences per micro-batch")->capture_default_str();
@@ -120,7 +128,8 @@ void run_eval(const EvalArgs& a) {
   const std::string step = resolve_checkpoint_dir(a.checkpoint);
   const ModelConfig cfg = load_model_config(step + "/config.json");
   const int64_t T = a.seq > 0 ? a.seq : std::min<int64_t>(256, cfg.max_position_embeddings);
-  const auto ds = open_token_dataset(a.data, cfg.vocab_size, a.seed);
+  const auto tokenizer = load_tokenizer(a.tokenizer);
+  const auto ds = open_token_dataset(a.data, *tokenizer, cfg.vocab_size, a.seed, a.split);
   Model model(cfg, a.micro_batch, T);
   load_checkpoint_weights(step, model.params());
   EvalDump dump;

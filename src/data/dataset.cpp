@@ -1,5 +1,7 @@
 #include "data/dataset.h"
 
+#include <glob.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -8,6 +10,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "data/byte_tokenizer.h"
+#include "data/documents.h"
 
 namespace moet {
 namespace {
@@ -35,11 +38,6 @@ std::string read_file(const std::string& path) {
   ss << in.rdbuf();
   MOET_CHECK(!in.bad(), "error reading text data file '", path, "'");
   return ss.str();
-}
-
-bool is_separator(std::string_view line) {
-  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-  return line == "%";
 }
 
 }  // namespace
@@ -87,48 +85,25 @@ void MockDataset::eval_batch(int64_t index, int64_t B, int64_t T, int32_t* out) 
 
 // ---------------------------------------------------------------------------------------------
 
-TextDataset::TextDataset(const std::vector<std::string>& paths, uint64_t seed, double eval_fraction)
+TextDataset::TextDataset(const std::vector<std::string>& paths, uint64_t seed, double eval_fraction,
+                         const Tokenizer* tokenizer)
     : seed_(seed) {
   MOET_CHECK(!paths.empty(), "text dataset: no input files given");
   MOET_CHECK(eval_fraction >= 0.0 && eval_fraction < 1.0,
              "text dataset: held-out fraction must be in [0, 1), got ", eval_fraction);
-  for (const std::string& p : paths) {
-    std::error_code ec;
-    if (fs::is_directory(p, ec)) {
-      auto listed = list_corpus_files(p);
-      MOET_CHECK(!listed.empty(), "text data directory '", p, "' holds no text files");
-      files_.insert(files_.end(), listed.begin(), listed.end());
-    } else {
-      files_.push_back(p);
-    }
-  }
+  files_ = expand_inputs(paths);
 
-  const ByteTokenizer tok;
-  std::vector<int32_t> doc;
+  const ByteTokenizer bytes;
+  const Tokenizer& tok = tokenizer ? *tokenizer : bytes;
+  vocab_ = tok.vocab_size();
+  tokenizer_ = tokenizer ? tok.describe() : "byte";
   for (const std::string& path : files_) {
     const std::string text = read_file(path);
-    size_t pos = 0;
-    size_t doc_begin = 0;
-    auto end_doc = [&](size_t doc_end) {
-      if (doc_end > doc_begin) {
-        doc.clear();
-        tok.encode_append(std::string_view(text).substr(doc_begin, doc_end - doc_begin), doc);
-        tokens_.insert(tokens_.end(), doc.begin(), doc.end());
-        tokens_.push_back(static_cast<uint16_t>(ByteTokenizer::kEod));
-        ++num_docs_;
-      }
-    };
-    while (pos < text.size()) {
-      size_t nl = text.find('\n', pos);
-      const size_t line_end = nl == std::string::npos ? text.size() : nl;
-      const size_t next = nl == std::string::npos ? text.size() : nl + 1;
-      if (is_separator(std::string_view(text).substr(pos, line_end - pos))) {
-        end_doc(pos);
-        doc_begin = next;
-      }
-      pos = next;
-    }
-    end_doc(text.size());
+    for_each_document(text, DocBoundary::kPercent, [&](std::string_view doc) {
+      tok.encode_append(doc, tokens_);
+      tokens_.push_back(tok.eod_id());
+      ++num_docs_;
+    });
   }
   MOET_CHECK(!tokens_.empty(), "no text in ",
              files_.size() == 1 ? "'" + files_[0] + "'" : str(files_.size(), " files"),
@@ -137,12 +112,12 @@ TextDataset::TextDataset(const std::vector<std::string>& paths, uint64_t seed, d
   eval_begin_ = n - static_cast<int64_t>(static_cast<double>(n) * eval_fraction);
 }
 
-int64_t TextDataset::vocab_size() const { return ByteTokenizer::kVocabSize; }
+int64_t TextDataset::vocab_size() const { return vocab_; }
 
 std::string TextDataset::describe() const {
   return str("text data: ", files_.size() == 1 ? files_[0] : str(files_.size(), " files"), ", ",
-             num_tokens(), " byte tokens in ", num_docs_, " documents (", num_train_tokens(),
-             " train, ", num_eval_tokens(), " held out), seed ", seed_);
+             num_tokens(), " ", tokenizer_, " tokens in ", num_docs_, " documents (",
+             num_train_tokens(), " train, ", num_eval_tokens(), " held out), seed ", seed_);
 }
 
 void TextDataset::fill_sequences(int64_t step, int64_t micro, int64_t first_seq, int64_t count,
@@ -156,7 +131,7 @@ void TextDataset::fill_sequences(int64_t step, int64_t micro, int64_t first_seq,
     const CounterRng rng(
         seed_, stream_id({kTrainTag, static_cast<uint64_t>(step), static_cast<uint64_t>(micro),
                           static_cast<uint64_t>(first_seq + s)}));
-    const uint16_t* src = tokens_.data() + rng.below(0, windows);
+    const int32_t* src = tokens_.data() + rng.below(0, windows);
     std::copy(src, src + T + 1, out + s * (T + 1));
   }
 }
@@ -177,7 +152,7 @@ void TextDataset::eval_batch(int64_t index, int64_t B, int64_t T, int32_t* out) 
              "; use more text, a larger held-out fraction or a shorter sequence");
   for (int64_t b = 0; b < B; ++b) {
     const int64_t w = (index * B + b) % windows;
-    const uint16_t* src = tokens_.data() + eval_begin_ + w * (T + 1);
+    const int32_t* src = tokens_.data() + eval_begin_ + w * (T + 1);
     std::copy(src, src + T + 1, out + b * (T + 1));
   }
 }
@@ -202,6 +177,33 @@ std::vector<std::string> list_corpus_files(const std::string& dir) {
   MOET_CHECK(!ec, "cannot list corpus directory '", dir, "': ", ec.message());
   std::sort(out.begin(), out.end());
   return out;
+}
+
+std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs) {
+  std::vector<std::string> files;
+  for (const std::string& in : inputs) {
+    std::error_code ec;
+    if (fs::is_directory(in, ec)) {
+      auto listed = list_corpus_files(in);
+      MOET_CHECK(!listed.empty(), "input directory '", in, "' holds no files");
+      files.insert(files.end(), listed.begin(), listed.end());
+    } else if (fs::exists(in, ec)) {
+      files.push_back(in);
+    } else {
+      MOET_CHECK(in.find_first_of("*?[") != std::string::npos, "input '", in, "' does not exist");
+      glob_t g{};
+      const int rc = ::glob(in.c_str(), 0, nullptr, &g);
+      std::vector<std::string> matched;
+      for (size_t i = 0; rc == 0 && i < g.gl_pathc; ++i)
+        if (fs::is_regular_file(g.gl_pathv[i], ec)) matched.push_back(g.gl_pathv[i]);
+      ::globfree(&g);
+      MOET_CHECK(!matched.empty(), "input pattern '", in, "' matches no file");
+      std::sort(matched.begin(), matched.end());
+      files.insert(files.end(), matched.begin(), matched.end());
+    }
+  }
+  MOET_CHECK(!files.empty(), "no input files given");
+  return files;
 }
 
 std::string default_corpus_path() {

@@ -8,6 +8,23 @@
 
 namespace moet {
 
+class Tokenizer;
+
+// How a run numbers its sequences (sample-indexed datasets, e.g. Megatron's): sequence `seq` of
+// micro-batch `micro` of step `step` is sample (step * micro_batches + micro) * seqs_per_micro +
+// seq, counted over all data-parallel ranks. The data cursor of a checkpoint is the step, so a
+// resumed run with the same layout reads exactly the samples it would have read.
+struct SampleLayout {
+  int64_t micro_batches = 1;   // micro-batches per step (gradient accumulation)
+  int64_t seqs_per_micro = 1;  // sequences of one micro-batch over all data-parallel ranks
+  int64_t steps = 0;           // steps the run trains (the samples it needs)
+  int64_t seq_len = 0;         // T: samples hold T + 1 tokens
+  int64_t sample(int64_t step, int64_t micro, int64_t seq) const {
+    return (step * micro_batches + micro) * seqs_per_micro + seq;
+  }
+  int64_t total_samples() const { return steps * micro_batches * seqs_per_micro; }
+};
+
 class TokenDataset {
  public:
   virtual ~TokenDataset() = default;
@@ -15,6 +32,10 @@ class TokenDataset {
   virtual int64_t vocab_size() const = 0;
   // One line for logs: what the data are.
   virtual std::string describe() const = 0;
+
+  // Called once before training with the run's layout; sample-indexed datasets build (or load)
+  // their index here. The default does nothing.
+  virtual void plan(const SampleLayout& layout) { (void)layout; }
 
   // Fills `count` sequences of T+1 tokens into out[count][T+1]; sequence s is the one with
   // global index first_seq + s of micro-batch `micro` of step `step` (so data-parallel ranks
@@ -51,16 +72,19 @@ class MockDataset : public TokenDataset {
   uint64_t seed_;
 };
 
-// Byte-tokenized text. Each file is split into documents at lines that are exactly "%" (the
-// fortune format; a file without such lines is one document); every non-empty document is
-// followed by the end-of-document token 256, and all are concatenated in file order. The last
+// Tokenized text (the byte tokenizer unless one is given). Each file is split into documents at
+// lines that are exactly "%" (the fortune format; a file without such lines is one document);
+// every non-empty document is followed by the tokenizer's end-of-document token, and all are
+// concatenated in file order. The last
 // `eval_fraction` of that stream is held out: training windows (T+1 consecutive tokens at
 // random offsets) lie entirely in the first part, eval windows (consecutive, non-overlapping)
 // entirely in the last part.
 class TextDataset : public TokenDataset {
  public:
   // `paths`: text files or directories (a directory stands for list_corpus_files(dir)).
-  TextDataset(const std::vector<std::string>& paths, uint64_t seed, double eval_fraction = 0.05);
+  // `tokenizer`: null for the byte tokenizer; used only while constructing.
+  TextDataset(const std::vector<std::string>& paths, uint64_t seed, double eval_fraction = 0.05,
+              const Tokenizer* tokenizer = nullptr);
 
   int64_t vocab_size() const override;
   std::string describe() const override;
@@ -76,11 +100,13 @@ class TextDataset : public TokenDataset {
   int64_t num_train_tokens() const { return eval_begin_; }
   int64_t num_eval_tokens() const { return num_tokens() - eval_begin_; }
   // The whole token stream (training part first, then the held-out part).
-  const std::vector<uint16_t>& tokens() const { return tokens_; }
+  const std::vector<int32_t>& tokens() const { return tokens_; }
 
  private:
   std::vector<std::string> files_;
-  std::vector<uint16_t> tokens_;
+  std::vector<int32_t> tokens_;
+  int64_t vocab_ = 0;
+  std::string tokenizer_;
   int64_t num_docs_ = 0;
   int64_t eval_begin_ = 0;
   uint64_t seed_;
@@ -89,6 +115,11 @@ class TextDataset : public TokenDataset {
 // The plain-text files of a corpus directory, sorted by name: regular files whose names do not
 // start with '.' and do not end in ".dat" or ".u8" (the fortune index files and UTF-8 links).
 std::vector<std::string> list_corpus_files(const std::string& dir);
+
+// The files `inputs` name: a file as it is; a directory, list_corpus_files(dir); a pattern with
+// * ? or [ that names no file, its glob matches (sorted). Throws moet::Error for a name that
+// matches nothing or a directory without files.
+std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs);
 
 // The default English corpus: the directory of Debian's `fortunes` package
 // (/usr/share/games/fortunes). Throws moet::Error saying to run scripts/install_deps.sh when

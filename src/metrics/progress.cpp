@@ -61,6 +61,9 @@ std::string format_progress_line(const StepMetrics& m) {
   if (has(m.mfu)) s += " | MFU " + fmt("%.1f", 100.0 * m.mfu) + "%";
   if (has(m.max_expert_load)) s += " | load max/mean " + fmt("%.2f", m.max_expert_load);
   if (has(m.step_time_s)) s += " | " + fmt("%.2f", m.step_time_s) + " s/step";
+  // The data wait only where it shows (>= 1 ms): a step that waited for its batch.
+  if (has(m.data_wait_s) && m.data_wait_s >= 1e-3)
+    s += " (data wait " + fmt("%.3f", m.data_wait_s) + " s)";
   if (has(m.a2a_s))
     s += " | a2a " + fmt("%.3f", m.a2a_s) + " s, exposed comm " + fmt("%.3f", m.exposed_comm_s) +
          " s, grad sync " + fmt("%.3f", m.grad_sync_s) + " s, " + fmt("%.1f", m.comm_bytes / 1e6) +
@@ -97,6 +100,7 @@ std::string metrics_json_line(const StepMetrics& m) {
   optional("min_expert_load", m.min_expert_load);
   j["tokens"] = m.tokens;
   optional("step_time_s", m.step_time_s);
+  optional("data_wait_s", m.data_wait_s);
   optional("a2a_s", m.a2a_s);
   optional("exposed_comm_s", m.exposed_comm_s);
   optional("a2a_exposed_s", m.a2a_exposed_s);

@@ -30,6 +30,7 @@ struct StepMetrics {
   double min_expert_load = kNone;  // min over experts of load / mean load
   int64_t tokens = 0;              // tokens trained on so far
   double step_time_s = kNone;
+  double data_wait_s = kNone;  // seconds the step waited for its batch (0 when data keep up)
   // Communication (under mpirun): seconds in the expert all-to-alls (dispatch + combine, forward
   // and backward), communication time not hidden behind compute, gradient reduction seconds,
   // and payload bytes this rank sent to other ranks.

@@ -16,6 +16,8 @@
 #include "checkpoint/hf.h"
 #include "core/error.h"
 #include "data/dataset.h"
+#include "data/prefetch.h"
+#include "data/tokenizer.h"
 #include "kernels/ops.h"
 #include "metrics/flops.h"
 #include "metrics/gemm_peak.h"
@@ -57,6 +59,7 @@ void validate(const TrainOptions& o) {
   MOET_CHECK(!o.deterministic || !o.a2a_overlap,
              "--deterministic runs one sequence at a time and does not combine with --a2a-overlap");
   MOET_CHECK(o.eval_every >= 0 && o.eval_batches >= 0, "--eval-every/--eval-batches must be >= 0");
+  MOET_CHECK(o.prefetch >= 0, "--prefetch must be >= 0, got ", o.prefetch);
   MOET_CHECK(o.pp >= 1 && o.vpp >= 1, "--pp and --vpp must be positive, got ", o.pp, " and ",
              o.vpp);
   MOET_CHECK(o.pp > 1 || (o.vpp == 1 && o.pp_layout.empty()),
@@ -149,7 +152,9 @@ double run_training(const TrainOptions& o, Communicator* world) {
   int threads = o.threads;
   if (threads == 0) threads = std::max(1, int(std::thread::hardware_concurrency()) / W);
   ops::set_num_threads(threads);
-  std::unique_ptr<TokenDataset> ds = open_token_dataset(o.data, cfg.vocab_size, o.seed);
+  const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(o.tokenizer);
+  std::unique_ptr<TokenDataset> ds =
+      open_token_dataset(o.data, *tokenizer, cfg.vocab_size, o.seed, o.split);
   TrainCheckpoints checkpoints(o, world);
   const bool resuming = !checkpoints.resume_dir().empty();
   std::unique_ptr<MetricsWriter> metrics;
@@ -207,6 +212,9 @@ double run_training(const TrainOptions& o, Communicator* world) {
   state.ep = int(o.ep);
   state.pipeline_stage = par->pipeline != nullptr;
   const DataShape data_shape{o.seed, T, A, int64_t(DP) * A * B};
+  // Sample-indexed data number the global batch's sequences consecutively (the cursor is the
+  // step: a resumed run reads what the uninterrupted one would have).
+  ds->plan(SampleLayout{A, int64_t(DP) * B, o.steps, T});
   int64_t first_step = 0;
   if (resuming) {
     first_step = checkpoints.restore(state, runner.optimizer(), data_shape);
@@ -306,10 +314,20 @@ double run_training(const TrainOptions& o, Communicator* world) {
   if (first_step >= o.steps && verbose)
     std::printf("the checkpoint has done %lld of --steps %lld: nothing to train\n",
                 (long long)first_step, (long long)o.steps);
+  // This rank's B sequences of each micro-batch of the global batch, prepared ahead.
+  std::optional<BatchPrefetcher> prefetcher;
+  if (o.prefetch > 0 && first_step < o.steps)
+    prefetcher.emplace(*ds, first_step, o.steps, A, par->dp_rank * B, B, T, int(o.prefetch));
   for (int64_t step = first_step; step < o.steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
-    for (int64_t a = 0; a < A; ++a)  // this rank's B sequences of the global batch
-      ds->fill_sequences(step, a, par->dp_rank * B, B, T, tokens.data() + a * B * (T + 1));
+    double data_wait = 0;
+    if (prefetcher) {
+      data_wait = prefetcher->take(step, tokens.data());
+    } else {
+      for (int64_t a = 0; a < A; ++a)
+        ds->fill_sequences(step, a, par->dp_rank * B, B, T, tokens.data() + a * B * (T + 1));
+      data_wait = seconds_since(t0);
+    }
     TraceRecorder::Span step_span(trace.get(), step_lane, "step");
     StepResult r = runner.run(step, A, micro_batch);
     step_span.end();
@@ -351,6 +369,7 @@ double run_training(const TrainOptions& o, Communicator* world) {
     m.mfu = m.tflops / peak;
     m.tokens = (step + 1) * tokens_per_step;
     m.step_time_s = dt;
+    m.data_wait_s = data_wait;
     if (dp) {
       double a2a_s = 0, a2a_exposed = 0, bytes = 0, other_nodes = 0, grad_exposed = 0;
       double rows_max = 0, rows_mean = 0;

@@ -7,7 +7,10 @@ namespace moet {
 
 struct TrainOptions {
   std::string model_path;
-  std::string data;  // "" = default English corpus, "mock", or a text file
+  std::string data;  // "" = default English corpus, "mock", text, Megatron prefix or blend
+  std::string tokenizer = "byte";  // tokenizes text data as it is read
+  std::string split;               // train,validation shares of documents ("" = 95,5)
+  int64_t prefetch = 2;            // batches prepared ahead by a background thread (0: none)
   int64_t steps = 200;
   int64_t micro_batch = 8;
   int64_t seq = 256;
