@@ -3,7 +3,7 @@
 set -euo pipefail
 pkgs=(build-essential cmake git libopenblas-openmp-dev libdnnl-dev nlohmann-json3-dev
       libcli11-dev libgtest-dev python3-torch python3-venv libtcmalloc-minimal4 fortunes
-      openmpi-bin libopenmpi-dev
+      openmpi-bin libopenmpi-dev zlib1g-dev
       libpcre2-dev libicu-dev  # the tokenizer's split regexes and NFC (docs/tokenizer.md)
       iproute2  # ip and tc for scripts/cluster.sh
       clang libclang-rt-dev)  # the parser fuzz test: clang and its libFuzzer runtime

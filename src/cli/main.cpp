@@ -8,6 +8,7 @@
 
 #include "cli/checkpoint_commands.h"
 #include "cli/generate_commands.h"
+#include "cli/data_commands.h"
 #include "cli/hf_commands.h"
 #include "cli/sim_commands.h"
 #include "cli/tokenizer_commands.h"
@@ -23,8 +24,18 @@ void add_train_command(CLI::App& app, moet::TrainOptions& o) {
   t->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   t->add_option("--model", o.model_path, "Hugging Face config.json of the model")->required();
   t->add_option("--data", o.data,
-                "training text file or directory, or 'mock' for random tokens "
-                "(default: the English corpus of Debian's fortunes package)");
+                "training text file or directory, a Megatron PREFIX (PREFIX.bin/.idx, e.g. from "
+                "moet data prepare), a blend \"0.7 PREFIX_A 0.3 PREFIX_B\", or 'mock' for random "
+                "tokens (default: the English corpus of Debian's fortunes package)");
+  t->add_option("--tokenizer", o.tokenizer,
+                "tokenizer of text data: 'byte' or a Hugging Face tokenizer.json")
+      ->capture_default_str();
+  t->add_option("--split", o.split,
+                "train,validation[,test] shares of the documents (default 95,5; the validation "
+                "part is held out for evaluation)");
+  t->add_option("--prefetch", o.prefetch,
+                "steps of batches a background thread prepares ahead (0: on the training thread)")
+      ->capture_default_str();
   t->add_option("--steps", o.steps, "optimizer steps")->capture_default_str();
   t->add_option("--micro-batch", o.micro_batch, "sequences per micro-batch")->capture_default_str();
   t->add_option("--seq", o.seq, "sequence length")->capture_default_str();
@@ -132,6 +143,7 @@ int main(int argc, char** argv) {
   moet::cli::EvalArgs eval;
   moet::cli::GenerateArgs generate;
   moet::cli::TokenizerArgs tokenizer;
+  moet::cli::DataArgs data;
   // Every command but train: its parser and what it runs (returning the exit status).
   struct Tool {
     CLI::App* app;
@@ -153,6 +165,7 @@ int main(int argc, char** argv) {
        [&] { return moet::cli::run_generate(generate), 0; }},
       {moet::cli::add_tokenizer_command(app, tokenizer),
        [&] { return moet::cli::run_tokenizer(tokenizer); }},
+      {moet::cli::add_data_command(app, data), [&] { return moet::cli::run_data(data); }},
   };
   if (argc > 1 && argv[1][0] != '-') {
     std::string names = "train";

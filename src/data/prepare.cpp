@@ -1,0 +1,261 @@
+#include "data/prepare.h"
+
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <chrono>
+#include <deque>
+#include <filesystem>
+#include <future>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "core/error.h"
+#include "core/json_depth_limit.h"
+#include "data/dataset.h"
+#include "data/documents.h"
+#include "data/indexed_dataset.h"
+#include "data/tokenizer.h"
+
+namespace moet {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr size_t kChunkBytes = 1 << 20;  // input bytes one worker task tokenizes
+
+bool ends_with(const std::string& s, std::string_view suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+bool is_jsonl(const std::string& path) {
+  return ends_with(path, ".jsonl") || ends_with(path, ".jsonl.gz");
+}
+
+// A file read through zlib: gzip-compressed or plain alike.
+class InputFile {
+ public:
+  explicit InputFile(const std::string& path) : path_(path) {
+    f_ = gzopen(path.c_str(), "rb");
+    MOET_CHECK(f_ != nullptr, "cannot open input file '", path, "'");
+    gzbuffer(f_, 1 << 18);
+  }
+  ~InputFile() { gzclose(f_); }
+  InputFile(const InputFile&) = delete;
+  InputFile& operator=(const InputFile&) = delete;
+
+  // Appends up to n bytes; returns how many (0 at the end).
+  size_t read(std::string& out, size_t n) {
+    const size_t at = out.size();
+    out.resize(at + n);
+    const int got = gzread(f_, out.data() + at, unsigned(n));
+    if (got < 0) {
+      int err = 0;
+      const char* msg = gzerror(f_, &err);
+      MOET_FAIL("error reading '", path_, "': ", msg ? msg : "zlib error",
+                " (a damaged or truncated .gz file?)");
+    }
+    out.resize(at + size_t(got));
+    return size_t(got);
+  }
+  // Bytes of the file (compressed bytes for .gz) consumed so far.
+  int64_t offset() const { return int64_t(gzoffset(f_)); }
+
+ private:
+  std::string path_;
+  gzFile f_;
+};
+
+// A worker's task: JSONL lines (parsed in the worker) or documents of plain text.
+struct Chunk {
+  const std::string* file = nullptr;
+  bool jsonl = false;
+  int64_t first_line = 0;  // 1-based line number of items[0] (JSONL)
+  std::vector<std::string> items;
+  size_t bytes = 0;
+};
+
+struct Tokenized {
+  std::vector<int32_t> tokens;   // all documents, each followed by the EOD
+  std::vector<int64_t> lengths;  // tokens of each document, EOD included
+  int64_t bad_lines = 0;
+  std::string first_bad;  // "FILE:LINE: why" of the first malformed line
+};
+
+Tokenized tokenize(const Chunk& c, const Tokenizer& tok, const std::string& key) {
+  Tokenized out;
+  auto add = [&](std::string_view text) {
+    if (text.empty()) return;  // an empty document adds nothing (as in text datasets)
+    const size_t before = out.tokens.size();
+    tok.encode_append(text, out.tokens);
+    out.tokens.push_back(tok.eod_id());
+    out.lengths.push_back(int64_t(out.tokens.size() - before));
+  };
+  for (size_t i = 0; i < c.items.size(); ++i) {
+    if (!c.jsonl) {
+      add(c.items[i]);
+      continue;
+    }
+    const std::string& line = c.items[i];
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank: no document
+    std::string why;
+    try {
+      const auto j = nlohmann::json::parse(line, json_depth_limit("JSONL line"), true);
+      if (!j.is_object())
+        why = "not a JSON object";
+      else if (!j.contains(key))
+        why = "no \"" + key + "\" field";
+      else if (!j[key].is_string())
+        why = "\"" + key + "\" is not a string";
+      else
+        add(j[key].get_ref<const std::string&>());
+    } catch (const std::exception& e) {
+      why = std::string("not valid JSON (") + e.what() + ")";
+    }
+    if (!why.empty()) {
+      if (out.bad_lines++ == 0)
+        out.first_bad = str(*c.file, ":", c.first_line + int64_t(i), ": ", why);
+    }
+  }
+  return out;
+}
+
+std::string hms(double s) {
+  const auto t = int64_t(s + 0.5);
+  return t >= 3600 ? str(t / 3600, ":", (t / 60 % 60) / 10, t / 60 % 10, ":", (t % 60) / 10, t % 10)
+                   : str(t / 60, ":", (t % 60) / 10, t % 10);
+}
+
+// The one progress line, redrawn at most every 0.2 s (and at the end).
+class ProgressBar {
+ public:
+  ProgressBar(std::FILE* out, int64_t total) : out_(out), total_(total) {}
+  void update(int64_t bytes, int64_t docs, bool final = false) {
+    if (!out_) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (!final && now - last_ < std::chrono::milliseconds(200)) return;
+    last_ = now;
+    const double s = std::chrono::duration<double>(now - start_).count();
+    const double rate = s > 0 ? double(bytes) / s : 0;
+    const double pct = total_ > 0 ? 100.0 * double(bytes) / double(total_) : 100.0;
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "\rprepare: %.1f / %.1f MB (%3.0f%%) | %lld documents | %.1f MB/s | ETA %s ",
+                  double(bytes) / 1e6, double(total_) / 1e6, pct, (long long)docs, rate / 1e6,
+                  rate > 0 ? hms(double(total_ - bytes) / rate).c_str() : "?");
+    std::fputs(line, out_);
+    if (final) std::fputc('\n', out_);
+    std::fflush(out_);
+  }
+
+ private:
+  std::FILE* out_;
+  int64_t total_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now(), last_{};
+};
+
+}  // namespace
+
+PrepareResult prepare_data(const PrepareOptions& o, std::FILE* progress) {
+  const auto t0 = std::chrono::steady_clock::now();
+  MOET_CHECK(!o.output.empty(), "--output PREFIX is required");
+  MOET_CHECK(o.on_bad_line == "skip" || o.on_bad_line == "stop", "--on-bad-line '", o.on_bad_line,
+             "' is not known: skip or stop");
+  MOET_CHECK(!o.json_key.empty(), "--json-key must not be empty");
+  MOET_CHECK(o.workers >= 0, "--workers must be >= 0, got ", o.workers);
+  const DocBoundary boundary = parse_doc_boundary(o.doc_boundary);
+  PrepareResult r;
+  r.files = expand_inputs(o.inputs);
+  for (const std::string& f : r.files) {
+    std::error_code ec;
+    const auto n = fs::file_size(f, ec);
+    r.input_bytes += ec ? 0 : int64_t(n);
+  }
+  const std::unique_ptr<Tokenizer> tok = load_tokenizer(o.tokenizer);
+  const IndexedDType dtype = optimal_indexed_dtype(tok->vocab_size());
+  r.dtype = indexed_dtype_name(uint8_t(dtype));
+  IndexedDatasetWriter writer(o.output, dtype, o.overwrite);
+  const int workers =
+      o.workers > 0 ? o.workers : std::max(1, int(std::thread::hardware_concurrency()));
+
+  ProgressBar bar(progress, r.input_bytes);
+  int64_t done_bytes = 0;  // input files finished
+  std::deque<std::future<Tokenized>> inflight;
+  auto write_oldest = [&] {
+    Tokenized t = inflight.front().get();
+    inflight.pop_front();
+    MOET_CHECK(t.bad_lines == 0 || o.on_bad_line == "skip", t.first_bad,
+               " (malformed JSONL line; --on-bad-line skip skips and counts such lines)");
+    r.bad_lines += t.bad_lines;
+    const int32_t* p = t.tokens.data();
+    for (int64_t n : t.lengths) {
+      writer.add_document(p, n);
+      p += n;
+    }
+  };
+  auto submit = [&](Chunk&& c) {
+    if (c.items.empty()) return;
+    while (int64_t(inflight.size()) >= 2 * int64_t(workers)) write_oldest();
+    inflight.push_back(std::async(std::launch::async, [c = std::move(c), &tok, &o] {
+      return tokenize(c, *tok, o.json_key);
+    }));
+  };
+
+  for (const std::string& file : r.files) {
+    InputFile in(file);
+    Chunk c;
+    c.file = &file;
+    c.jsonl = is_jsonl(file);
+    if (!c.jsonl) {  // plain text is read whole, then split into documents
+      std::string text;
+      while (in.read(text, 1 << 20) > 0) bar.update(done_bytes + in.offset(), writer.documents());
+      for_each_document(text, boundary, [&](std::string_view doc) {
+        c.items.emplace_back(doc);
+        c.bytes += doc.size();
+        if (c.bytes >= kChunkBytes) submit(std::exchange(c, Chunk{&file, false, 0, {}, 0}));
+      });
+      submit(std::move(c));
+    } else {
+      std::string buf;
+      size_t at = 0;
+      int64_t line = 1;
+      c.first_line = 1;
+      bool eof = false;
+      while (!eof || at < buf.size()) {
+        size_t nl = buf.find('\n', at);
+        if (nl == std::string::npos && !eof) {
+          buf.erase(0, at);
+          at = 0;
+          eof = in.read(buf, 1 << 20) == 0;
+          bar.update(done_bytes + in.offset(), writer.documents());
+          continue;
+        }
+        if (nl == std::string::npos) nl = buf.size();
+        c.items.emplace_back(buf, at, nl - at);
+        c.bytes += nl - at + 1;
+        at = nl + 1;
+        ++line;
+        if (c.bytes >= kChunkBytes) submit(std::exchange(c, Chunk{&file, true, line, {}, 0}));
+      }
+      submit(std::move(c));
+    }
+    std::error_code ec;
+    const auto n = fs::file_size(file, ec);
+    done_bytes += ec ? 0 : int64_t(n);
+    bar.update(done_bytes, writer.documents());
+  }
+  while (!inflight.empty()) write_oldest();
+  MOET_CHECK(writer.documents() > 0, "no documents in the input (", r.files.size(),
+             " files); nothing written to ", o.output, ".bin/.idx");
+  writer.finish();
+  bar.update(done_bytes, writer.documents(), true);
+  r.documents = writer.documents();
+  r.tokens = writer.tokens();
+  r.output_bytes = writer.bin_bytes();
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+}  // namespace moet
