@@ -14,27 +14,11 @@ set -euo pipefail
 moet="$1" config="$2"
 dir="$(mktemp -d)"
 trap 'rm -rf "$dir"' EXIT
-fail() {
-  echo "FAIL: $*"
-  exit 1
-}
+# shellcheck source=cli_util.sh
+source "$(dirname "$0")/cli_util.sh"
 common=(train --model "$config" --data mock --seq 32 --micro-batch 2 --quiet --eval-batches 0
         --threads 1 --peak-tflops 1)
-losses() { grep -o '"\(step\|loss\|lm_loss\|mtp_loss\|grad_norm\)":[^,]*' "$1"; }
-# A copy of run $1's checkpoint at step $2 as run $3 (what a run stopped there leaves).
-stopped_at() {
-  mkdir -p "$3"
-  cp -r "$1/$(printf 'step-%07d' "$2")" "$3/"
-  printf 'step-%07d\n' "$2" >"$3/latest"
-}
 fingerprint() { (cd "$1" && find . -type f -print0 | sort -z | xargs -0 md5sum); }
-refused() {  # refused TEXT COMMAND...: the command fails with one line containing TEXT
-  local expect="$1" out
-  shift
-  if out=$("$@" 2>&1); then fail "accepted: $*"; fi
-  [ "$(printf '%s\n' "$out" | wc -l)" -eq 1 ] || fail "expected one line, got: $out"
-  [[ "$out" == *"$expect"* ]] || fail "expected '$expect' in: $out"
-}
 
 # 1. Resume is bitwise in every precision.
 for p in fp32 bf16 mxfp8 fp8-blockwise; do

@@ -12,6 +12,7 @@
 #include "data/byte_tokenizer.h"
 #include "data/dataset.h"
 #include "error_of.h"
+#include "temp_dir.h"
 
 namespace fs = std::filesystem;
 using namespace moet;
@@ -20,26 +21,7 @@ namespace {
 
 using test::error_of;
 
-class TempDir {
- public:
-  TempDir() {
-    path_ = fs::temp_directory_path() /
-            ("moet_data_" + std::to_string(::getpid()) + "_" +
-             ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string write(const std::string& name, const std::string& text) const {
-    const std::string p = (path_ / name).string();
-    std::ofstream(p, std::ios::binary) << text;
-    return p;
-  }
-  std::string str() const { return path_.string(); }
-
- private:
-  fs::path path_;
-};
+using test::TempDir;
 
 // A text of `n` distinct-looking lines.
 std::string sample_text(int n) {

@@ -1,0 +1,22 @@
+# Helpers of the command-line tests (sourced): failing with a message, the losses of a metrics
+# file, a run directory stopped at a checkpoint, and one-line refusals.
+
+fail() {
+  echo "FAIL: $*"
+  exit 1
+}
+# The step, loss and gradient-norm fields of a metrics JSONL file (for bitwise comparisons).
+losses() { grep -o '"\(step\|loss\|lm_loss\|mtp_loss\|grad_norm\)":[^,]*' "$1"; }
+# A copy of run $1's checkpoint at step $2 as run $3 (what a run stopped there leaves).
+stopped_at() {
+  mkdir -p "$3"
+  cp -r "$1/$(printf 'step-%07d' "$2")" "$3/"
+  printf 'step-%07d\n' "$2" >"$3/latest"
+}
+refused() {  # refused TEXT COMMAND...: the command fails with one line containing TEXT
+  local expect="$1" out
+  shift
+  if out=$("$@" 2>&1); then fail "accepted: $*"; fi
+  [ "$(printf '%s\n' "$out" | wc -l)" -eq 1 ] || fail "expected one line, got: $out"
+  [[ "$out" == *"$expect"* ]] || fail "expected '$expect' in: $out"
+}

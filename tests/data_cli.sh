@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Megatron datasets through the moet command line (docs/data.md):
+#  - `moet data prepare` writes PREFIX.bin/.idx that `moet data inspect` reads back;
+#  - `moet train --data PREFIX` (and a weighted blend of two prefixes) trains with finite
+#    losses, prints the data wait, writes data_wait_s per step, and caches its sample index;
+#  - a run resumed from its step-3 checkpoint reads the same batches: losses bitwise equal to
+#    the straight run's;
+#  - refusals are one line and leave what is on disk: an existing PREFIX, bad blend weights, a
+#    damaged index, a dataset too small for one sequence.
+# Usage: data_cli.sh MOET CONFIG
+set -euo pipefail
+moet="$1" config="$2"
+dir="$(mktemp -d)"
+trap 'rm -rf "$dir"' EXIT
+export MOET_CACHE_DIR="$dir/cache"
+# shellcheck source=cli_util.sh
+source "$(dirname "$0")/cli_util.sh"
+
+# Some English text: a few thousand short documents.
+for i in $(seq 1 400); do
+  printf 'Document %d says the quick brown fox jumps over the lazy dog %d times.\n%%\n' "$i" "$i"
+  printf 'Another paragraph, number %d, about data loaders and their caches.\n%%\n' "$i"
+done >"$dir/a.txt"
+for i in $(seq 1 300); do
+  printf '{"text": "JSON line %d: tokens, samples and epochs."}\n' "$i"
+done >"$dir/b.jsonl"
+gzip -k "$dir/b.jsonl"
+
+"$moet" data prepare --input "$dir/a.txt" --output "$dir/a" --workers 2 >"$dir/prep.txt"
+grep -q "800 documents" "$dir/prep.txt" || fail "prepare: $(cat "$dir/prep.txt")"
+"$moet" data prepare --input "$dir/b.jsonl.gz" --output "$dir/b" --no-progress >/dev/null
+"$moet" data inspect "$dir/b" | grep -q "uint16 tokens, 300 sequences, 300 documents" ||
+  fail "inspect: $("$moet" data inspect "$dir/b")"
+"$moet" data inspect "$dir/b" --doc 2 --tokenizer byte | grep -q '^JSON line 3: tokens' ||
+  fail "inspect --doc: $("$moet" data inspect "$dir/b" --doc 2 --tokenizer byte)"
+before=$(md5sum "$dir/a.bin" "$dir/a.idx")
+refused "a.bin' already exists" "$moet" data prepare --input "$dir/a.txt" --output "$dir/a"
+[ "$before" = "$(md5sum "$dir/a.bin" "$dir/a.idx")" ] || fail "a refused prepare changed a.*"
+echo "prepare: text and JSONL.gz written, read back, not overwritten"
+
+common=(train --model "$config" --seq 32 --micro-batch 2 --threads 1 --peak-tflops 1
+        --eval-batches 2)
+"$moet" "${common[@]}" --data "$dir/a" --steps 3 --metrics "$dir/e2e.jsonl" >"$dir/e2e.txt"
+grep -q "Megatron data $dir/a: .* sample index .* written $dir/a\..*\.sampleidx" "$dir/e2e.txt" ||
+  fail "train: $(cat "$dir/e2e.txt")"
+[ "$(grep -c '"data_wait_s"' "$dir/e2e.jsonl")" -eq 3 ] || fail "no data_wait_s per step"
+if grep -o '"loss":[^,]*' "$dir/e2e.jsonl" | grep -qiv '"loss":[0-9.e+-]*$'; then
+  fail "non-finite loss: $(cat "$dir/e2e.jsonl")"
+fi
+"$moet" "${common[@]}" --data "$dir/a" --steps 3 --quiet --metrics "$dir/e2e2.jsonl"
+diff <(losses "$dir/e2e.jsonl") <(losses "$dir/e2e2.jsonl") >/dev/null ||
+  fail "a second run (its sample index read from the cache) has other losses"
+echo "train --data PREFIX: 3 steps, finite losses, data_wait_s, sample index cached and reused"
+
+"$moet" "${common[@]}" --data "0.6 $dir/a 0.4 $dir/b" --steps 2 --quiet --metrics "$dir/blend.jsonl"
+[ "$(grep -c '"loss"' "$dir/blend.jsonl")" -eq 2 ] || fail "blend did not train"
+echo "train --data \"0.6 A 0.4 B\": trains"
+
+# Resume: the straight run saves at step 3; a copy of that checkpoint resumed gives its losses.
+"$moet" "${common[@]}" --data "$dir/a" --quiet --eval-batches 0 --steps 6 --out "$dir/r-a" \
+  --save-every 3 --metrics "$dir/r-a.jsonl"
+stopped_at "$dir/r-a" 3 "$dir/r-b"
+head -3 "$dir/r-a.jsonl" >"$dir/r-b.jsonl"
+"$moet" "${common[@]}" --data "$dir/a" --quiet --eval-batches 0 --steps 6 --out "$dir/r-b" \
+  --resume auto --metrics "$dir/r-b.jsonl"
+diff <(losses "$dir/r-a.jsonl") <(losses "$dir/r-b.jsonl") >/dev/null ||
+  fail "the resumed run's losses differ: $(diff <(losses "$dir/r-a.jsonl") <(losses "$dir/r-b.jsonl"))"
+# Without prefetching the batches are the same.
+"$moet" "${common[@]}" --data "$dir/a" --quiet --eval-batches 0 --steps 6 --prefetch 0 \
+  --metrics "$dir/r-c.jsonl"
+diff <(losses "$dir/r-a.jsonl") <(losses "$dir/r-c.jsonl") >/dev/null ||
+  fail "--prefetch 0 gives other losses"
+echo "resume from step 3 of 6 with --data PREFIX: losses bitwise equal; --prefetch 0 the same"
+
+refused "weight 'x' of" "$moet" "${common[@]}" --data "x $dir/a 1 $dir/b" --steps 1
+refused "the weights sum to zero" "$moet" "${common[@]}" --data "0 $dir/a 0 $dir/b" --steps 1
+refused "3 fields" "$moet" "${common[@]}" --data "0.5 $dir/a 0.5" --steps 1
+printf 'ab\n%%\ncd\n' >"$dir/tiny.txt"
+"$moet" data prepare --input "$dir/tiny.txt" --output "$dir/tiny" >/dev/null
+refused "holds 8 tokens in 2 documents, fewer than one sequence of 33 tokens" \
+  "$moet" "${common[@]}" --data "$dir/tiny" --steps 1
+cp "$dir/a.bin" "$dir/c.bin"
+head -c 100 "$dir/a.idx" >"$dir/c.idx"
+refused "c.idx: 800 sequences and 801 document boundaries need more than the file's 100 bytes" \
+  "$moet" "${common[@]}" --data "$dir/c" --steps 1
+echo "refusals: one line each"
