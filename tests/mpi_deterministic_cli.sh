@@ -3,8 +3,9 @@
 # grad-accum 2 write, step by step, exactly the metrics (losses, gradient norm, expert load) of
 # one process with micro-batch 2N — data parallelism alone and with the routed experts sharded
 # over --ep ranks (each expert's gradient added per source rank, docs/parallel.md):
-#   2 ranks: --ep 1, --ep 2, --ep 2 --zero1 against one process with micro-batch 4, and --ep 2
-#   in FP8 (blockwise) against one process in FP8;
+#   2 ranks: --ep 1, --ep 2, --ep 2 --zero1 against one process with micro-batch 4, --ep 2
+#   in FP8 (blockwise) against one process in FP8, and --ep 2 on a Megatron dataset (each rank
+#   reads its slice of the sample index) against one process on it;
 #   4 ranks: --ep 2 (two expert-parallel groups), --ep 4, and --ep 2 --zero1 (each expert's
 #   gradient reduce-scattered over its two replicas) with the communication thread, against
 #   one process with micro-batch 8.
@@ -51,6 +52,11 @@ same 2 --ep 2
 same 2 --ep 2 --zero1
 one 4 --precision fp8-blockwise
 same 2 --ep 2 --precision fp8-blockwise
+for i in $(seq 1 300); do printf 'Document %d: tokens, samples, epochs and ranks.\n%%\n' "$i"; done \
+  >"$dir/d.txt"
+"$moet" data prepare --input "$dir/d.txt" --output "$dir/d" >/dev/null
+one 4 --data "$dir/d"
+same 2 --ep 2 --data "$dir/d"
 one 8
 same 4 --ep 2
 same 4 --ep 4
