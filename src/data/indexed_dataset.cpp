@@ -287,6 +287,7 @@ IndexedDatasetWriter::IndexedDatasetWriter(const std::string& prefix, IndexedDTy
   idx_tmp_ = prefix + ".idx" + tag;
   bin_ = std::fopen(bin_tmp_.c_str(), "wb");
   MOET_CHECK(bin_ != nullptr, "cannot create '", bin_tmp_, "': ", std::strerror(errno));
+  std::setvbuf(bin_, nullptr, _IOFBF, 1 << 20);
   pointers_.reserve(1024);
 }
 
@@ -303,10 +304,23 @@ void IndexedDatasetWriter::add_document(const int32_t* ids, int64_t n) {
              " tokens is longer than the index can record");
   const int64_t w = indexed_dtype_bytes(uint8_t(dtype_));
   buf_.resize(size_t(n * w));
-  for (int64_t i = 0; i < n; ++i) {
+  auto check = [&](int64_t i) {
     MOET_CHECK(fits(dtype_, ids[i]), prefix_, ": token id ", ids[i], " does not fit dtype ",
                indexed_dtype_name(uint8_t(dtype_)));
-    store_token(buf_.data() + i * w, dtype_, ids[i]);
+  };
+  if (dtype_ == IndexedDType::kU16) {  // the common cases without a switch per token
+    for (int64_t i = 0; i < n; ++i) {
+      if (ids[i] < 0 || ids[i] > 65535) check(i);
+      const auto v = static_cast<uint16_t>(ids[i]);
+      std::memcpy(buf_.data() + 2 * i, &v, 2);
+    }
+  } else if (dtype_ == IndexedDType::kI32) {
+    if (n > 0) std::memcpy(buf_.data(), ids, size_t(n) * 4);
+  } else {
+    for (int64_t i = 0; i < n; ++i) {
+      check(i);
+      store_token(buf_.data() + i * w, dtype_, ids[i]);
+    }
   }
   if (n > 0)
     MOET_CHECK(std::fwrite(buf_.data(), 1, buf_.size(), bin_) == buf_.size(), "error writing '",
