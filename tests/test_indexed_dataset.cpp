@@ -330,6 +330,21 @@ TEST(GptDataset, SampleIndexCacheIsReusedAndInvalidated) {
   EXPECT_EQ(b.index_path(), a.index_path());
   EXPECT_EQ(b.index().shuffle, a.index().shuffle);
   EXPECT_EQ(b.index().sample_idx, a.index().sample_idx);
+  // A shorter run reuses it; a longer one extends it in the same file, whose first samples are
+  // the same.
+  GptDataset shorter(prefix, 257, 5, DataSplit{});
+  shorter.prepare_samples(10, 8);
+  EXPECT_TRUE(shorter.index_reused());
+  GptDataset longer(prefix, 257, 5, DataSplit{});
+  longer.prepare_samples(1000, 8);
+  EXPECT_FALSE(longer.index_reused());
+  EXPECT_EQ(longer.index_path(), a.index_path());
+  EXPECT_TRUE(std::equal(a.index().shuffle.begin(), a.index().shuffle.end(),
+                         longer.index().shuffle.begin()));
+  GptDataset again(prefix, 257, 5, DataSplit{});
+  again.prepare_samples(100, 8);
+  EXPECT_TRUE(again.index_reused());
+  EXPECT_EQ(again.index().num_samples, longer.index().num_samples);
   // Another seed or sequence length: another file.
   GptDataset c(prefix, 257, 6, DataSplit{});
   c.prepare_samples(100, 8);
@@ -342,6 +357,9 @@ TEST(GptDataset, SampleIndexCacheIsReusedAndInvalidated) {
   d.prepare_samples(100, 8);
   EXPECT_FALSE(d.index_reused());
   EXPECT_EQ(d.index().shuffle, a.index().shuffle);
+  GptDataset sixth(prefix, 257, 5, DataSplit{});
+  sixth.prepare_samples(100, 8);
+  EXPECT_TRUE(sixth.index_reused());
   // Data rewritten under the same name: the old index does not match.
   auto docs2 = docs;
   docs2[0].push_back(1);

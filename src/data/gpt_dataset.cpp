@@ -281,13 +281,11 @@ void GptDataset::prepare_samples(int64_t n, int64_t T) {
   std::vector<int32_t> lengths(static_cast<size_t>(train_end_));
   // Documents are sequences (Megatron's GPTDataset splits and shuffles sequences).
   for (int64_t d = 0; d < train_end_; ++d) lengths[size_t(d)] = data_->sequence_length(d);
-  const int64_t tokens = std::accumulate(lengths.begin(), lengths.end(), int64_t{0});
-  const int64_t per_epoch = tokens >= T + 1 ? (tokens - 1) / T : 1;
-  const int64_t blocks = std::max<int64_t>(1, (n + per_epoch - 1) / per_epoch);
-  const std::string key =
-      str("moet sample index v1; idx ", data_->idx_bytes(), " bytes fnv ", data_->idx_fingerprint(),
-          "; bin ", data_->bin_bytes(), " bytes; documents [0, ", train_end_, "); seed ", seed_,
-          "; seq ", T, "; blocks ", blocks);
+  // The run length is no part of the key: sample i does not depend on it, so an index of more
+  // samples serves a shorter run too.
+  const std::string key = str("moet sample index v2; idx ", data_->idx_bytes(), " bytes fnv ",
+                              data_->idx_fingerprint(), "; bin ", data_->bin_bytes(),
+                              " bytes; documents [0, ", train_end_, "); seed ", seed_, "; seq ", T);
   char hash[17];
   std::snprintf(hash, sizeof hash, "%016llx", (unsigned long long)fnv1a(key));
   const std::string file = fs::path(data_->name()).filename().string() + "." + hash + ".sampleidx";
@@ -299,7 +297,7 @@ void GptDataset::prepare_samples(int64_t n, int64_t T) {
   index_reused_ = false;
   index_path_.clear();
   for (const std::string& p : places)
-    if (load_cached(p, key, lengths, T, index_)) {
+    if (load_cached(p, key, lengths, T, index_) && index_.num_samples >= n) {
       index_path_ = p;
       index_reused_ = true;
       return;
