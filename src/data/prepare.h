@@ -30,11 +30,12 @@ struct PrepareResult {
   double seconds = 0;
 };
 
-// Writes PREFIX.bin/.idx from the files expand_inputs(options.inputs) names (nothing under those names unless complete; an existing pair is kept
-// unless overwrite). Files ending in .jsonl or .jsonl.gz are JSON Lines (one object per line,
-// the document in json_key); others are plain text (.gz decompressed) split into documents by
-// doc_boundary. Each document is followed by the tokenizer's end-of-document token. `progress`:
-// where to draw a one-line progress bar updated with \r (null: none).
+// Writes PREFIX.bin/.idx from the files expand_inputs(options.inputs) names (nothing under those
+// names unless complete; an existing pair is kept unless overwrite). Files ending in .jsonl or
+// .jsonl.gz are JSON Lines (one object per line, the document in json_key); others are plain text
+// (.gz decompressed) split into documents by doc_boundary. Each document is followed by the
+// tokenizer's end-of-document token. `progress`: where to draw a one-line progress bar updated with
+// \r (null: none).
 PrepareResult prepare_data(const PrepareOptions& options, std::FILE* progress);
 
 }  // namespace moet
