@@ -1,5 +1,6 @@
 # Helpers of the command-line tests (sourced): failing with a message, the losses of a metrics
-# file, a run directory stopped at a checkpoint, and one-line refusals.
+# file, a run directory stopped at a checkpoint, and one-line refusals (refused: one line of
+# output in all; expect_error: one line on stderr).
 
 fail() {
   echo "FAIL: $*"
@@ -19,4 +20,18 @@ refused() {  # refused TEXT COMMAND...: the command fails with one line containi
   if out=$("$@" 2>&1); then fail "accepted: $*"; fi
   [ "$(printf '%s\n' "$out" | wc -l)" -eq 1 ] || fail "expected one line, got: $out"
   [[ "$out" == *"$expect"* ]] || fail "expected '$expect' in: $out"
+}
+expect_error() {  # expect_error TEXT COMMAND...: the command fails with one stderr line holding TEXT
+  local want="$1" err
+  shift
+  err=$(mktemp)
+  if "$@" >/dev/null 2>"$err"; then
+    rm -f "$err"
+    fail "accepted: $*"
+  fi
+  local got
+  got=$(cat "$err")
+  rm -f "$err"
+  [ "$(printf '%s\n' "$got" | wc -l)" -eq 1 ] || fail "'$*': not one line: $got"
+  [[ "$got" == *"$want"* ]] || fail "'$*': wanted '$want', got: $got"
 }

@@ -6,7 +6,9 @@
 #  - a run resumed from its step-3 checkpoint reads the same batches: losses bitwise equal to
 #    the straight run's;
 #  - refusals are one line and leave what is on disk: an existing PREFIX, bad blend weights, a
-#    damaged index, a dataset too small for one sequence.
+#    damaged index, a dataset too small for one sequence;
+#  - a run trained with a BPE tokenizer.json keeps it in its run directory, where moet eval and
+#    moet generate find it, and a resumed run must name the same tokenizer.
 # Usage: data_cli.sh MOET CONFIG
 set -euo pipefail
 moet="$1" config="$2"
@@ -84,3 +86,29 @@ head -c 100 "$dir/a.idx" >"$dir/c.idx"
 refused "c.idx: 800 sequences and 801 document boundaries need more than the file's 100 bytes" \
   "$moet" "${common[@]}" --data "$dir/c" --steps 1
 echo "refusals: one line each"
+
+# A BPE tokenizer: the run keeps it in --out, eval and generate find it there, and a resumed run
+# must name the same tokenizer.
+sed 's/"vocab_size": 257/"vocab_size": 320/' "$config" >"$dir/bpe.json"
+"$moet" tokenizer train --input "$dir/a.txt" --vocab-size 300 --output "$dir/tok.json" >/dev/null
+"$moet" data prepare --input "$dir/a.txt" --tokenizer "$dir/tok.json" --output "$dir/t" \
+  --no-progress >/dev/null
+bpe=(train --model "$dir/bpe.json" --seq 32 --micro-batch 2 --threads 1 --peak-tflops 1
+     --eval-batches 0 --data "$dir/t" --quiet --out "$dir/r-t")
+"$moet" "${bpe[@]}" --tokenizer "$dir/tok.json" --steps 2
+cmp -s "$dir/tok.json" "$dir/r-t/tokenizer.json" || fail "the run did not keep its tokenizer.json"
+eval_of() { "$moet" eval --checkpoint "$dir/r-t" --data "$dir/t" --batches 1 --seq 32 \
+  --micro-batch 2 --threads 1 "$@" | grep -o 'bits/byte [0-9.]*'; }
+[ "$(eval_of)" = "$(eval_of --tokenizer "$dir/tok.json")" ] ||
+  fail "eval does not use the run's tokenizer: $(eval_of) vs $(eval_of --tokenizer "$dir/tok.json")"
+"$moet" generate --checkpoint "$dir/r-t" --prompt "Document 7 says" --max-new-tokens 3 \
+  --temperature 0 --threads 1 2>&1 | grep -q "tokenizer: byte-level BPE (tokenizer '$dir/r-t/tokenizer.json')" ||
+  fail "generate does not use the run's tokenizer"
+refused "was trained with the tokenizer $dir/r-t/tokenizer.json; pass --tokenizer" \
+  "$moet" "${bpe[@]}" --steps 3 --resume auto
+"$moet" tokenizer train --input "$dir/a.txt" --vocab-size 290 --output "$dir/tok2.json" >/dev/null
+refused "differs from the tokenizer this run was trained with" \
+  "$moet" "${bpe[@]}" --tokenizer "$dir/tok2.json" --steps 3 --resume auto
+"$moet" "${bpe[@]}" --tokenizer "$dir/tok.json" --steps 3 --resume auto
+cmp -s "$dir/tok.json" "$dir/r-t/tokenizer.json" || fail "a resumed run changed tokenizer.json"
+echo "BPE tokenizer: kept in the run directory, found by eval and generate, checked on resume"

@@ -9,18 +9,8 @@ moet=$1
 root=$2
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-fail() {
-  echo "FAIL: $*"
-  exit 1
-}
-# expect_error WANT CMD...: CMD fails with one line on stderr containing WANT
-expect_error() {
-  local want=$1
-  shift
-  if "$@" >"$tmp/out" 2>"$tmp/err"; then fail "'$*' succeeded"; fi
-  [ "$(wc -l <"$tmp/err")" -eq 1 ] || fail "'$*': not one line: $(cat "$tmp/err")"
-  grep -qF -- "$want" "$tmp/err" || fail "'$*': wanted '$want', got: $(cat "$tmp/err")"
-}
+# shellcheck source=cli_util.sh
+source "$(dirname "$0")/cli_util.sh"
 export OMP_NUM_THREADS=2
 "$moet" train --model "$root/configs/tiny.json" --data mock --steps 2 --micro-batch 2 --seq 16 \
   --out "$tmp/run" --quiet >/dev/null

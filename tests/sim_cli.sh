@@ -7,10 +7,8 @@ moet=$1
 root=$2
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-fail() {
-  echo "FAIL: $*"
-  exit 1
-}
+# shellcheck source=cli_util.sh
+source "$(dirname "$0")/cli_util.sh"
 dsv3=$root/configs/deepseek-v3-671b.json
 record=(--model "$dsv3" --system gb300-nvl72 --tp 1 --pp 2 --vpp 8 --ep 32 --mbs 1 --gbs 4096
   --seq 4096 --precision mxfp8 --mtp 1 --pp-layout "Et*4|(t*4|)*14tmL")
@@ -42,31 +40,24 @@ grep -q "^#5 " "$tmp/plan" || fail "plan has no 5th layout"
 grep -q "^why #1: .* beats " "$tmp/plan" || fail "plan does not say why #1 wins"
 
 # Bad input: non-zero exit, exactly one line on stderr saying what is wrong.
-expect_error() {
-  local want=$1
-  shift
-  if "$moet" "$@" >"$tmp/stdout" 2>"$tmp/stderr"; then fail "accepted: $*"; fi
-  [ "$(wc -l <"$tmp/stderr")" -eq 1 ] || fail "not one line for $*: $(cat "$tmp/stderr")"
-  grep -qF -- "$want" "$tmp/stderr" || fail "expected '$want' for $*, got: $(cat "$tmp/stderr")"
-}
-expect_error "EP 48 does not divide the 256 routed experts" simulate "${record[@]}" --gpus 256 --ep 48
-expect_error "unknown system 'gb999'" simulate "${record[@]}" --gpus 256 --system gb999
-expect_error "virtual stages do not divide the 64 pipeline slots" simulate "${record[@]}" --gpus 256 --vpp 3 --pp-layout ""
-expect_error "--gbs 4000 does not divide by MBS×DP" simulate "${record[@]}" --gpus 256 --gbs 4000
-expect_error "--gpus 255 does not divide by TP×PP" simulate "${record[@]}" --gpus 255
-expect_error "--precision 'fp4' is not one of" simulate "${record[@]}" --gpus 256 --precision fp4
-expect_error "has no mxfp8 peak" simulate "${record[@]}" --gpus 256 --system h100-sxm
-expect_error "cannot read system file" simulate "${record[@]}" --gpus 256 --system "$tmp/none.json"
+expect_error "EP 48 does not divide the 256 routed experts" "$moet" simulate "${record[@]}" --gpus 256 --ep 48
+expect_error "unknown system 'gb999'" "$moet" simulate "${record[@]}" --gpus 256 --system gb999
+expect_error "virtual stages do not divide the 64 pipeline slots" "$moet" simulate "${record[@]}" --gpus 256 --vpp 3 --pp-layout ""
+expect_error "--gbs 4000 does not divide by MBS×DP" "$moet" simulate "${record[@]}" --gpus 256 --gbs 4000
+expect_error "--gpus 255 does not divide by TP×PP" "$moet" simulate "${record[@]}" --gpus 255
+expect_error "--precision 'fp4' is not one of" "$moet" simulate "${record[@]}" --gpus 256 --precision fp4
+expect_error "has no mxfp8 peak" "$moet" simulate "${record[@]}" --gpus 256 --system h100-sxm
+expect_error "cannot read system file" "$moet" simulate "${record[@]}" --gpus 256 --system "$tmp/none.json"
 echo '{"name": "x"}' >"$tmp/bad.json"
-expect_error "field 'peak_tflops'" simulate "${record[@]}" --gpus 256 --system "$tmp/bad.json"
-expect_error "--model" simulate --system gb300-nvl72 --gpus 256 --gbs 1
+expect_error "field 'peak_tflops'" "$moet" simulate "${record[@]}" --gpus 256 --system "$tmp/bad.json"
+expect_error "--model" "$moet" simulate --system gb300-nvl72 --gpus 256 --gbs 1
 # bench never replaces an earlier calibration unless told.
 echo "keep" >"$tmp/local.json"
-expect_error "exists" bench --out "$tmp/local.json"
+expect_error "exists" "$moet" bench --out "$tmp/local.json"
 [ "$(cat "$tmp/local.json")" = keep ] || fail "bench overwrote an existing file"
 # the emulated cluster's description needs both of its numbers
-expect_error "give both (positive) or neither" bench --out "$tmp/c.json" --ranks-per-node 2
-expect_error "give both (positive) or neither" bench --out "$tmp/c.json" --link-gbps 0.4
+expect_error "give both (positive) or neither" "$moet" bench --out "$tmp/c.json" --ranks-per-node 2
+expect_error "give both (positive) or neither" "$moet" bench --out "$tmp/c.json" --link-gbps 0.4
 [ ! -e "$tmp/c.json" ] || fail "bench wrote a system file after refusing its flags"
-expect_error "--cuda-graphs 'some' is not one of" simulate "${record[@]}" --gpus 256 --cuda-graphs some
+expect_error "--cuda-graphs 'some' is not one of" "$moet" simulate "${record[@]}" --gpus 256 --cuda-graphs some
 echo "sim_cli: ok"

@@ -63,6 +63,27 @@ void write_file_durable(const std::string& path, const std::string& text) {
 
 }  // namespace
 
+std::string run_tokenizer_spec(const std::string& flag, const std::string& step_dir) {
+  if (!flag.empty()) return flag;
+  const fs::path step(step_dir);
+  for (const fs::path& dir : {step, step.parent_path()})
+    if (fs::is_regular_file(dir / "tokenizer.json")) return (dir / "tokenizer.json").string();
+  return "byte";
+}
+
+void keep_run_tokenizer(const std::string& run_dir, const std::string& spec, bool copy) {
+  const std::string kept = (fs::path(run_dir) / "tokenizer.json").string();
+  const bool bytes = spec.empty() || spec == "byte";
+  if (!fs::exists(kept)) {
+    if (!bytes && copy) write_file_durable(kept, read_text_file(spec));
+    return;
+  }
+  MOET_CHECK(!bytes, "--out '", run_dir, "' was trained with the tokenizer ", kept,
+             "; pass --tokenizer ", kept, " to continue it");
+  MOET_CHECK(read_text_file(kept) == read_text_file(spec), "--tokenizer '", spec,
+             "' differs from the tokenizer this run was trained with (", kept, ")");
+}
+
 std::string step_dir_name(int64_t step) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "step-%07lld", (long long)step);

@@ -16,17 +16,6 @@ namespace moet::cli {
 
 namespace {
 
-// The tokenizer of a checkpoint: --tokenizer, else a tokenizer.json beside the step's weights or
-// in its run directory, else bytes.
-std::string tokenizer_spec(const std::string& flag, const std::string& step_dir) {
-  if (!flag.empty()) return flag;
-  const std::filesystem::path step(step_dir);
-  for (const auto& dir : {step, step.parent_path()})
-    if (std::filesystem::is_regular_file(dir / "tokenizer.json"))
-      return (dir / "tokenizer.json").string();
-  return "byte";
-}
-
 std::vector<int32_t> parse_ids(const std::string& text, int64_t vocab_size) {
   std::string s = text;
   std::replace(s.begin(), s.end(), ',', ' ');
@@ -92,7 +81,7 @@ void run_generate(const GenerateArgs& a) {
   if (a.threads > 0) ops::set_num_threads(a.threads);
   const std::string step = resolve_checkpoint_dir(a.checkpoint);
   const ModelConfig cfg = load_model_config(step + "/config.json");
-  const auto tok = load_tokenizer(tokenizer_spec(a.tokenizer, step));
+  const auto tok = load_tokenizer(run_tokenizer_spec(a.tokenizer, step));
   MOET_CHECK(tok->vocab_size() <= cfg.vocab_size, "the tokenizer (", tok->describe(), ") has ",
              tok->vocab_size(), " ids but the model's vocab_size is ", cfg.vocab_size);
   const std::vector<int32_t> prompt =
@@ -115,7 +104,7 @@ void run_generate(const GenerateArgs& a) {
   const GenerateResult r = generate(model, prompt, o, [&](int32_t id) {
     if (a.print_ids)
       out.push_back(id);
-    else
+    else if (id != o.stop_id)  // the end of the text, not text
       stream.push(id);
   });
   if (a.print_ids) {

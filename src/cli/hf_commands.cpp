@@ -64,8 +64,10 @@ CLI::App* add_eval_command(CLI::App& app, EvalArgs& a) {
                 "text file or directory, Megatron PREFIX or blend \"W1 PREFIX1 W2 PREFIX2\", or "
                 "'mock' (default: the English corpus of Debian's fortunes package), as for moet "
                 "train");
-  c->add_option("--tokenizer", a.tokenizer,
-                "tokenizer of text data: 'byte' or a Hugging Face tokenizer.json")
+  c->add_option(
+       "--tokenizer", a.tokenizer,
+       "tokenizer of text data and of bits per byte: 'byte' or a Hugging Face tokenizer.json "
+       "(default: the tokenizer.json moet train kept in the run directory, else 'byte')")
       ->capture_default_str();
   c->add_option("--split", a.split,
                 "train,validation shares of the documents; the held-out part is evaluated "
@@ -128,12 +130,11 @@ void run_eval(const EvalArgs& a) {
   const std::string step = resolve_checkpoint_dir(a.checkpoint);
   const ModelConfig cfg = load_model_config(step + "/config.json");
   const int64_t T = a.seq > 0 ? a.seq : std::min<int64_t>(256, cfg.max_position_embeddings);
-  const auto tokenizer = load_tokenizer(a.tokenizer);
+  const auto tokenizer = load_tokenizer(run_tokenizer_spec(a.tokenizer, step));
   const auto ds = open_token_dataset(a.data, *tokenizer, cfg.vocab_size, a.seed, a.split);
   Model model(cfg, a.micro_batch, T);
   load_checkpoint_weights(step, model.params());
   EvalDump dump;
-  const auto tokenizer = load_tokenizer("byte");  // the run's tokenizer
   const EvalResult r =
       evaluate_held_out(model, *ds, a.batches, a.dump.empty() ? nullptr : &dump, tokenizer.get());
   if (!a.dump.empty()) {

@@ -21,7 +21,8 @@ struct ImportHfArgs {
 
 struct EvalArgs {
   std::string checkpoint, data, dump;
-  std::string tokenizer = "byte", split;  // text data's tokenizer; document split ("" = 95,5)
+  std::string tokenizer,
+      split;  // text data's tokenizer ("" = the run's); document split ("" = 95,5)
   int64_t batches = 4, micro_batch = 8, seq = 0;  // seq 0: min(256, max_position_embeddings)
   uint64_t seed = 1234;
   int threads = 0;

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "cli/checkpoint_commands.h"
-#include "cli/generate_commands.h"
 #include "cli/data_commands.h"
+#include "cli/generate_commands.h"
 #include "cli/hf_commands.h"
 #include "cli/sim_commands.h"
 #include "cli/tokenizer_commands.h"
@@ -28,7 +28,8 @@ void add_train_command(CLI::App& app, moet::TrainOptions& o) {
                 "moet data prepare), a blend \"0.7 PREFIX_A 0.3 PREFIX_B\", or 'mock' for random "
                 "tokens (default: the English corpus of Debian's fortunes package)");
   t->add_option("--tokenizer", o.tokenizer,
-                "tokenizer of text data: 'byte' or a Hugging Face tokenizer.json")
+                "tokenizer of text data: 'byte' or a Hugging Face tokenizer.json (kept in --out as "
+                "tokenizer.json, where moet generate and moet eval find it)")
       ->capture_default_str();
   t->add_option("--split", o.split,
                 "train,validation[,test] shares of the documents (default 95,5; the validation "

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "data/bpe_trainer.h"
+#include "data/dataset.h"
 #include "data/text_bytes.h"
 #include "data/tokenizer.h"
 
@@ -41,7 +42,7 @@ void write_stdout(const std::string& s) {
 }
 
 int run_train(const TokenizerArgs& a) {
-  const std::vector<std::string> files = list_input_files(a.inputs);
+  const std::vector<std::string> files = expand_inputs(a.inputs);
   std::vector<std::string> contents;
   contents.reserve(files.size());
   for (const auto& f : files) contents.push_back(read_text_file(f));
@@ -185,7 +186,10 @@ CLI::App* add_tokenizer_command(CLI::App& app, TokenizerArgs& a) {
       "tokenizer", "train a byte-level BPE tokenizer, encode text, decode ids (docs/tokenizer.md)");
   c->require_subcommand(1);
   a.train = c->add_subcommand("train", "train a byte-level BPE tokenizer.json on text files");
-  a.train->add_option("--input", a.inputs, "text files or directories (searched recursively)")
+  a.train
+      ->add_option(
+          "--input", a.inputs,
+          "text files, directories (their text files, as moet data prepare reads them) or globs")
       ->required();
   a.train->add_option("--vocab-size", a.vocab_size, "ids in all: special tokens + 256 + merges")
       ->required();

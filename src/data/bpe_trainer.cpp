@@ -286,27 +286,6 @@ std::string train_bpe(const std::vector<std::string_view>& texts, const BpeTrain
   return j.dump(2, ' ', false, nlohmann::json::error_handler_t::strict) + "\n";
 }
 
-std::vector<std::string> list_input_files(const std::vector<std::string>& inputs) {
-  namespace fs = std::filesystem;
-  std::vector<std::string> files;
-  for (const auto& in : inputs) {
-    std::error_code ec;
-    if (fs::is_directory(in, ec)) {
-      std::vector<std::string> found;
-      for (const auto& e : fs::recursive_directory_iterator(in, ec))
-        if (e.is_regular_file()) found.push_back(e.path().string());
-      MOET_CHECK(!ec, "cannot read directory '", in, "': ", ec.message());
-      std::sort(found.begin(), found.end());
-      files.insert(files.end(), found.begin(), found.end());
-    } else {
-      MOET_CHECK(fs::is_regular_file(in, ec), "input '", in, "' is not a file or directory");
-      files.push_back(in);
-    }
-  }
-  MOET_CHECK(!files.empty(), "no input files found in ", inputs.size(), " input path(s)");
-  return files;
-}
-
 void write_file_atomically(const std::string& path, const std::string& text, bool overwrite) {
   namespace fs = std::filesystem;
   MOET_CHECK(overwrite || !fs::exists(path), "'", path, "' exists; pass --overwrite to replace it");

@@ -25,10 +25,6 @@ struct BpeTrainStats {
 std::string train_bpe(const std::vector<std::string_view>& texts, const BpeTrainOptions& o,
                       BpeTrainStats* stats = nullptr);
 
-// The files of `inputs` (files, or directories searched recursively, in name order), skipping
-// none; throws moet::Error for a missing path or when nothing is found.
-std::vector<std::string> list_input_files(const std::vector<std::string>& inputs);
-
 // Writes `text` to `path` through a temporary file in the same directory and a rename; refuses
 // an existing `path` unless `overwrite`.
 void write_file_atomically(const std::string& path, const std::string& text, bool overwrite);

@@ -57,6 +57,7 @@ TrainCheckpoints::TrainCheckpoints(const TrainOptions& o, Communicator* world)
     CheckpointSaver::remove_partial_saves(o.out_dir);
   }
   if (world) world->barrier();  // nobody writes into a directory rank 0 is cleaning
+  keep_run_tokenizer(o.out_dir, o.tokenizer, rank == 0);
   CheckpointSaver::Options so;
   so.run_dir = o.out_dir;
   so.config_json_path = o.model_path;
