@@ -61,7 +61,9 @@ import json, sys
 for line in open(sys.argv[1]):
     m = json.loads(line)
     assert m["pp_run_s"] > 0 and m["pp_schedule_s"] > 0 and m["pp_bubble"] >= 0, m
-    assert m["pp_run_s"] <= m["step_time_s"], m
+    # pp_run_s is the slowest stage's, step_time_s rank 0's: ranks start a step apart by as
+    # much as they left the last one apart (the first step: start-up), so allow a little skew
+    assert m["pp_run_s"] <= 1.02 * m["step_time_s"] + 0.01, m
 PY
 
 run 2 "$dir/ep.jsonl" --ep 2
