@@ -1,5 +1,6 @@
 #include "metrics/progress.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -75,6 +76,13 @@ std::string format_progress_line(const StepMetrics& m) {
   return s;
 }
 
+double expert_load_imbalance(const std::vector<int64_t>& load_E) {
+  double sum = 0, mx = 0;
+  for (int64_t l : load_E) sum += double(l), mx = std::max(mx, double(l));
+  if (load_E.empty() || sum <= 0) return StepMetrics::kNone;
+  return mx / (sum / double(load_E.size()));
+}
+
 std::string metrics_json_line(const StepMetrics& m) {
   nlohmann::ordered_json j;
   auto required = [&](const char* key, double v) {
@@ -115,6 +123,16 @@ std::string metrics_json_line(const StepMetrics& m) {
   optional("pp_run_s", m.pp_run_s);
   optional("pp_bubble", m.pp_bubble);
   optional("pp_schedule_s", m.pp_schedule_s);
+  if (!m.expert_load.empty()) {
+    j["expert_load_layers"] = m.expert_load_layers;
+    j["expert_load"] = m.expert_load;
+    nlohmann::ordered_json ratios = nlohmann::ordered_json::array();
+    for (const std::vector<int64_t>& load : m.expert_load) {
+      const double r = expert_load_imbalance(load);
+      ratios.push_back(has(r) ? nlohmann::ordered_json(r) : nlohmann::ordered_json(nullptr));
+    }
+    j["expert_load_imbalance"] = ratios;
+  }
   return j.dump();
 }
 

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <limits>
 #include <string>
+#include <vector>
 
 namespace moet {
 
@@ -52,7 +53,15 @@ struct StepMetrics {
   double pp_run_s = kNone;
   double pp_bubble = kNone;
   double pp_schedule_s = kNone;
+  // --log-expert-load, on its steps: the (token, expert) assignments each routed expert received
+  // this step (all micro-batches, all ranks), one row per MoE layer, and each row's decoder
+  // layer index (Hugging Face numbering: MTP layers follow the main ones). Empty otherwise.
+  std::vector<int64_t> expert_load_layers;
+  std::vector<std::vector<int64_t>> expert_load;
 };
+
+// max(load) / mean(load) of one layer (1 = balanced; NaN when the layer received nothing).
+double expert_load_imbalance(const std::vector<int64_t>& load_E);
 
 // One line, e.g. "step  12/100 | loss 5.4321 (lm 5.4012 mtp 5.6930) | lr 3.00e-04 |
 // gnorm 1.234 | 1.23k tok/s | 0.152 TFLOP/s | MFU 12.3% | load max/mean 1.42 | 0.52 s/step |

@@ -1,0 +1,76 @@
+#include "train/run_info.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/file_io.h"
+#include "metrics/progress.h"
+
+namespace moet {
+namespace {
+
+std::string absolute(const std::string& path) {
+  return path.empty() ? path : std::filesystem::absolute(path).lexically_normal().string();
+}
+
+}  // namespace
+
+void write_run_info(const TrainOptions& o, const std::string& tensorboard_file) {
+  namespace fs = std::filesystem;
+  nlohmann::ordered_json j;
+  j["command"] = o.command_line;
+  j["model_config"] = absolute(o.model_path);
+  j["model"] = nlohmann::ordered_json::parse(read_text_file(o.model_path), nullptr, false);
+  j["metrics"] = absolute(o.metrics_path);
+  j["tensorboard"] = absolute(o.tensorboard_dir);
+  j["tensorboard_file"] = absolute(tensorboard_file);
+  j["options"] = {{"steps", o.steps},
+                  {"micro_batch", o.micro_batch},
+                  {"seq", o.seq},
+                  {"grad_accum", o.grad_accum},
+                  {"lr", o.lr},
+                  {"schedule", o.schedule},
+                  {"precision", o.precision},
+                  {"data", o.data},
+                  {"seed", o.seed},
+                  {"ep", o.ep},
+                  {"pp", o.pp},
+                  {"zero1", o.zero1}};
+  std::error_code ec;
+  fs::create_directories(o.out_dir, ec);
+  const fs::path path = fs::path(o.out_dir) / "run.json", tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << j.dump(2) << "\n";
+    MOET_CHECK(out.good(), "cannot write '", tmp.string(), "'");
+  }
+  fs::rename(tmp, path, ec);
+  MOET_CHECK(!ec, "cannot write '", path.string(), "': ", ec.message());
+}
+
+std::string format_run_summary(const RunSummary& s) {
+  char buf[512];
+  const double rate = s.seconds > 0 ? double(s.tokens) / s.seconds : 0;
+  std::snprintf(buf, sizeof buf, "done: %lld steps, %lld tokens in %s, %.0f tokens/s on average",
+                (long long)s.steps, (long long)s.tokens, format_hms(s.seconds).c_str(), rate);
+  std::string out = buf;
+  if (std::isfinite(s.best_eval_loss)) {
+    std::snprintf(buf, sizeof buf, ", best held-out loss %.4f (step %lld)", s.best_eval_loss,
+                  (long long)s.best_eval_step);
+    out += buf;
+  }
+  out += "\n";
+  if (!s.metrics_path.empty()) out += "metrics: " + s.metrics_path + "\n";
+  if (!s.tensorboard_dir.empty())
+    out +=
+        "tensorboard: " + s.tensorboard_dir + " (tensorboard --logdir " + s.tensorboard_dir + ")\n";
+  if (!s.checkpoint.empty()) out += "checkpoints: " + s.checkpoint + "\n";
+  const std::string report_of = !s.run_dir.empty() ? s.run_dir : s.metrics_path;
+  if (!report_of.empty()) out += "report: moet report " + report_of + "\n";
+  return out;
+}
+
+}  // namespace moet
