@@ -10,6 +10,7 @@
 #include "cli/data_commands.h"
 #include "cli/generate_commands.h"
 #include "cli/hf_commands.h"
+#include "cli/report_commands.h"
 #include "cli/sim_commands.h"
 #include "cli/tokenizer_commands.h"
 #include "core/error.h"
@@ -56,6 +57,13 @@ void add_train_command(CLI::App& app, moet::TrainOptions& o) {
       ->capture_default_str();
   t->add_option("--metrics", o.metrics_path, "write one JSON object per step to this file");
   t->add_flag("--overwrite-metrics", o.overwrite_metrics, "replace an existing --metrics file");
+  t->add_option("--tensorboard", o.tensorboard_dir,
+                "write TensorBoard event files into this directory (tags as Megatron's; "
+                "docs/metrics.md)");
+  t->add_option("--log-expert-load", o.log_expert_load,
+                "every N steps, the tokens each routed expert received per MoE layer, into "
+                "--metrics and --tensorboard (0: never)")
+      ->capture_default_str();
   t->add_option("--log-every", o.log_every, "steps between progress lines")->capture_default_str();
   t->add_option("--eval-every", o.eval_every, "steps between held-out evaluations (0: at the end)");
   t->add_option("--eval-batches", o.eval_batches, "held-out micro-batches per evaluation")
@@ -145,6 +153,7 @@ int main(int argc, char** argv) {
   moet::cli::GenerateArgs generate;
   moet::cli::TokenizerArgs tokenizer;
   moet::cli::DataArgs data;
+  moet::cli::ReportArgs report;
   // Every command but train: its parser and what it runs (returning the exit status).
   struct Tool {
     CLI::App* app;
@@ -167,6 +176,8 @@ int main(int argc, char** argv) {
       {moet::cli::add_tokenizer_command(app, tokenizer),
        [&] { return moet::cli::run_tokenizer(tokenizer); }},
       {moet::cli::add_data_command(app, data), [&] { return moet::cli::run_data(data); }},
+      {moet::cli::add_report_command(app, report),
+       [&] { return moet::cli::run_report(report), 0; }},
   };
   if (argc > 1 && argv[1][0] != '-') {
     std::string names = "train";

@@ -23,6 +23,7 @@
 #include "metrics/gemm_peak.h"
 #include "metrics/memory.h"
 #include "metrics/progress.h"
+#include "metrics/tensorboard.h"
 #include "metrics/trace.h"
 #include "model/model.h"
 #include "optim/expert_bias.h"
@@ -33,6 +34,7 @@
 #include "train/checkpointing.h"
 #include "train/evaluation.h"
 #include "train/parallelize.h"
+#include "train/run_info.h"
 #include "train/stop_signal.h"
 #include "train/train_step.h"
 
@@ -48,6 +50,12 @@ void validate(const TrainOptions& o) {
   MOET_CHECK(o.grad_accum > 0, "--grad-accum must be positive, got ", o.grad_accum);
   MOET_CHECK(o.lr > 0 && std::isfinite(o.lr), "--lr must be a positive number, got ", o.lr);
   MOET_CHECK(o.log_every > 0, "--log-every must be positive, got ", o.log_every);
+  MOET_CHECK(o.log_expert_load >= 0, "--log-expert-load must be >= 0, got ", o.log_expert_load);
+  MOET_CHECK(o.log_expert_load == 0 || o.pp == 1,
+             "--log-expert-load does not combine with --pp yet (each stage holds other layers)");
+  MOET_CHECK(o.tensorboard_dir.empty() || !std::filesystem::exists(o.tensorboard_dir) ||
+                 std::filesystem::is_directory(o.tensorboard_dir),
+             "--tensorboard '", o.tensorboard_dir, "' exists and is not a directory");
   MOET_CHECK(o.threads >= 0, "--threads must be >= 0, got ", o.threads);
   if (o.precision != "auto") parse_recipe(o.precision);  // one line naming the choices
   MOET_CHECK(o.bf16_layers >= 0, "--bf16-layers must be >= 0, got ", o.bf16_layers);
@@ -224,6 +232,11 @@ double run_training(const TrainOptions& o, Communicator* world) {
     else
       load_checkpoint_weights(resolve_checkpoint_dir(o.init_from), model.params(), !par->pipeline);
   }
+  // Made once the run is known to start (a refused resume leaves the run directory as it was).
+  std::unique_ptr<TensorBoardWriter> tensorboard;
+  if (root && !o.tensorboard_dir.empty())
+    tensorboard = std::make_unique<TensorBoardWriter>(o.tensorboard_dir);
+  if (root && !o.out_dir.empty()) write_run_info(o, tensorboard ? tensorboard->path() : "");
   MemoryNeed need;
   need.params = need.grads = model.params().numel() * int64_t(sizeof(float));
   need.optimizer =
@@ -246,6 +259,13 @@ double run_training(const TrainOptions& o, Communicator* world) {
   const double peak = o.peak_tflops > 0 ? o.peak_tflops : measure_gemm_peak_tflops(main_format);
   const double fpt = flops_per_token(cfg, T, cfg.num_nextn_predict_layers > 0);
   const int64_t tokens_per_step = int64_t(DP) * A * B * T;  // global batch
+  // --log-expert-load: the decoder layer index of each MoE layer, in moe_layers() order
+  std::vector<int64_t> moe_layer_index;
+  for (int64_t l = 0; l < cfg.num_hidden_layers; ++l)
+    if (cfg.is_moe_layer(l)) moe_layer_index.push_back(l);
+  if (cfg.mtp_is_moe())
+    for (int64_t k = 0; k < cfg.num_nextn_predict_layers; ++k)
+      moe_layer_index.push_back(cfg.num_hidden_layers + k);
   if (verbose) {
     std::printf("moet train: %s, %.1fM parameters, %.1f MFLOP/token, %d threads",
                 o.model_path.c_str(), double(count_parameters(cfg)) / 1e6, fpt / 1e6,
@@ -311,6 +331,8 @@ double run_training(const TrainOptions& o, Communicator* world) {
   const StopSignal stop_signal;  // SIGTERM/SIGINT: finish the step, save, exit 0
   bool stopped = false;
   int64_t skipped = 0, steps_done = first_step;
+  double best_eval = StepMetrics::kNone;
+  int64_t best_eval_step = 0;
   if (first_step >= o.steps && verbose)
     std::printf("the checkpoint has done %lld of --steps %lld: nothing to train\n",
                 (long long)first_step, (long long)o.steps);
@@ -361,6 +383,12 @@ double run_training(const TrainOptions& o, Communicator* world) {
       m.balance_loss = r.losses.balance_loss;
       m.z_loss = r.losses.z_loss;
       m.max_expert_load = r.max_expert_load;
+      // the step's loads, summed over micro-batches and ranks (StepRunner::run)
+      if (o.log_expert_load > 0 && (step + 1) % o.log_expert_load == 0) {
+        m.expert_load_layers = moe_layer_index;
+        for (MoeLayer* layer : par->moe_layers()) m.expert_load.push_back(layer->stats().load_E);
+        MOET_ASSERT(m.expert_load.size() == moe_layer_index.size());
+      }
     }
     m.lr = r.lr;
     m.grad_norm = r.grad_norm;
@@ -398,6 +426,8 @@ double run_training(const TrainOptions& o, Communicator* world) {
     bool last = step + 1 == o.steps;
     if ((o.eval_every > 0 && (step + 1) % o.eval_every == 0) || (last && o.eval_batches > 0)) {
       m.eval_loss = evaluate(*par, B, *ds, o.eval_batches, tokens, world);
+      if (std::isfinite(m.eval_loss) && !(m.eval_loss >= best_eval))
+        best_eval = m.eval_loss, best_eval_step = step + 1;
       // Evaluation's exchanges belong to no training step.
       for (ExpertExchangeDispatcher* d : exchanges) d->reset_timers(), d->reset_bytes();
     }
@@ -411,7 +441,10 @@ double run_training(const TrainOptions& o, Communicator* world) {
     if (checkpoints.due(step + 1, last) || (stop && checkpoints.saving()))
       m.save_s = checkpoints.save(step + 1, state, runner.optimizer(), data_shape);
     if (metrics) metrics->write(m);
-    if (verbose && ((step + 1) % o.log_every == 0 || last || stop)) {
+    if (tensorboard) tensorboard->write(m);
+    const bool log_now = (step + 1) % o.log_every == 0 || last || stop;
+    if (tensorboard && log_now) tensorboard->flush();
+    if (verbose && log_now) {
       std::printf("%s\n", format_progress_line(m).c_str());
       std::fflush(stdout);
     }
@@ -423,6 +456,7 @@ double run_training(const TrainOptions& o, Communicator* world) {
   }
   const std::string saved = checkpoints.finish();
   if (trace) trace->write(trace_file, false);
+  if (tensorboard) tensorboard->flush();
   if (root && stopped) {
     const int sig = StopSignal::received();
     std::printf(
@@ -433,6 +467,19 @@ double run_training(const TrainOptions& o, Communicator* world) {
     const double mb = double(checkpoints.last_bytes()) / 1e6, ws = checkpoints.last_write_seconds();
     std::printf("checkpoint: %s (rank 0 wrote %.1f MB in %.2f s, %.2f GB/s)\n", saved.c_str(), mb,
                 ws, ws > 0 ? mb / 1e3 / ws : 0.0);
+  }
+  if (verbose) {
+    RunSummary sum;
+    sum.steps = steps_done - first_step;
+    sum.tokens = sum.steps * tokens_per_step;
+    sum.seconds = seconds_since(t_start);
+    sum.best_eval_loss = best_eval;
+    sum.best_eval_step = best_eval_step;
+    sum.metrics_path = o.metrics_path;
+    sum.tensorboard_dir = o.tensorboard_dir;
+    sum.checkpoint = saved;
+    sum.run_dir = o.out_dir;
+    std::printf("%s", format_run_summary(sum).c_str());
   }
   std::fflush(stdout);
   return last_loss;

@@ -28,6 +28,11 @@ struct TrainOptions {
   std::string metrics_path;
   bool overwrite_metrics = false;
   int64_t log_every = 1;
+  // TensorBoard event files in this directory (rank 0; flushed every log_every steps).
+  std::string tensorboard_dir;
+  // Every N steps, the tokens each routed expert received, per MoE layer, into the metrics
+  // file and TensorBoard (0: never).
+  int64_t log_expert_load = 0;
   int64_t eval_every = 0;  // 0: evaluate only at the end
   int64_t eval_batches = 4;
   double weight_decay = 0.1;
