@@ -6,7 +6,8 @@ pkgs=(build-essential cmake git libopenblas-openmp-dev libdnnl-dev nlohmann-json
       openmpi-bin libopenmpi-dev zlib1g-dev
       libpcre2-dev libicu-dev  # the tokenizer's split regexes and NFC (docs/tokenizer.md)
       iproute2  # ip and tc for scripts/cluster.sh
-      clang libclang-rt-dev)  # the parser fuzz test: clang and its libFuzzer runtime
+      clang libclang-rt-dev  # the parser fuzz test: clang and its libFuzzer runtime
+      chromium)  # the report test renders moet report's HTML headless
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,280 @@
+#!/usr/bin/env python3
+"""moet's TensorBoard event files and HTML report, read by the real clients.
+
+--check tensorboard: trains configs/tiny.json a few steps with --tensorboard, --metrics and
+--log-expert-load 1 (one process, and with --mpirun 2 ranks --ep 2), then reads the event
+directory with TensorBoard's own EventAccumulator (tensorboard from PyPI, the project venv): every
+scalar equals the metrics JSONL's value as float32, for every step and tag (and there is no
+scalar the JSONL lacks); each layer's expert-load histogram holds exactly the JSONL's counts;
+the main layers' counts add up to tokens x top-k (summed over micro-batches and ranks). Also:
+--tensorboard naming an existing file is refused with one line and the file is left alone.
+
+--check report: `moet report` on such a run writes one HTML file (refusing to overwrite it
+without --overwrite), and headless Debian chromium (--no-sandbox: the tests run as root)
+renders it with no console message, the charts present in the DOM, and a screenshot that is not
+blank. Exits 77 (CTest: skipped) when chromium is not installed.
+
+Usage: tensorboard_interop.py --check tensorboard|report --moet MOET --config tiny.json
+       --workdir DIR [--mpirun CMD...]
+"""
+import argparse
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import zlib
+
+import numpy as np
+
+# TensorBoard tag -> metrics JSONL key (docs/metrics.md; src/metrics/tensorboard.cpp).
+TAGS = {
+    "lm loss": "lm_loss",
+    "total loss": "loss",
+    "mtp loss": "mtp_loss",
+    "load_balancing_loss": "balance_loss",
+    "z_loss": "z_loss",
+    "lm loss validation": "eval_loss",
+    "learning-rate": "lr",
+    "grad-norm": "grad_norm",
+    "iteration-time": "step_time_s",
+    "throughput": "tflops",
+    "tokens-per-sec": "tokens_per_s",
+    "mfu": "mfu",
+    "max-expert-load": "max_expert_load",
+    "a2a-time": "a2a_s",
+    "exposed-comm-time": "exposed_comm_s",
+    "a2a-exposed-time": "a2a_exposed_s",
+    "grad-sync-time": "grad_sync_s",
+    "comm-bytes": "comm_bytes",
+    "ep-load-imbalance": "ep_load_imbalance",
+    "mem-max-rss-mb": "peak_rss_mb",
+    "save-time": "save_s",
+    "pp-bubble": "pp_bubble",
+    "consumed-tokens": "tokens",
+}
+STEPS, SEQ, MB = 4, 32, 2
+
+
+def fail(msg):
+    print("FAIL: " + msg)
+    sys.exit(1)
+
+
+def train(a, name, extra=(), prefix=()):
+    d = os.path.join(a.workdir, name)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    cmd = list(prefix) + [a.moet, "train", "--model", a.config, "--steps", str(STEPS), "--seq",
+                          str(SEQ), "--micro-batch", str(MB), "--threads", "1", "--eval-every",
+                          "2", "--eval-batches", "1", "--log-every", "2", "--tensorboard",
+                          os.path.join(d, "tb"), "--metrics", os.path.join(d, "metrics.jsonl"),
+                          "--log-expert-load", "1", "--out", os.path.join(d, "run")] + list(extra)
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    print(out.strip().splitlines()[-1] if out.strip() else "(quiet)")
+    return d, out
+
+
+def check_tensorboard(a, d, ranks):
+    from tensorboard.backend.event_processing import event_accumulator as ea_mod
+
+    cfg = json.load(open(a.config))
+    records = [json.loads(l) for l in open(os.path.join(d, "metrics.jsonl"))]
+    if [r["step"] for r in records] != list(range(1, STEPS + 1)):
+        fail(f"{d}: metrics steps {[r['step'] for r in records]}")
+    files = os.listdir(os.path.join(d, "tb"))
+    if len(files) != 1 or "tfevents" not in files[0]:
+        fail(f"{d}: expected one event file, found {files}")
+    acc = ea_mod.EventAccumulator(os.path.join(d, "tb"), size_guidance={"scalars": 0,
+                                                                        "histograms": 0})
+    acc.Reload()
+    tags = acc.Tags()
+    compared = 0
+    # every JSONL value is in TensorBoard, as float32, at its step
+    expected = {}  # tag -> {step: float32}
+    for r in records:
+        for tag, key in TAGS.items():
+            if r.get(key) is not None:
+                expected.setdefault(tag, {})[r["step"]] = np.float32(r[key])
+        for layer, ratio in zip(r.get("expert_load_layers", []), r.get("expert_load_imbalance",
+                                                                      [])):
+            if ratio is not None:
+                expected.setdefault(f"moe/expert_load_imbalance_layer_{layer}",
+                                    {})[r["step"]] = np.float32(ratio)
+    for tag in ("lm loss", "lm loss validation", "learning-rate", "grad-norm", "throughput",
+                "mfu", "iteration-time", "load_balancing_loss"):
+        if tag not in expected:
+            fail(f"{d}: the metrics have no value for '{tag}'")
+    if ranks > 1 and "exposed-comm-time" not in expected:
+        fail(f"{d}: no communication metrics under {ranks} ranks")
+    if set(tags["scalars"]) != set(expected):
+        fail(f"{d}: TensorBoard tags {sorted(tags['scalars'])} != JSONL's {sorted(expected)}")
+    for tag, by_step in expected.items():
+        got = {e.step: np.float32(e.value) for e in acc.Scalars(tag)}
+        if got.keys() != by_step.keys():
+            fail(f"{d}: '{tag}' steps {sorted(got)} != {sorted(by_step)}")
+        for step, v in by_step.items():
+            if got[step] != v:
+                fail(f"{d}: '{tag}' at step {step}: TensorBoard {got[step]!r} != JSONL {v!r}")
+            compared += 1
+    # histograms: the expert-load counts, per layer and step
+    K, E = cfg["num_experts_per_tok"], cfg["n_routed_experts"]
+    tokens_per_step = records[0]["tokens"]  # the global batch
+    if tokens_per_step != ranks * MB * SEQ:
+        fail(f"{d}: {tokens_per_step} tokens per step, expected {ranks} x {MB} x {SEQ}")
+    hist = 0
+    for r in records:
+        loads, layers = r["expert_load"], r["expert_load_layers"]
+        if len(loads) != len(layers) or not loads:
+            fail(f"{d}: step {r['step']}: expert_load {loads} layers {layers}")
+        for layer, load in zip(layers, loads):
+            if len(load) != E:
+                fail(f"{d}: layer {layer} has {len(load)} experts, the config {E}")
+            if layer < cfg["num_hidden_layers"] and sum(load) != tokens_per_step * K:
+                fail(f"{d}: layer {layer} step {r['step']}: {sum(load)} assignments, "
+                     f"expected {tokens_per_step} tokens x {K}")
+            events = [e for e in acc.Histograms(f"moe/expert_load_layer_{layer}")
+                      if e.step == r["step"]]
+            if len(events) != 1:
+                fail(f"{d}: {len(events)} histograms of layer {layer} at step {r['step']}")
+            h = events[0].histogram_value
+            if list(h.bucket) != [float(x) for x in load] or h.num != sum(load):
+                fail(f"{d}: layer {layer} step {r['step']}: histogram {list(h.bucket)} "
+                     f"(num {h.num}) != JSONL {load}")
+            hist += 1
+    print(f"{d}: {compared} scalars and {hist} histograms equal the metrics JSONL")
+
+
+def check_refuses_file(a):
+    f = os.path.join(a.workdir, "not_a_dir")
+    with open(f, "w") as fh:
+        fh.write("keep")
+    p = subprocess.run([a.moet, "train", "--model", a.config, "--steps", "1", "--tensorboard", f],
+                       capture_output=True, text=True)
+    if p.returncode == 0 or "not a directory" not in p.stderr or len(p.stderr.splitlines()) != 1:
+        fail(f"--tensorboard FILE: rc {p.returncode}, stderr {p.stderr!r}")
+    if open(f).read() != "keep":
+        fail("--tensorboard FILE changed the file")
+
+
+def png_colours(path):
+    """Distinct RGB(A) colours of an 8-bit, non-interlaced PNG (standard library + numpy)."""
+    data = open(path, "rb").read()
+    if data[:8] != b"\x89PNG\r\n\x1a\n":
+        fail(f"{path} is not a PNG")
+    pos, idat, w = 8, b"", 0
+    while pos < len(data):
+        n, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        body = data[pos + 8:pos + 8 + n]
+        if kind == b"IHDR":
+            w, h, depth, ctype, _, _, interlace = struct.unpack(">IIBBBBB", body)
+            if depth != 8 or ctype not in (2, 6) or interlace:
+                fail(f"{path}: PNG depth {depth} colour type {ctype} interlace {interlace}")
+            bpp = 3 if ctype == 2 else 4
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + n
+    raw = zlib.decompress(idat)
+    stride = w * bpp
+    prev = np.zeros(stride, dtype=np.int32)
+    rows = []
+    for y in range(h):
+        f = raw[y * (stride + 1)]
+        line = np.frombuffer(raw, dtype=np.uint8, count=stride,
+                             offset=y * (stride + 1) + 1).astype(np.int32)
+        if f == 0:
+            cur = line
+        elif f == 2:
+            cur = (line + prev) & 255
+        else:  # Sub, Average, Paeth: byte by byte
+            cur = np.zeros(stride, dtype=np.int32)
+            for i in range(stride):
+                left = cur[i - bpp] if i >= bpp else 0
+                up, ul = prev[i], (prev[i - bpp] if i >= bpp else 0)
+                if f == 1:
+                    pred = left
+                elif f == 3:
+                    pred = (left + up) // 2
+                else:
+                    p = left + up - ul
+                    pa, pb, pc = abs(p - left), abs(p - up), abs(p - ul)
+                    pred = left if pa <= pb and pa <= pc else (up if pb <= pc else ul)
+                cur[i] = (line[i] + pred) & 255
+        rows.append(cur)
+        prev = cur
+    px = np.array(rows, dtype=np.uint8).reshape(h, w, bpp)[:, :, :3].reshape(-1, 3)
+    return len(np.unique(px, axis=0)), w, h
+
+
+def check_report(a, d):
+    run = os.path.join(d, "run")
+    rep = os.path.join(run, "report.html")
+    subprocess.run([a.moet, "report", run], check=True)
+    if not os.path.isfile(rep):
+        fail("moet report RUN_DIR wrote no RUN_DIR/report.html")
+    p = subprocess.run([a.moet, "report", run], capture_output=True, text=True)
+    if p.returncode == 0 or "already exists" not in p.stderr:
+        fail(f"moet report overwrote {rep} without --overwrite: {p.stderr!r}")
+    subprocess.run([a.moet, "report", run, "--overwrite"], check=True)
+    other = os.path.join(d, "from_metrics.html")  # the metrics file instead of the directory
+    subprocess.run([a.moet, "report", os.path.join(d, "metrics.jsonl"), "--out", other], check=True)
+    html = open(rep).read()
+    for bad in ("<script", "http://", "https://"):
+        if bad in html.replace('xmlns="http://www.w3.org/2000/svg"', ""):
+            fail(f"the report is not self-contained: it has {bad!r}")
+    chromium = shutil.which("chromium")
+    if not chromium:
+        print("SKIPPED: chromium is not installed (scripts/install_deps.sh installs it)")
+        sys.exit(77)
+    base = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr",
+            "--v=0", "--window-size=1200,1600"]
+    url = "file://" + os.path.abspath(rep)
+    p = subprocess.run(base + ["--dump-dom", url], capture_output=True, text=True, timeout=120)
+    console = [l for l in p.stderr.splitlines() if ":CONSOLE" in l]
+    if p.returncode != 0 or console:
+        fail(f"chromium rc {p.returncode}, console: {console}")
+    dom = p.stdout
+    charts = dom.count("<svg")
+    heat = dom.count('class="chart heatmap"')
+    if charts < 8 or heat < 1 or dom.count("<polyline") < 6:
+        fail(f"the rendered DOM has {charts} svg, {heat} heatmaps, {dom.count('<polyline')} lines")
+    shot = os.path.join(d, "report.png")
+    if os.path.exists(shot):
+        os.remove(shot)
+    p = subprocess.run(base + ["--screenshot=" + shot, url], capture_output=True, text=True,
+                       timeout=120)
+    if p.returncode != 0 or not os.path.isfile(shot):
+        fail(f"chromium --screenshot rc {p.returncode}: {p.stderr[-500:]}")
+    colours, w, h = png_colours(shot)
+    if colours < 16:
+        fail(f"the screenshot ({w}x{h}) has {colours} colours: blank")
+    print(f"report: {charts} charts ({heat} heatmaps) rendered by chromium without a console "
+          f"message; screenshot {w}x{h} with {colours} colours")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--check", choices=["tensorboard", "report"], required=True)
+    ap.add_argument("--moet", required=True)
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--workdir", required=True)
+    ap.add_argument("--mpirun", nargs=argparse.REMAINDER, default=[])
+    a = ap.parse_args()
+    os.makedirs(a.workdir, exist_ok=True)
+    d, out = train(a, "one")
+    if a.check == "tensorboard":
+        check_tensorboard(a, d, 1)
+        if "done:" not in out or "moet report" not in out:
+            fail(f"no final summary in the output:\n{out}")
+        if a.mpirun:
+            d2, _ = train(a, "ep2", ["--ep", "2"], a.mpirun + ["2"])
+            check_tensorboard(a, d2, 2)
+        check_refuses_file(a)
+    else:
+        check_report(a, d)
+    print("PASS")
+
+
+if __name__ == "__main__":
+    main()
