@@ -115,9 +115,11 @@ Series series(const std::vector<json>& records, const char* x_key, const char* y
   return s;
 }
 
-// White (0) to dark red (the largest ratio), through the load / mean-load ratio.
+// White at the mean load, dark red at the largest load / mean, blue towards no tokens.
 std::string heat_color(double ratio, double top) {
-  const double t = std::clamp(top > 1 ? (ratio - 1) / (top - 1) : 0.0, -1.0, 1.0);
+  // over-loaded: 0..1 from the mean to the largest ratio; under-loaded: -1 (no tokens)..0
+  const double t = ratio >= 1 ? (top > 1 ? std::min(1.0, (ratio - 1) / (top - 1)) : 0.0)
+                              : std::max(-1.0, ratio - 1);
   int r = 255, g = 255, b = 255;
   if (t >= 0)
     g = b = int(std::lround(255 * (1 - t))), r = int(std::lround(255 - 80 * t));
