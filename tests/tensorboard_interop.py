@@ -10,7 +10,8 @@ the main layers' counts add up to tokens x top-k (summed over micro-batches and 
 --tensorboard naming an existing file is refused with one line and the file is left alone.
 
 --check report: `moet report` on such a run writes one HTML file (refusing to overwrite it
-without --overwrite), and headless Debian chromium (--no-sandbox: the tests run as root)
+without --overwrite; a metrics file whose last line is cut short reads up to that line), and
+headless Debian chromium (--no-sandbox: the tests run as root)
 renders it with no console message, the charts present in the DOM, and a screenshot that is not
 blank. Exits 77 (CTest: skipped) when chromium is not installed.
 
@@ -219,6 +220,16 @@ def check_report(a, d):
     subprocess.run([a.moet, "report", run, "--overwrite"], check=True)
     other = os.path.join(d, "from_metrics.html")  # the metrics file instead of the directory
     subprocess.run([a.moet, "report", os.path.join(d, "metrics.jsonl"), "--out", other], check=True)
+    # a run still writing: its last line is cut short
+    partial = os.path.join(d, "partial.jsonl")
+    lines = open(os.path.join(d, "metrics.jsonl")).read().splitlines()
+    with open(partial, "w") as f:
+        f.write("\n".join(lines[:-1]) + "\n" + lines[-1][: len(lines[-1]) // 2])
+    subprocess.run([a.moet, "report", partial, "--out", os.path.join(d, "partial.html")],
+                   check=True)
+    if f"<th>steps</th><td>{STEPS - 1} of {STEPS}</td>" not in open(os.path.join(d,
+                                                                                "partial.html")).read():
+        fail("the report of a metrics file with a partial last line does not show the steps before it")
     html = open(rep).read()
     for bad in ("<script", "http://", "https://"):
         if bad in html.replace('xmlns="http://www.w3.org/2000/svg"', ""):
