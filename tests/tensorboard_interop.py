@@ -7,7 +7,8 @@ directory with TensorBoard's own EventAccumulator (tensorboard from PyPI, the pr
 scalar equals the metrics JSONL's value as float32, for every step and tag (and there is no
 scalar the JSONL lacks); each layer's expert-load histogram holds exactly the JSONL's counts;
 the main layers' counts add up to tokens x top-k (summed over micro-batches and ranks). Also:
---tensorboard naming an existing file is refused with one line and the file is left alone.
+--tensorboard naming an existing file is refused with one line and the file is left alone; a run
+resumed from an earlier checkpoint shows in TensorBoard each step once, the resumed run's value.
 
 --check report: `moet report` on such a run writes one HTML file (refusing to overwrite it
 without --overwrite; a metrics file whose last line is cut short reads up to that line), and
@@ -63,10 +64,11 @@ def fail(msg):
     sys.exit(1)
 
 
-def train(a, name, extra=(), prefix=()):
+def train(a, name, extra=(), prefix=(), fresh=True):
     d = os.path.join(a.workdir, name)
-    shutil.rmtree(d, ignore_errors=True)
-    os.makedirs(d)
+    if fresh:
+        shutil.rmtree(d, ignore_errors=True)
+        os.makedirs(d)
     cmd = list(prefix) + [a.moet, "train", "--model", a.config, "--steps", str(STEPS), "--seq",
                           str(SEQ), "--micro-batch", str(MB), "--threads", "1", "--eval-every",
                           "2", "--eval-batches", "1", "--log-every", "2", "--tensorboard",
@@ -77,7 +79,7 @@ def train(a, name, extra=(), prefix=()):
     return d, out
 
 
-def check_tensorboard(a, d, ranks):
+def check_tensorboard(a, d, ranks, event_files=1):
     from tensorboard.backend.event_processing import event_accumulator as ea_mod
 
     cfg = json.load(open(a.config))
@@ -85,8 +87,8 @@ def check_tensorboard(a, d, ranks):
     if [r["step"] for r in records] != list(range(1, STEPS + 1)):
         fail(f"{d}: metrics steps {[r['step'] for r in records]}")
     files = os.listdir(os.path.join(d, "tb"))
-    if len(files) != 1 or "tfevents" not in files[0]:
-        fail(f"{d}: expected one event file, found {files}")
+    if len(files) != event_files or any("tfevents" not in f for f in files):
+        fail(f"{d}: expected {event_files} event files, found {files}")
     acc = ea_mod.EventAccumulator(os.path.join(d, "tb"), size_guidance={"scalars": 0,
                                                                         "histograms": 0})
     acc.Reload()
@@ -282,6 +284,15 @@ def main():
             d2, _ = train(a, "ep2", ["--ep", "2"], a.mpirun + ["2"])
             check_tensorboard(a, d2, 2)
         check_refuses_file(a)
+        # a resumed run: the interrupted run's steps after its checkpoint (3 and 4 here) are in
+        # its event file; the resumed run's file marks the restart, so TensorBoard drops them
+        ckpt = ["--save-every", "2", "--sync-save"]
+        d3, _ = train(a, "resume", ckpt)
+        shutil.rmtree(os.path.join(d3, "run", "step-0000004"))
+        with open(os.path.join(d3, "run", "latest"), "w") as f:
+            f.write("step-0000002\n")
+        train(a, "resume", ckpt + ["--resume", "auto"], fresh=False)
+        check_tensorboard(a, d3, 1, event_files=2)
     else:
         check_report(a, d)
     print("PASS")

@@ -65,6 +65,12 @@ TEST(TensorBoard, ScalarEvent) {
   EXPECT_EQ(e.substr(9), bytes({0x10, 0xac, 0x02, 0x2a, 0}));
 }
 
+TEST(TensorBoard, SessionStartEvent) {
+  // Event{wall_time 2.0, step 5, session_log = 7 {status = 1: START}}
+  EXPECT_EQ(tensorboard::session_start_event(2.0, 5),
+            bytes({0x09, 0, 0, 0, 0, 0, 0, 0, 0x40, 0x10, 5, 0x3a, 2, 0x08, 1}));
+}
+
 TEST(TensorBoard, HistogramEvent) {
   const Histogram h = expert_load_histogram({3, 0, 5});
   EXPECT_EQ(h.num, 8);

@@ -132,6 +132,18 @@ std::string file_version_event(double wall_time) {
   return e;
 }
 
+// Event.session_log = 7: SessionLog{status = 1 (START = 1)}.
+std::string session_start_event(double wall_time, int64_t step) {
+  std::string e, log;
+  put_double(e, 1, wall_time);
+  put_key(e, 2, 0);
+  put_varint(e, uint64_t(step));
+  put_key(log, 1, 0);
+  put_varint(log, 1);
+  put_bytes(e, 7, log);
+  return e;
+}
+
 // Summary: value = 1 (repeated); Summary.Value: tag = 1, simple_value = 2 (float), histo = 5.
 std::string scalars_event(double wall_time, int64_t step,
                           const std::vector<std::pair<std::string, float>>& values) {
@@ -228,6 +240,10 @@ void TensorBoardWriter::append(const std::string& event) {
   const std::string rec = tensorboard::frame_record(event);
   MOET_CHECK(std::fwrite(rec.data(), 1, rec.size(), file_) == rec.size(),
              "cannot write TensorBoard event file '", path_, "': ", std::strerror(errno));
+}
+
+void TensorBoardWriter::mark_resume(int64_t step) {
+  append(tensorboard::session_start_event(now_seconds(), step));
 }
 
 void TensorBoardWriter::write(const StepMetrics& m) {

@@ -27,6 +27,9 @@ uint32_t masked_crc32c(const void* bytes, size_t n);
 std::string frame_record(const std::string& data);
 // Serialized Event{wall_time, file_version "brain.Event:2"}: an event file's first record.
 std::string file_version_event(double wall_time);
+// Serialized Event{wall_time, step, session_log{status START}}: TensorBoard drops the events of
+// steps >= step read before it (the steps an interrupted run did after its checkpoint).
+std::string session_start_event(double wall_time, int64_t step);
 // Serialized Event{wall_time, step, summary{value{tag, simple_value}...}}.
 std::string scalars_event(double wall_time, int64_t step,
                           const std::vector<std::pair<std::string, float>>& values);
@@ -55,6 +58,8 @@ class TensorBoardWriter {
   TensorBoardWriter(const TensorBoardWriter&) = delete;
   TensorBoardWriter& operator=(const TensorBoardWriter&) = delete;
 
+  // A resumed run: its first step is `step` (session_start_event).
+  void mark_resume(int64_t step);
   // The step's scalars, and with expert loads a histogram and an imbalance scalar per layer.
   void write(const StepMetrics& m);
   void flush();

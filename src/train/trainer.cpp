@@ -236,6 +236,7 @@ double run_training(const TrainOptions& o, Communicator* world) {
   std::unique_ptr<TensorBoardWriter> tensorboard;
   if (root && !o.tensorboard_dir.empty())
     tensorboard = std::make_unique<TensorBoardWriter>(o.tensorboard_dir);
+  if (tensorboard && resuming) tensorboard->mark_resume(first_step + 1);
   if (root && !o.out_dir.empty()) write_run_info(o, tensorboard ? tensorboard->path() : "");
   MemoryNeed need;
   need.params = need.grads = model.params().numel() * int64_t(sizeof(float));
