@@ -48,7 +48,7 @@ struct Series {
   bool dots = false;  // points (sparse series such as held-out loss) rather than a line
 };
 
-const int kW = 520, kH = 260, kLeft = 64, kRight = 12, kTop = 28, kBottom = 40;
+const int kW = 520, kH = 260, kLeft = 64, kRight = 12, kTop = 44, kBottom = 40;
 
 // A line chart as inline SVG; "" when no series has a point.
 std::string line_chart(const std::string& title, const std::string& x_label,
@@ -83,9 +83,8 @@ std::string line_chart(const std::string& title, const std::string& x_label,
   }
   svg += "<text x=\"" + num("%.0f", kLeft + pw / 2) + "\" y=\"" + std::to_string(kH - 6) +
          "\" class=\"xlabel\">" + escape(x_label) + "</text>";
-  double legend_x = kLeft + pw;
-  for (auto it = series.rbegin(); it != series.rend(); ++it) {
-    const Series& s = *it;
+  double legend_x = kLeft;  // a row under the title, left to right
+  for (const Series& s : series) {
     if (s.xy.empty()) continue;
     if (s.dots) {
       for (auto [x, y] : s.xy)
@@ -96,10 +95,10 @@ std::string line_chart(const std::string& title, const std::string& x_label,
       for (auto [x, y] : s.xy) svg += num("%.1f", px(x)) + "," + num("%.1f", py(y)) + " ";
       svg += "\"/>";
     }
-    legend_x -= 8.0 * double(s.name.size()) + 16;
-    svg += "<rect x=\"" + num("%.0f", legend_x) + "\" y=\"10\" width=\"10\" height=\"10\" fill=\"" +
+    svg += "<rect x=\"" + num("%.0f", legend_x) + "\" y=\"26\" width=\"10\" height=\"10\" fill=\"" +
            s.color + "\"/><text x=\"" + num("%.0f", legend_x + 13) +
-           "\" y=\"19\" class=\"legend\">" + escape(s.name) + "</text>";
+           "\" y=\"35\" class=\"legend\">" + escape(s.name) + "</text>";
+    legend_x += 6.5 * double(s.name.size()) + 26;
   }
   return svg + "</svg>";
 }
@@ -161,7 +160,8 @@ std::string expert_heatmaps(const std::vector<json>& records) {
     if (cols.empty()) continue;
     const double cell_w = std::max(2.0, std::min(24.0, 440.0 / double(cols.size())));
     const double cell_h = std::max(3.0, std::min(16.0, 320.0 / double(experts)));
-    const double w = 70 + cell_w * double(cols.size()) + 10, h = 30 + cell_h * double(experts) + 34;
+    const double w = std::max(380.0, 70 + cell_w * double(cols.size()) + 10),
+                 h = 30 + cell_h * double(experts) + 34;
     std::string svg = "<svg class=\"chart heatmap\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" +
                       num("%.0f", w) + "\" height=\"" + num("%.0f", h) + "\">";
     svg += "<text x=\"70\" y=\"18\" class=\"title\">layer " + layers[li].dump() +
@@ -290,7 +290,9 @@ std::string report_html(const std::vector<json>& records, const json& run_info,
   Series hidden{"all-to-all hidden", "#2ca02c", {}, false};
   for (const json& r : records) {
     const double a = field(r, "a2a_s"), e = field(r, "a2a_exposed_s");
-    if (std::isfinite(a) && std::isfinite(e)) hidden.xy.emplace_back(field(r, "step"), a - e);
+    // the exposed part is measured as waiting and can exceed the transfer's own time: 0 then
+    if (std::isfinite(a) && std::isfinite(e))
+      hidden.xy.emplace_back(field(r, "step"), std::max(0.0, a - e));
   }
   const std::string comm = line_chart(
       "communication seconds per step", "step",
