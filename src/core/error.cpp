@@ -4,7 +4,9 @@
 
 namespace moet {
 
-[[noreturn]] void fail_at(const char* file, int line, const std::string& msg) {
+[[noreturn]] void fail(const std::string& msg) { throw Error(msg); }
+
+[[noreturn]] void fail_internal(const char* file, int line, const std::string& msg) {
   const char* base = std::strrchr(file, '/');
   throw Error(str(msg, " [", base ? base + 1 : file, ":", line, "]"));
 }

@@ -1,4 +1,5 @@
-// Errors: exceptions that carry file:line and a hint for the user.
+// Errors: user errors say what is wrong in one line (no source location); broken internal
+// invariants carry file:line for the developers.
 #pragma once
 #include <sstream>
 #include <stdexcept>
@@ -13,7 +14,10 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-[[noreturn]] void fail_at(const char* file, int line, const std::string& msg);
+// Throws Error(msg): a user error, the message alone.
+[[noreturn]] void fail(const std::string& msg);
+// Throws Error(msg + " [file:line]"): a broken internal invariant, located for the developers.
+[[noreturn]] void fail_internal(const char* file, int line, const std::string& msg);
 
 namespace detail {
 inline void append(std::ostringstream&) {}
@@ -34,14 +38,14 @@ std::string str(const A&... a) {
 }  // namespace moet
 
 // Throws moet::Error with the message built from the arguments (streamed).
-#define MOET_FAIL(...) ::moet::fail_at(__FILE__, __LINE__, ::moet::str(__VA_ARGS__))
+#define MOET_FAIL(...) ::moet::fail(::moet::str(__VA_ARGS__))
 // Checks a condition that the caller's input must satisfy; message says what is wrong.
-#define MOET_CHECK(cond, ...)                                                   \
-  do {                                                                          \
-    if (!(cond)) ::moet::fail_at(__FILE__, __LINE__, ::moet::str(__VA_ARGS__)); \
+#define MOET_CHECK(cond, ...)                            \
+  do {                                                   \
+    if (!(cond)) ::moet::fail(::moet::str(__VA_ARGS__)); \
   } while (0)
 // Internal invariant (shape contract of an op); message names the condition.
-#define MOET_ASSERT(cond)                                                              \
-  do {                                                                                 \
-    if (!(cond)) ::moet::fail_at(__FILE__, __LINE__, "internal check failed: " #cond); \
+#define MOET_ASSERT(cond)                                                                    \
+  do {                                                                                       \
+    if (!(cond)) ::moet::fail_internal(__FILE__, __LINE__, "internal check failed: " #cond); \
   } while (0)
