@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Megatron datasets through the moet command line (docs/data.md):
 #  - `moet data prepare` writes PREFIX.bin/.idx that `moet data inspect` reads back;
-#  - `moet train --data PREFIX` (and a weighted blend of two prefixes) trains with finite
-#    losses, prints the data wait, writes data_wait_s per step, and caches its sample index;
+#  - `moet train --data PREFIX` (and a weighted blend of two prefixes, and JSONL read on the fly)
+#    trains with finite losses, prints the data wait, writes data_wait_s per step, and caches its sample index;
 #  - a run resumed from its step-3 checkpoint reads the same batches: losses bitwise equal to
 #    the straight run's;
 #  - refusals are one line and leave what is on disk: an existing PREFIX, bad blend weights, a
@@ -57,6 +57,17 @@ echo "train --data PREFIX: 3 steps, finite losses, data_wait_s, sample index cac
 "$moet" "${common[@]}" --data "0.6 $dir/a 0.4 $dir/b" --steps 2 --quiet --metrics "$dir/blend.jsonl"
 [ "$(grep -c '"loss"' "$dir/blend.jsonl")" -eq 2 ] || fail "blend did not train"
 echo "train --data \"0.6 A 0.4 B\": trains"
+
+# JSONL (gzip-compressed too) given to --data is read as data prepare reads it: one document per
+# line's "text", malformed lines skipped and counted.
+"$moet" "${common[@]}" --data "$dir/b.jsonl.gz" --steps 1 >"$dir/jsonl.txt"
+grep -q "text data: $dir/b.jsonl.gz, [0-9]* .* tokens in 300 documents" "$dir/jsonl.txt" ||
+  fail "--data FILE.jsonl.gz: $(cat "$dir/jsonl.txt")"
+{ cat "$dir/b.jsonl"; echo '{"text": 7}'; echo 'not json'; } >"$dir/bad.jsonl"
+"$moet" "${common[@]}" --data "$dir/bad.jsonl" --steps 1 >"$dir/jsonl.txt"
+grep -q "in 300 documents .*, 2 malformed JSONL lines skipped" "$dir/jsonl.txt" ||
+  fail "--data with malformed JSONL lines: $(cat "$dir/jsonl.txt")"
+echo "train --data FILE.jsonl[.gz]: one document per line, malformed lines counted"
 
 # Resume: the straight run saves at step 3; a copy of that checkpoint resumed gives its losses.
 "$moet" "${common[@]}" --data "$dir/a" --quiet --eval-batches 0 --steps 6 --out "$dir/r-a" \

@@ -11,6 +11,7 @@
 #include "core/rng.h"
 #include "data/byte_tokenizer.h"
 #include "data/documents.h"
+#include "data/prepare.h"
 
 namespace moet {
 namespace {
@@ -26,18 +27,6 @@ void check_shape(int64_t step, int64_t micro, int64_t first_seq, int64_t count, 
              micro, ") and first sequence (", first_seq, ") must be non-negative");
   MOET_CHECK(count > 0 && T > 0, "dataset: batch size (", count, ") and sequence length (", T,
              ") must be positive");
-}
-
-std::string read_file(const std::string& path) {
-  std::error_code ec;
-  MOET_CHECK(fs::exists(path, ec), "text data file '", path, "' does not exist");
-  MOET_CHECK(!fs::is_directory(path, ec), "'", path, "' is a directory, not a text file");
-  std::ifstream in(path, std::ios::binary);
-  MOET_CHECK(in, "cannot open text data file '", path, "'");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  MOET_CHECK(!in.bad(), "error reading text data file '", path, "'");
-  return ss.str();
 }
 
 }  // namespace
@@ -97,14 +86,16 @@ TextDataset::TextDataset(const std::vector<std::string>& paths, uint64_t seed, d
   const Tokenizer& tok = tokenizer ? *tokenizer : bytes;
   vocab_ = tok.vocab_size();
   tokenizer_ = tokenizer ? tok.describe() : "byte";
-  for (const std::string& path : files_) {
-    const std::string text = read_file(path);
-    for_each_document(text, DocBoundary::kPercent, [&](std::string_view doc) {
-      tok.encode_append(doc, tokens_);
-      tokens_.push_back(tok.eod_id());
-      ++num_docs_;
-    });
-  }
+  for (const std::string& path : files_)
+    for_each_file_document(
+        path, "text", DocBoundary::kPercent,
+        [&](std::string_view doc) {
+          if (doc.empty()) return;
+          tok.encode_append(doc, tokens_);
+          tokens_.push_back(tok.eod_id());
+          ++num_docs_;
+        },
+        &bad_lines_);
   MOET_CHECK(!tokens_.empty(), "no text in ",
              files_.size() == 1 ? "'" + files_[0] + "'" : str(files_.size(), " files"),
              " (empty, or only '%' separator lines); give a non-empty text file");
@@ -117,7 +108,8 @@ int64_t TextDataset::vocab_size() const { return vocab_; }
 std::string TextDataset::describe() const {
   return str("text data: ", files_.size() == 1 ? files_[0] : str(files_.size(), " files"), ", ",
              num_tokens(), " ", tokenizer_, " tokens in ", num_docs_, " documents (",
-             num_train_tokens(), " train, ", num_eval_tokens(), " held out), seed ", seed_);
+             num_train_tokens(), " train, ", num_eval_tokens(), " held out), seed ", seed_,
+             bad_lines_ ? str(", ", bad_lines_, " malformed JSONL lines skipped") : "");
 }
 
 void TextDataset::fill_sequences(int64_t step, int64_t micro, int64_t first_seq, int64_t count,

@@ -72,8 +72,11 @@ class MockDataset : public TokenDataset {
   uint64_t seed_;
 };
 
-// Tokenized text (the byte tokenizer unless one is given). Each file is split into documents at
-// lines that are exactly "%" (the fortune format; a file without such lines is one document);
+// Tokenized text (the byte tokenizer unless one is given). Each file's documents are read as
+// `moet data prepare` reads them (for_each_file_document): a .jsonl / .jsonl.gz file's "text"
+// fields (malformed lines skipped and counted in describe()); other files (.gz decompressed)
+// split at lines that are exactly "%" (the fortune format; a file without such lines is one
+// document);
 // every non-empty document is followed by the tokenizer's end-of-document token, and all are
 // concatenated in file order. The last
 // `eval_fraction` of that stream is held out: training windows (T+1 consecutive tokens at
@@ -81,7 +84,7 @@ class MockDataset : public TokenDataset {
 // entirely in the last part.
 class TextDataset : public TokenDataset {
  public:
-  // `paths`: text files or directories (a directory stands for list_corpus_files(dir)).
+  // `paths`: text or JSONL files, directories (list_corpus_files(dir)) or globs.
   // `tokenizer`: null for the byte tokenizer; used only while constructing.
   TextDataset(const std::vector<std::string>& paths, uint64_t seed, double eval_fraction = 0.05,
               const Tokenizer* tokenizer = nullptr);
@@ -108,6 +111,7 @@ class TextDataset : public TokenDataset {
   int64_t vocab_ = 0;
   std::string tokenizer_;
   int64_t num_docs_ = 0;
+  int64_t bad_lines_ = 0;  // malformed JSONL lines skipped
   int64_t eval_begin_ = 0;
   uint64_t seed_;
 };

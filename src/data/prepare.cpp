@@ -84,6 +84,23 @@ struct Tokenized {
   std::string first_bad;  // "FILE:LINE: why" of the first malformed line
 };
 
+// Passes the `key` string of a JSONL line to `doc`; returns why the line is malformed ("" when it
+// is not; a blank line is no document and not malformed).
+std::string jsonl_document(const std::string& line, const std::string& key,
+                           const std::function<void(std::string_view)>& doc) {
+  if (line.find_first_not_of(" \t\r") == std::string::npos) return "";
+  try {
+    const auto j = nlohmann::json::parse(line, json_depth_limit("JSONL line"), true);
+    if (!j.is_object()) return "not a JSON object";
+    if (!j.contains(key)) return "no \"" + key + "\" field";
+    if (!j[key].is_string()) return "\"" + key + "\" is not a string";
+    doc(j[key].get_ref<const std::string&>());
+  } catch (const std::exception& e) {
+    return std::string("not valid JSON (") + e.what() + ")";
+  }
+  return "";
+}
+
 Tokenized tokenize(const Chunk& c, const Tokenizer& tok, const std::string& key) {
   Tokenized out;
   auto add = [&](std::string_view text) {
@@ -98,22 +115,7 @@ Tokenized tokenize(const Chunk& c, const Tokenizer& tok, const std::string& key)
       add(c.items[i]);
       continue;
     }
-    const std::string& line = c.items[i];
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank: no document
-    std::string why;
-    try {
-      const auto j = nlohmann::json::parse(line, json_depth_limit("JSONL line"), true);
-      if (!j.is_object())
-        why = "not a JSON object";
-      else if (!j.contains(key))
-        why = "no \"" + key + "\" field";
-      else if (!j[key].is_string())
-        why = "\"" + key + "\" is not a string";
-      else
-        add(j[key].get_ref<const std::string&>());
-    } catch (const std::exception& e) {
-      why = std::string("not valid JSON (") + e.what() + ")";
-    }
+    const std::string why = jsonl_document(c.items[i], key, add);
     if (!why.empty()) {
       if (out.bad_lines++ == 0)
         out.first_bad = str(*c.file, ":", c.first_line + int64_t(i), ": ", why);
@@ -256,6 +258,22 @@ PrepareResult prepare_data(const PrepareOptions& o, std::FILE* progress) {
   r.output_bytes = writer.bin_bytes();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
+}
+
+void for_each_file_document(const std::string& path, const std::string& json_key,
+                            DocBoundary boundary, const std::function<void(std::string_view)>& doc,
+                            int64_t* bad_lines) {
+  InputFile in(path);
+  std::string text;
+  while (in.read(text, 1 << 20) > 0) {
+  }
+  if (!is_jsonl(path)) return for_each_document(text, boundary, doc);
+  for (size_t at = 0; at < text.size();) {
+    size_t nl = text.find('\n', at);
+    if (nl == std::string::npos) nl = text.size();
+    if (!jsonl_document(text.substr(at, nl - at), json_key, doc).empty()) ++*bad_lines;
+    at = nl + 1;
+  }
 }
 
 }  // namespace moet

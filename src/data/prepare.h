@@ -4,8 +4,12 @@
 #pragma once
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include "data/documents.h"
 
 namespace moet {
 
@@ -37,5 +41,12 @@ struct PrepareResult {
 // tokenizer's end-of-document token. `progress`: where to draw a one-line progress bar updated with
 // \r (null: none).
 PrepareResult prepare_data(const PrepareOptions& options, std::FILE* progress);
+
+// The documents of one input file as prepare_data reads them, in order, on the calling thread:
+// .jsonl / .jsonl.gz lines (the json_key string of each; a malformed line is skipped and counted
+// in *bad_lines), other files as plain text (.gz decompressed) split by `boundary`.
+void for_each_file_document(const std::string& path, const std::string& json_key,
+                            DocBoundary boundary, const std::function<void(std::string_view)>& doc,
+                            int64_t* bad_lines);
 
 }  // namespace moet
