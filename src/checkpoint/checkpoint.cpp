@@ -13,7 +13,7 @@
 #include <sstream>
 #include <thread>
 
-#include "checkpoint/crc32c.h"
+#include "core/crc32c.h"
 #include "core/error.h"
 #include "core/file_io.h"
 #include "model/params.h"

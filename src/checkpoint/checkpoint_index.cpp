@@ -2,7 +2,7 @@
 
 #include <set>
 
-#include "checkpoint/crc32c.h"
+#include "core/crc32c.h"
 #include "core/error.h"
 #include "core/json_depth_limit.h"
 

@@ -8,7 +8,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "checkpoint/crc32c.h"
+#include "core/crc32c.h"
 #include "core/error.h"
 
 namespace moet {

@@ -2,8 +2,8 @@
 
 #include <cstring>
 
+#include "core/trace.h"
 #include "kernels/ops.h"
-#include "metrics/trace.h"
 #include "model/kv_cache.h"
 #include "model/local_dispatcher.h"
 #include "model/rope.h"

@@ -2,7 +2,7 @@
 
 #include <chrono>
 
-#include "metrics/trace.h"
+#include "core/trace.h"
 
 namespace moet {
 

@@ -21,29 +21,6 @@ constexpr int kPieceTag = 0x6d6f;  // point-to-point pieces of oversized exchang
 
 int to_int(int64_t v) { return static_cast<int>(v); }
 
-// Sums rows lo..hi-1 of buf (rows of `len`) in tree_sum() order: the result lands in `out`
-// when given, else in row lo. Each level adds left + right, as tree_sum() does.
-template <typename T>
-void tree_reduce_rows(T* buf, int64_t len, int lo, int hi, T* out) {
-  if (hi - lo == 1) {
-    if (out) std::memcpy(out, buf + lo * len, static_cast<size_t>(len) * sizeof(T));
-    return;
-  }
-  int half = 1;
-  while (half * 2 < hi - lo) half *= 2;
-  tree_reduce_rows(buf, len, lo, lo + half, static_cast<T*>(nullptr));
-  tree_reduce_rows(buf, len, lo + half, hi, static_cast<T*>(nullptr));
-  const T* __restrict b = buf + (lo + half) * len;
-  if (out) {
-    const T* __restrict a = buf + lo * len;
-    T* __restrict d = out;
-    for (int64_t i = 0; i < len; ++i) d[i] = a[i] + b[i];
-  } else {
-    T* __restrict a = buf + lo * len;
-    for (int64_t i = 0; i < len; ++i) a[i] += b[i];
-  }
-}
-
 }  // namespace
 
 bool MpiCommunicator::launched_under_mpi() {
@@ -160,7 +137,7 @@ void MpiCommunicator::allreduce_tree(T* x, int64_t n, MPI_Datatype type) {
     MPI_Ialltoallv(xc, send_counts_.data(), send_displs_.data(), type, buf, recv_counts_.data(),
                    recv_displs_.data(), type, comm_, &req);
     wait_politely(&req);
-    if (my_len > 0) tree_reduce_rows(buf, my_len, 0, size_, xc + my_lo);
+    if (my_len > 0) tree_sum_arrays(buf, size_, my_len, xc + my_lo);
     MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, xc, send_counts_.data(),
                     send_displs_.data(), type, comm_, &req);
     wait_politely(&req);
@@ -181,7 +158,7 @@ int64_t clamp_len(int64_t left, int64_t piece) { return std::clamp<int64_t>(left
 
 // Rank p's range goes in pieces of at most `piece` elements: in each round every rank sends
 // its copy of piece k of p's range to p (one alltoallv), and p adds the P copies with the same
-// tree_reduce_rows as allreduce_tree, so every element sees the same additions in the same order.
+// tree_sum_arrays as allreduce_tree, so every element sees the same additions in the same order.
 void MpiCommunicator::reduce_scatter_sum_ranges(float* x, const int64_t* offsets) {
   check_offsets(offsets, size_, "reduce_scatter_sum");
   if (size_ == 1) return;
@@ -201,7 +178,7 @@ void MpiCommunicator::reduce_scatter_sum_ranges(float* x, const int64_t* offsets
       i64_d_[p] = mine * p * sz;
     }
     alltoallv(x, i64_a_.data(), i64_b_.data(), buf, i64_c_.data(), i64_d_.data());
-    if (mine > 0) tree_reduce_rows(buf, mine, 0, size_, x + my_lo + done);
+    if (mine > 0) tree_sum_arrays(buf, size_, mine, x + my_lo + done);
   }
 }
 

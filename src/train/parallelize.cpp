@@ -5,7 +5,7 @@
 #include <thread>
 
 #include "core/error.h"
-#include "metrics/trace.h"
+#include "core/trace.h"
 #include "parallel/allgather_dispatcher.h"
 #include "parallel/alltoall_dispatcher.h"
 #include "parallel/pipeline_layout.h"

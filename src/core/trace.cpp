@@ -1,4 +1,4 @@
-#include "metrics/trace.h"
+#include "core/trace.h"
 
 #include <algorithm>
 #include <cerrno>
