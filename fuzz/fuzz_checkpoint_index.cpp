@@ -12,7 +12,7 @@
 #include <string>
 
 #include "checkpoint/checkpoint_index.h"
-#include "checkpoint/crc32c.h"
+#include "core/crc32c.h"
 #include "core/error.h"
 
 namespace {

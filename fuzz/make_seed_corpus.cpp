@@ -3,7 +3,7 @@
 // indexes (.idx, after the two bytes that give the fuzz target its .bin size).
 // Build it from the repository root with the checkpoint sources it uses and run it there:
 //   clang++ -std=c++20 -Isrc fuzz/make_seed_corpus.cpp src/checkpoint/safetensors.cpp
-//     src/checkpoint/checkpoint_index.cpp src/checkpoint/crc32c.cpp src/core/error.cpp
+//     src/checkpoint/checkpoint_index.cpp src/core/crc32c.cpp src/core/error.cpp
 //     src/core/tensor.cpp src/data/indexed_dataset.cpp -o /tmp/make_seed_corpus   (one command)
 //   /tmp/make_seed_corpus fuzz/corpus
 #include <cstdint>
@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "checkpoint/checkpoint_index.h"
-#include "checkpoint/crc32c.h"
 #include "checkpoint/safetensors.h"
 #include "core/bf16.h"
+#include "core/crc32c.h"
 #include "core/error.h"
 #include "data/indexed_dataset.h"
 

@@ -25,7 +25,7 @@ fi
 
 flags=(-std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
        -Wall -Wextra -Werror -I "$root/src")
-common=(src/checkpoint/crc32c.cpp src/core/error.cpp)
+common=(src/core/crc32c.cpp src/core/error.cpp)
 declare -A sources=(
   [safetensors]="src/checkpoint/safetensors.cpp src/core/tensor.cpp"
   [checkpoint_index]="src/checkpoint/checkpoint_index.cpp"

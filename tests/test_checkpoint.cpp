@@ -10,7 +10,7 @@
 
 #include "checkpoint/async_saver.h"
 #include "checkpoint/checkpoint.h"
-#include "checkpoint/crc32c.h"
+#include "core/crc32c.h"
 #include "core/error.h"
 #include "error_of.h"
 #include "metrics/progress.h"

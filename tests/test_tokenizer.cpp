@@ -7,6 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/file_io.h"
 #include "data/bpe_tokenizer.h"
 #include "data/bpe_trainer.h"
 #include "data/pretokenizer.h"
@@ -282,7 +283,7 @@ TEST(BpeTrainer, WritesAtomicallyAndRefusesToOverwrite) {
   std::filesystem::remove(path);
   write_file_atomically(path, "{}", false);
   EXPECT_NE(
-      error_of([&] { write_file_atomically(path, "{}", false); }).find("exists; pass --overwrite"),
+      error_of([&] { write_file_atomically(path, "{}", false); }).find("already exists; refusing"),
       std::string::npos);
   write_file_atomically(path, "{\"x\": 1}", true);
   std::ifstream f(path);

@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "core/error.h"
-#include "metrics/trace.h"
+#include "core/trace.h"
 
 namespace fs = std::filesystem;
 using namespace moet;

@@ -33,34 +33,6 @@ std::string rank_file_name(int rank) {
   return buf;
 }
 
-void fsync_path(const std::string& path, bool directory) {
-  const int fd = ::open(path.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
-  MOET_CHECK(fd >= 0, "cannot open '", path, "' to sync it: ", std::strerror(errno));
-  const bool ok = ::fsync(fd) == 0;
-  const int err = errno;
-  ::close(fd);
-  MOET_CHECK(ok, "cannot sync '", path, "': ", std::strerror(err));
-}
-
-// Writes `text` to path durably: path.tmp, fsync, rename, fsync of the directory.
-void write_file_durable(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    MOET_CHECK(f.good(), "cannot create '", tmp, "': ", std::strerror(errno));
-    f << text;
-    f.flush();
-    MOET_CHECK(f.good(), "cannot write '", tmp, "': ", std::strerror(errno));
-  }
-  fsync_path(tmp, false);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    MOET_FAIL("cannot rename '", tmp, "' to '", path, "': ", std::strerror(err));
-  }
-  fsync_path(fs::path(path).parent_path().string(), true);
-}
-
 }  // namespace
 
 std::string run_tokenizer_spec(const std::string& flag, const std::string& step_dir) {
@@ -75,7 +47,7 @@ void keep_run_tokenizer(const std::string& run_dir, const std::string& spec, boo
   const std::string kept = (fs::path(run_dir) / "tokenizer.json").string();
   const bool bytes = spec.empty() || spec == "byte";
   if (!fs::exists(kept)) {
-    if (!bytes && copy) write_file_durable(kept, read_text_file(spec));
+    if (!bytes && copy) write_file_atomically(kept, read_text_file(spec), true, true);
     return;
   }
   MOET_CHECK(!bytes, "--out '", run_dir, "' was trained with the tokenizer ", kept,
@@ -179,9 +151,9 @@ void seal_checkpoint(const std::string& tmp_dir, int ranks, CheckpointIndex meta
               [](const PieceRef& a, const PieceRef& b) { return a.begin < b.begin; });
   const std::string text = format_checkpoint_index(meta);
   parse_checkpoint_index(text, "the checkpoint being written");  // every element exactly once
-  write_file_durable((fs::path(tmp_dir) / "config.json").string(),
-                     read_text_file(config_json_path));
-  write_file_durable((fs::path(tmp_dir) / kIndexFile).string(), text);
+  write_file_atomically((fs::path(tmp_dir) / "config.json").string(),
+                        read_text_file(config_json_path), true, true);
+  write_file_atomically((fs::path(tmp_dir) / kIndexFile).string(), text, true, true);
   fsync_path(tmp_dir, true);
 }
 
@@ -194,7 +166,7 @@ std::string publish_checkpoint(const std::string& run_dir, const std::string& tm
   MOET_CHECK(::rename(tmp_dir.c_str(), final_dir.c_str()) == 0, "cannot rename ", tmp_dir, " to ",
              final_dir.string(), ": ", std::strerror(errno));
   fsync_path(run_dir, true);
-  write_file_durable((fs::path(run_dir) / "latest").string(), name + "\n");
+  write_file_atomically((fs::path(run_dir) / "latest").string(), name + "\n", true, true);
   if (keep_last > 0) {
     auto all = list_checkpoints(run_dir);
     for (size_t i = 0; i + size_t(keep_last) < all.size(); ++i)

@@ -5,6 +5,7 @@
 #include <charconv>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <iterator>
 #include <nlohmann/json.hpp>
@@ -42,6 +43,8 @@ void write_stdout(const std::string& s) {
 }
 
 int run_train(const TokenizerArgs& a) {
+  MOET_CHECK(a.overwrite || !std::filesystem::exists(a.output), "'", a.output,
+             "' exists; pass --overwrite to replace it");
   const std::vector<std::string> files = expand_inputs(a.inputs);
   std::vector<std::string> contents;
   contents.reserve(files.size());

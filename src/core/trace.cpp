@@ -7,38 +7,13 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/file_io.h"
 
 namespace moet {
 namespace {
-
-// `s` as a JSON string literal (quotes included). Names are UTF-8; control characters escaped.
-void append_json_string(std::string& out, const char* s) {
-  out += '"';
-  for (const char* p = s; *p; ++p) {
-    const unsigned char c = static_cast<unsigned char>(*p);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  out += '"';
-}
-
-void append_fmt(std::string& out, const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  out += buf;
-}
-
-void append_int(std::string& out, long long v) { out += std::to_string(v); }
 
 std::string utc_iso8601(int64_t unix_us) {
   const std::time_t t = static_cast<std::time_t>(unix_us / 1000000);
@@ -171,115 +146,56 @@ void TraceRecorder::write(const std::string& path, bool overwrite) const {
     return a.ph == 'X' && b.ph == 'X' && a.value > b.value;
   });
 
+  // Microseconds to the nanosecond: the file's resolution (JSON numbers, shortest round trip).
+  const auto us = [](double v) { return std::round(v * 1e3) / 1e3; };
   const int pid = this->pid();
-  std::string out;
+  using nlohmann::json;
+  // Each event is dumped on its own (one per line) rather than as one document tree, which
+  // would take ~100 MB for a full buffer. Names are UTF-8; anything else becomes U+FFFD rather
+  // than failing the write.
+  std::string out = "{\"traceEvents\":[\n";
   out.reserve(256 + 128 * (events.size() + lanes.size()));
-  out += "{\"traceEvents\":[\n";
-  auto begin_event = [&](const char* ph, const char* name) {
-    out += "{\"ph\":\"";
-    out += ph;
-    out += "\",\"pid\":";
-    append_int(out, pid);
-    out += ",\"name\":";
-    append_json_string(out, name);
+  const auto add = [&](const json& e) {
+    if (out.back() != '\n') out += ",\n";
+    out += e.dump(-1, ' ', false, json::error_handler_t::replace);
   };
-  begin_event("M", "process_name");
-  out += ",\"args\":{\"name\":";
-  append_json_string(out, process_name_.c_str());
-  out += "}}";
-  out += ",\n";
-  begin_event("M", "process_sort_index");
-  out += ",\"args\":{\"sort_index\":";
-  append_int(out, rank_);
-  out += "}}";
+  const auto metadata = [&](const char* name, json args, int tid) {
+    json e = {{"ph", "M"}, {"pid", pid}, {"name", name}, {"args", std::move(args)}};
+    if (tid) e["tid"] = tid;
+    add(e);
+  };
+  metadata("process_name", {{"name", process_name_}}, 0);
+  metadata("process_sort_index", {{"sort_index", rank_}}, 0);
   for (size_t i = 0; i < lanes.size(); ++i) {
-    const int tid = lane_tid(i);
-    out += ",\n";
-    begin_event("M", "thread_name");
-    out += ",\"tid\":";
-    append_int(out, tid);
-    out += ",\"args\":{\"name\":";
-    append_json_string(out, lanes[i].c_str());
-    out += "}}";
-    out += ",\n";
-    begin_event("M", "thread_sort_index");
-    out += ",\"tid\":";
-    append_int(out, tid);
-    out += ",\"args\":{\"sort_index\":";
-    append_int(out, static_cast<long long>(i) + 1);
-    out += "}}";
+    metadata("thread_name", {{"name", lanes[i]}}, lane_tid(i));
+    metadata("thread_sort_index", {{"sort_index", static_cast<int64_t>(i) + 1}}, lane_tid(i));
   }
   for (const Event& e : events) {
-    out += ",\n";
+    json j = {{"ph", std::string(1, e.ph)}, {"pid", pid}, {"name", e.name}, {"ts", us(e.ts_us)}};
     if (e.ph == 'X') {
-      begin_event("X", e.name);
-      out += ",\"tid\":";
-      append_int(out, e.tid);
-      if (e.category) {
-        out += ",\"cat\":";
-        append_json_string(out, e.category);
-      }
-      out += ",\"ts\":";
-      append_fmt(out, "%.3f", e.ts_us);
-      out += ",\"dur\":";
-      append_fmt(out, "%.3f", e.value);
-      out += "}";
+      j["tid"] = e.tid;
+      if (e.category) j["cat"] = e.category;
+      j["dur"] = us(e.value);
     } else {
-      begin_event("C", e.name);
-      out += ",\"ts\":";
-      append_fmt(out, "%.3f", e.ts_us);
-      out += ",\"args\":{\"value\":";
-      append_fmt(out, "%.17g", e.value);
-      out += "}}";
+      j["args"] = {{"value", e.value}};
     }
+    add(j);
   }
-  out += "\n],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":{";
-  out += "\"writer\":\"moet\",\"rank\":";
-  append_int(out, rank_);
-  out += ",\"process_name\":";
-  append_json_string(out, process_name_.c_str());
-  out += ",\"enabled\":";
-  out += enabled_ ? "true" : "false";
-  out += ",\"events\":";
-  append_int(out, static_cast<long long>(events.size()));
-  out += ",\"dropped_events\":";
-  append_int(out, static_cast<long long>(dropped));
-  out += ",\"max_events\":";
-  append_int(out, static_cast<long long>(max_events_));
-  out += ",\"clock\":\"steady; ts 0 = recorder start\",\"start_time_utc\":";
-  append_json_string(out, utc_iso8601(start_unix_us_).c_str());
-  out += ",\"start_unix_us\":";
-  append_int(out, start_unix_us_);
-  for (const auto& [key, value] : info) {
-    out += ",";
-    append_json_string(out, key.c_str());
-    out += ":";
-    append_json_string(out, value.c_str());
-  }
-  out += "}}\n";
-
-  const std::string tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "w");
-  if (!f) MOET_FAIL("cannot open trace file '", tmp, "': ", std::strerror(errno));
-  const bool wrote = std::fwrite(out.data(), 1, out.size(), f) == out.size();
-  const int write_errno = errno;
-  const bool closed = std::fclose(f) == 0;
-  if (!wrote || !closed) {
-    const int err = !wrote ? write_errno : errno;
-    std::remove(tmp.c_str());
-    MOET_FAIL("cannot write trace file '", tmp, "': ", std::strerror(err));
-  }
-  // Checked again just before the rename, narrowing the window in which another writer could
-  // have created `path`.
-  if (!overwrite && std::filesystem::exists(path, ec)) {
-    std::remove(tmp.c_str());
-    MOET_FAIL("trace file '", path, "' already exists; refusing to overwrite it");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    std::remove(tmp.c_str());
-    MOET_FAIL("cannot rename '", tmp, "' to trace file '", path, "': ", std::strerror(err));
-  }
+  json other = {{"writer", "moet"},
+                {"rank", rank_},
+                {"process_name", process_name_},
+                {"enabled", enabled_},
+                {"events", events.size()},
+                {"dropped_events", dropped},
+                {"max_events", max_events_},
+                {"clock", "steady; ts 0 = recorder start"},
+                {"start_time_utc", utc_iso8601(start_unix_us_)},
+                {"start_unix_us", start_unix_us_}};
+  for (const auto& [key, value] : info) other[key] = value;
+  out += "\n],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":";
+  out += other.dump(-1, ' ', false, json::error_handler_t::replace);
+  out += "}\n";
+  write_file_atomically(path, out, overwrite);
 }
 
 std::string TraceRecorder::per_rank_path(const std::string& path, int rank, int world) {

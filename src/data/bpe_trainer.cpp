@@ -286,26 +286,4 @@ std::string train_bpe(const std::vector<std::string_view>& texts, const BpeTrain
   return j.dump(2, ' ', false, nlohmann::json::error_handler_t::strict) + "\n";
 }
 
-void write_file_atomically(const std::string& path, const std::string& text, bool overwrite) {
-  namespace fs = std::filesystem;
-  MOET_CHECK(overwrite || !fs::exists(path), "'", path, "' exists; pass --overwrite to replace it");
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream f(tmp, std::ios::binary);
-    MOET_CHECK(f.good(), "cannot write '", tmp, "'");
-    f.write(text.data(), static_cast<std::streamsize>(text.size()));
-    f.close();
-    if (!f.good()) {
-      std::remove(tmp.c_str());
-      throw Error("cannot write '" + tmp + "'");
-    }
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    std::remove(tmp.c_str());
-    throw Error("cannot rename '" + tmp + "' to '" + path + "': " + ec.message());
-  }
-}
-
 }  // namespace moet

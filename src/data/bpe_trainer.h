@@ -25,8 +25,4 @@ struct BpeTrainStats {
 std::string train_bpe(const std::vector<std::string_view>& texts, const BpeTrainOptions& o,
                       BpeTrainStats* stats = nullptr);
 
-// Writes `text` to `path` through a temporary file in the same directory and a rename; refuses
-// an existing `path` unless `overwrite`.
-void write_file_atomically(const std::string& path, const std::string& text, bool overwrite);
-
 }  // namespace moet
