@@ -5,8 +5,8 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "measure/calibrate_local.h"
 #include "model/config.h"
-#include "sim/calibrate.h"
 #include "sim/report.h"
 #include "train/op_profile.h"
 
@@ -160,7 +160,7 @@ void run_bench(const BenchArgs& a) {
     throw Error(
         "--ranks-per-node and --link-gbps describe the emulated cluster together: give "
         "both (positive) or neither");
-  sim::SystemSpec s = sim::calibrate_local(a.threads, stdout);
+  sim::SystemSpec s = calibrate_local(a.threads, stdout);
   if (a.ranks_per_node > 0) {
     s.name = "cluster";
     s.nvlink_domain = a.ranks_per_node;  // shared memory within a node

@@ -6,9 +6,9 @@
 
 #include "sim/system_spec.h"
 
-namespace moet::sim {
+namespace moet {
 
 // threads 0: all cores. Progress lines go to `log` (may be null).
-SystemSpec calibrate_local(int threads, std::FILE* log);
+sim::SystemSpec calibrate_local(int threads, std::FILE* log);
 
-}  // namespace moet::sim
+}  // namespace moet

@@ -1,10 +1,8 @@
-#include "metrics/gemm_peak.h"
-
-#include <algorithm>
-#include <chrono>
+#include "measure/gemm_peak.h"
 
 #include "core/arena.h"
 #include "kernels/ops.h"
+#include "measure/best_of.h"
 
 namespace moet {
 
@@ -21,20 +19,12 @@ double measure_gemm_peak_tflops(ops::Format fmt) {
     ops::quantize(a32, ops::Format::BF16, ops::BlockAxis::Rows, a);
     ops::quantize(b32, ops::Format::BF16, ops::BlockAxis::Rows, b);
   }
-  // Best of the calls after two warm-ups, over at least 12 calls and 0.5 s, so a start-up hiccup
+  // Best of the calls after two warm-ups, over at least 10 calls and 0.5 s, so a start-up hiccup
   // (cold threads, a busy neighbour) does not lower the peak and inflate MFU.
-  double best = 0;
-  const auto start = std::chrono::steady_clock::now();
-  for (int rep = 0;; ++rep) {
-    auto t0 = std::chrono::steady_clock::now();
-    ops::gemm(a, false, b, true, c);
-    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (rep >= 2) best = std::max(best, 2.0 * n * n * n / s / 1e12);
-    const double total =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (rep >= 12 && total >= 0.5) break;
-  }
-  return best;
+  const double s =
+      best_seconds([&] { ops::gemm(a, false, b, true, c); },
+                   BestOf{.warmups = 2, .min_calls = 10, .min_seconds = 0.5, .max_calls = 100000});
+  return 2.0 * n * n * n / s / 1e12;
 }
 
 }  // namespace moet

@@ -1,4 +1,4 @@
-#include "sim/calibrate.h"
+#include "measure/calibrate_local.h"
 
 #include <unistd.h>
 
@@ -15,39 +15,13 @@
 #include "core/arena.h"
 #include "core/error.h"
 #include "kernels/ops.h"
+#include "measure/best_of.h"
 
-namespace moet::sim {
+namespace moet {
+
+using sim::SystemSpec;
 
 namespace {
-
-// Evicts the caches. A layer's GEMM reads its own weights, which every other layer's tensors
-// have pushed out of the caches since the layer last ran (the GPU sources measure GEMMs with
-// the L2 flushed too); the memory-bound kernels and attention read what the kernel before
-// them just wrote, so they are timed with warm caches.
-void flush_caches() {
-  static std::vector<char> junk(size_t(96) << 20);
-  static char value = 0;
-  ++value;
-  std::fill(junk.begin(), junk.end(), value);
-}
-
-// Best time of `fn` over at least 5 calls and `min_s` seconds of calls, after one warm-up (each
-// from cold caches when `cold`). The machine is
-// shared and a neighbour only ever slows a call down: the best call is the machine's own speed, and
-// the check against training (tests/sim_local_check.sh) compares it with the fastest steps.
-double best_seconds(const std::function<void()>& fn, double min_s = 0.1, bool cold = false) {
-  fn();
-  double best = 1e30, total = 0;
-  for (int n = 0; (n < 5 || total < min_s) && n < 30; ++n) {
-    if (cold) flush_caches();
-    const auto t0 = std::chrono::steady_clock::now();
-    fn();
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    best = std::min(best, s);
-    total += s;
-  }
-  return best;
-}
 
 struct GemmPoint {
   double m, n, k, tflops;
@@ -73,7 +47,7 @@ std::vector<GemmPoint> measure_gemms() {
           ops::gemm(dy, false, w, false, dx);
           ops::gemm(dy, true, x, false, dw);
         },
-        0.1, /*cold=*/true);
+        BestOf{.min_seconds = 0.1, .cold_caches = true});
     pts.push_back({double(m), double(n), double(k), 6.0 * m * n * k / s / 1e12});
   }
   return pts;
@@ -144,9 +118,11 @@ SystemSpec calibrate_local(int threads, std::FILE* log) {
     Tensor dk = arena.alloc_f32({B, T, H, K}), dv = arena.alloc_f32({B, T, H, Vd});
     ops::fill(q, 0.01), ops::fill(k, 0.02), ops::fill(v, 0.03);
     const double scale = 1 / std::sqrt(double(K));
-    const double tf = best_seconds([&] { ops::attention_forward(q, k, v, scale, lse, o); }, 0.3);
+    const double tf = best_seconds([&] { ops::attention_forward(q, k, v, scale, lse, o); },
+                                   BestOf{.min_seconds = 0.3});
     const double tb =
-        best_seconds([&] { ops::attention_backward(o, q, k, v, o, lse, scale, dq, dk, dv); }, 0.3);
+        best_seconds([&] { ops::attention_backward(o, q, k, v, o, lse, scale, dq, dk, dv); },
+                     BestOf{.min_seconds = 0.3});
     const double flops = double(B) * T * T * H * (K + Vd);  // causal: half of 2·T²
     s.eff.attention_fwd = std::min(1.0, flops / tf / (peak * 1e12));
     s.eff.attention_bwd = std::min(1.0, 2.5 * flops / tb / (peak * 1e12));
@@ -166,7 +142,7 @@ SystemSpec calibrate_local(int threads, std::FILE* log) {
     double bytes = 0, secs = 0;
     auto run = [&](double b, const std::function<void()>& fn) {
       bytes += b * 4;
-      secs += best_seconds(fn, 0.05);
+      secs += best_seconds(fn, BestOf{.min_seconds = 0.05});
     };
     run(2.0 * N * D, [&] { ops::rmsnorm_forward(x, w, 1e-6, y, rstd); });
     run(3.0 * N * D, [&] { ops::rmsnorm_backward(y, x, w, rstd, dx, false, dw); });
@@ -179,12 +155,10 @@ SystemSpec calibrate_local(int threads, std::FILE* log) {
 
     Tensor tiny_a = arena.alloc_f32({16}), tiny_b = arena.alloc_f32({16});
     ops::fill(tiny_a, 1), ops::fill(tiny_b, 2);
-    const double t_op = best_seconds(
-                            [&] {
-                              for (int i = 0; i < 1000; ++i) ops::add(tiny_a, tiny_b, tiny_b);
-                            },
-                            0.1) /
-                        1000;
+    const auto thousand_adds = [&] {
+      for (int i = 0; i < 1000; ++i) ops::add(tiny_a, tiny_b, tiny_b);
+    };
+    const double t_op = best_seconds(thousand_adds) / 1000;
     s.eff.op_overhead_us = t_op * 1e6;
     say(str("per-op overhead ", t_op * 1e6, " us"));
   }
@@ -193,7 +167,8 @@ SystemSpec calibrate_local(int threads, std::FILE* log) {
   {
     const size_t n = size_t(8) << 20;
     std::vector<char> src(n, 1), dst(n, 0);
-    const double t = best_seconds([&] { std::memcpy(dst.data(), src.data(), n); }, 0.05);
+    const double t =
+        best_seconds([&] { std::memcpy(dst.data(), src.data(), n); }, BestOf{.min_seconds = 0.05});
     s.nvlink_gbps = double(n) / t / 1e9 / 2;
     s.scaleout_gbps = s.nvlink_gbps;
     say(str("copy ", double(n) / t / 1e9, " GB/s: rank-to-rank ", s.nvlink_gbps, " GB/s"));
@@ -217,4 +192,4 @@ SystemSpec calibrate_local(int threads, std::FILE* log) {
   return s;
 }
 
-}  // namespace moet::sim
+}  // namespace moet
