@@ -351,6 +351,65 @@ def gradcheck_mtp_and_embeddings():
                             "model.layers.2.mlp.up_proj.weight"], seed=13)
 
 
+# The model variants of tests/variants/ (tiny.json with one feature changed; moet's
+# test_golden_variants compares against their golden files), as changes to micro_config.
+VARIANTS = {
+    "tied_embeddings": dict(tie_word_embeddings=True),
+    "mtp_depth2": dict(num_nextn_predict_layers=2),
+    "no_mtp": dict(num_nextn_predict_layers=0),
+    "no_shared_expert": dict(n_shared_experts=0),
+    "all_dense": dict(first_k_dense_replace=2),          # the MTP block is dense too
+    "no_yarn": dict(rope_scaling=None),
+    "ungrouped_routing": dict(n_group=1, topk_group=1, norm_topk_prob=False),
+}
+
+
+@check
+def gradcheck_variants():
+    """Every parameter tensor of the micro config, in each variant: autograd's gradient against
+    float64 central differences at the tensor's largest-gradient element and along a random
+    direction over all of its elements (a full gradcheck of every element costs minutes)."""
+    names = sorted(f[:-5] for f in os.listdir(os.path.join(ROOT, "tests", "variants"))
+                   if f.endswith(".json"))
+    assert names == sorted(VARIANTS), f"tests/variants/ {names} != VARIANTS {sorted(VARIANTS)}"
+    weights, eps, worst = LossWeights(0.3, 0.05, 0.01), 1e-6, 0.0
+    for v, over in VARIANTS.items():
+        cfg = micro_config(**over)
+        m = new_model(cfg, seed=20)
+        seq = torch.randint(0, cfg.vocab_size, (2, 7), generator=torch.Generator().manual_seed(21))
+
+        def loss():
+            return combine_losses(m(seq), weights, cfg.num_nextn_predict_layers)[0]
+
+        loss().backward()
+        gen = torch.Generator().manual_seed(22)
+        checked = 0
+        for n, p in m.named_parameters():
+            g = (p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
+            u = torch.randn(p.numel(), generator=gen, dtype=torch.float64)
+            u /= u.norm()
+            top = torch.zeros_like(u)
+            top[g.abs().argmax()] = 1.0
+            for d in (top, u):
+                want = float(g @ d)
+                with torch.no_grad():
+                    p.add_(eps * d.view_as(p))
+                    up = loss().item()
+                    p.sub_(2 * eps * d.view_as(p))
+                    down = loss().item()
+                    p.add_(eps * d.view_as(p))
+                fd = (up - down) / (2 * eps)
+                bound = 1e-7 + 1e-5 * abs(want)         # gradcheck's atol and rtol
+                assert abs(fd - want) <= bound, f"{v}: {n}: autograd {want} vs {fd}"
+                worst = max(worst, abs(fd - want) / bound)
+            checked += 1
+        assert checked == len(list(m.parameters())) and checked > 10, v
+        if v == "tied_embeddings":
+            assert "lm_head.weight" not in dict(m.named_parameters())
+    print(f"    {len(VARIANTS)} variants, every parameter tensor: worst error {worst:.2f} of the bound "
+          "(1e-7 + 1e-5 |gradient|)")
+
+
 @check
 def optimizer_schedule_clip_bias():
     hp = TrainHParams(lr=0.01, min_lr_ratio=0.1, warmup=3, steps=10)
