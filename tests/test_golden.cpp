@@ -19,16 +19,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <fstream>
-#include <nlohmann/json.hpp>
-#include <set>
 
-#include "checkpoint/safetensors.h"
-#include "model/model.h"
-#include "train/train_step.h"
+#include "golden_util.h"
 
 namespace moet {
 namespace {
+
+using golden::loss_weights;
+using golden::normalized_error;
 
 const std::string kRoot = MOET_SOURCE_DIR;
 std::string golden_dir(const std::string& precision) {
@@ -46,47 +44,11 @@ Tolerance tolerance(const std::string& precision) {
   return {1e-5, 3e-3, 3e-2, 0.1, 5e-3};
 }
 
-nlohmann::json golden_spec() {
-  std::ifstream in(kRoot + "/reference/golden_spec.json");
-  return nlohmann::json::parse(in);
-}
-
-// ||a - b|| / ||b||  (absolute when b is all zeros)
-double normalized_error(const float* a, const float* b, int64_t n) {
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    double d = double(a[i]) - double(b[i]);
-    num += d * d;
-    den += double(b[i]) * double(b[i]);
-  }
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-}
-
-double rel(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-30); }
-
-LossWeights loss_weights(const nlohmann::json& s) {
-  return LossWeights{s["mtp_lambda"].get<double>(), s["balance_alpha"].get<double>(),
-                     s["z_loss_coef"].get<double>()};
-}
-
-void load_parameters(Model& m, const SafetensorsReader& r) {
-  std::set<std::string> file_names;
-  for (const std::string& n : r.names()) file_names.insert(n);
-  for (const auto& [name, slice] : m.params().names()) {
-    ASSERT_TRUE(file_names.count(name)) << "golden params lack " << name;
-    r.read_into(name, slice.value());
-    file_names.erase(name);
-  }
-  EXPECT_TRUE(file_names.empty()) << "golden params has names the model lacks, e.g. "
-                                  << *file_names.begin();
-  m.params().mark_updated();
-}
-
 class Golden : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     cfg = load_model_config(kRoot + "/configs/tiny.json");
-    spec = golden_spec();
+    spec = golden::spec();
     B = spec["micro_batch"].get<int64_t>();
     T = spec["seq"].get<int64_t>();
     dir = golden_dir(GetParam());
@@ -105,7 +67,7 @@ TEST_P(Golden, LogitsLossesAndEveryGradient) {
   SafetensorsReader params(dir + "/params.safetensors");
   SafetensorsReader step(dir + "/step.safetensors");
   Model m(cfg, B, T, loss_weights(spec), nullptr, precision);
-  load_parameters(m, params);
+  golden::load_parameters(m, params);
   std::vector<int32_t> tokens = step.read_i32("tokens");
   ASSERT_EQ(int64_t(tokens.size()), B * (T + 1));
 
@@ -117,11 +79,8 @@ TEST_P(Golden, LogitsLossesAndEveryGradient) {
   m.logits(mine_t);
   const double logit_err = normalized_error(mine.data(), logits.data(), logits.size());
   EXPECT_LT(logit_err, tol.logits);
-  EXPECT_LT(rel(l.loss, step.read_f32("loss")[0]), tol.loss);
-  EXPECT_LT(rel(l.lm_loss, step.read_f32("lm_loss")[0]), tol.loss);
-  EXPECT_LT(rel(l.mtp_loss, step.read_f32("mtp_loss")[0]), tol.loss);
-  EXPECT_LT(rel(l.balance_loss, step.read_f32("balance_loss")[0]), tol.loss);
-  EXPECT_LT(rel(l.z_loss, step.read_f32("z_loss")[0]), tol.loss);
+  const double loss_err = golden::loss_error(l, step);
+  EXPECT_LT(loss_err, tol.loss);
   if (GetParam() != "fp32") {
     // the recipe's own effect on the logits is far above the tolerance: the recipes differ
     SafetensorsReader fp32_step(golden_dir("fp32") + "/step.safetensors");
@@ -132,84 +91,31 @@ TEST_P(Golden, LogitsLossesAndEveryGradient) {
   }
 
   m.backward(1.0);
-  int checked = 0;
-  double worst = 0, num = 0, den = 0;
-  std::string worst_name;
-  for (const auto& [name, slice] : m.params().names()) {
-    if (!slice.weight->trainable) continue;
-    std::vector<float> g = step.read_f32("grad." + name);
-    Tensor mine = slice.grad();
-    ASSERT_EQ(int64_t(g.size()), mine.numel()) << name;
-    const double err = normalized_error(mine.f32(), g.data(), g.size());
-    EXPECT_LT(err, tol.each_grad) << name;
-    for (size_t i = 0; i < g.size(); ++i)
-      num += std::pow(double(mine.f32()[i]) - g[i], 2), den += double(g[i]) * g[i];
-    if (err > worst) worst = err, worst_name = name;
-    ++checked;
-  }
-  EXPECT_GT(checked, 50);
-  const double all = std::sqrt(num / den);
-  EXPECT_LT(all, tol.all_grads);
-  std::printf("%s: logits error %.2e, loss error %.2e; %d gradients, all %.2e, worst %.2e (%s)\n",
-              GetParam().c_str(), logit_err, rel(l.loss, step.read_f32("loss")[0]), checked, all,
-              worst, worst_name.c_str());
+  const golden::GradientReport r = golden::compare_gradients(m, step);
+  for (const golden::GradientError& e : r.tensors) EXPECT_LT(e.normalized, tol.each_grad) << e.name;
+  EXPECT_GT(r.tensors.size(), 50u);
+  EXPECT_LT(r.all_normalized, tol.all_grads);
+  const golden::GradientError* worst = r.worst_normalized();
+  std::printf("%s: logits error %.2e, loss error %.2e; %zu gradients, all %.2e, worst %.2e (%s)\n",
+              GetParam().c_str(), logit_err, loss_err, r.tensors.size(), r.all_normalized,
+              worst->normalized, worst->name.c_str());
 }
 
 TEST_P(Golden, TenAdamWStepsWithAccumulationAndBiasUpdate) {
   SafetensorsReader params(dir + "/params.safetensors");
   SafetensorsReader train(dir + "/train.safetensors");
   Model m(cfg, B, T, loss_weights(spec), nullptr, precision);
-  load_parameters(m, params);
-  const int64_t steps = spec["steps"].get<int64_t>(), A = spec["grad_accum"].get<int64_t>();
-  LrSchedule sched;
-  sched.kind = parse_schedule_kind(spec["schedule"].get<std::string>());
-  sched.max_lr = spec["lr"].get<double>();
-  sched.min_lr = sched.max_lr * spec["min_lr_ratio"].get<double>();
-  sched.warmup = spec["warmup"].get<int64_t>();
-  sched.total = steps;
-  AdamWConfig oc;
-  oc.beta1 = spec["beta1"].get<double>();
-  oc.beta2 = spec["beta2"].get<double>();
-  oc.eps = spec["eps"].get<double>();
-  oc.weight_decay = spec["weight_decay"].get<double>();
-  oc.grad_clip = spec["grad_clip"].get<double>();
-  StepRunner runner(m, oc, sched, spec["bias_update_rate"].get<double>());
-
-  std::vector<int32_t> tokens = train.read_i32("tokens");
-  ASSERT_EQ(int64_t(tokens.size()), steps * A * B * (T + 1));
-  std::vector<float> losses = train.read_f32("losses");
-  std::vector<float> lm_losses = train.read_f32("lm_losses");
-  double worst = 0;
-  for (int64_t s = 0; s < steps; ++s) {
-    StepResult r =
-        runner.run(s, A, [&](int64_t a) { return tokens.data() + (s * A + a) * B * (T + 1); });
-    EXPECT_LT(rel(r.losses.loss, losses[s]), tol.train_loss) << "step " << s;
-    worst = std::max(worst, rel(r.losses.loss, losses[s]));
-    EXPECT_LT(rel(r.losses.lm_loss, lm_losses[s]), tol.train_loss) << "step " << s;
+  golden::load_parameters(m, params);
+  const golden::TrainReport r = golden::replay_training(m, spec, train, B, T);
+  for (size_t s = 0; s < r.loss_error.size(); ++s) {
+    EXPECT_LT(r.loss_error[s], tol.train_loss) << "step " << s;
+    EXPECT_LT(r.lm_loss_error[s], tol.train_loss) << "step " << s;
   }
-  int layers = 0, biases = 0, bias_equal = 0;
-  double bias_worst = 0;
-  for (const std::string& name : train.names()) {
-    if (name.rfind("bias.", 0) != 0) continue;
-    // bias.<layer index>: that layer's e_score_correction_bias after the last step
-    std::string pname = "model.layers." + name.substr(5) + ".mlp.gate.e_score_correction_bias";
-    std::vector<float> want = train.read_f32(name);
-    Tensor mine = m.params().named(pname).value();
-    ASSERT_EQ(int64_t(want.size()), mine.numel());
-    for (size_t e = 0; e < want.size(); ++e) {
-      const double d = std::abs(double(mine.f32()[e]) - want[e]);
-      if (GetParam() == "fp32") {
-        EXPECT_LT(d, 1e-6) << pname << " expert " << e;
-      }
-      bias_equal += d < 1e-6;
-      bias_worst = std::max(bias_worst, d);
-      ++biases;
-    }
-    ++layers;
+  if (GetParam() == "fp32") {
+    EXPECT_EQ(r.biases_equal, r.biases) << "worst " << r.bias_worst;
   }
-  EXPECT_EQ(layers, int(m.moe_layers().size()));
   std::printf("%s, 10 steps: worst loss error %.2e; expert biases: %d of %d equal, worst %.1e\n",
-              GetParam().c_str(), worst, bias_equal, biases, bias_worst);
+              GetParam().c_str(), r.worst_loss_error(), r.biases_equal, r.biases, r.bias_worst);
 }
 
 INSTANTIATE_TEST_SUITE_P(Precisions, Golden,

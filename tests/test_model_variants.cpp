@@ -1,6 +1,9 @@
-// Model variants the golden files don't cover (tied embeddings, no shared expert, no MTP, MTP
-// depth 2, all-dense, no q/kv YaRN): the hand-written backward must agree with the loss. Along
-// the gradient direction u = g/|g|, (L(p + εu) − L(p − εu)) / 2ε must equal |g|.
+// Model variants beyond configs/tiny.json (tied embeddings, no shared expert, no MTP, MTP depth
+// 2, all-dense, no q/kv YaRN, ungrouped routing): the hand-written backward must agree with the
+// loss. Along the gradient direction u = g/|g|, (L(p + εu) − L(p − εu)) / 2ε must equal |g|.
+// A self-consistency check that needs no Python, on moet's own initialisation;
+// test_golden_variants compares every gradient element of the same variants with the PyTorch
+// reference.
 #include <gtest/gtest.h>
 
 #include <cmath>
