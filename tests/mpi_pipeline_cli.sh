@@ -131,5 +131,5 @@ refuse "puts the loss on virtual stage 0" 2 --pp 2 --pp-layout "EtttmL|"
 refuse "do not split evenly" 2 --pp 2
 refuse "--vpp and --pp-layout need --pp > 1" 2 --vpp 2
 refuse "moet runs the MTP layers on the loss's stage" 2 --pp 2 --pp-layout "Etttm|L"
-refuse "--pp and --vpp must be positive" 2 --pp 0
+refuse "--pp must be positive, got 0" 2 --pp 0
 echo "ok: bad pipeline flags refused"

@@ -184,10 +184,20 @@ TEST(IndexedDataset, EveryBadInputIsOneLineNamingTheFile) {
   EXPECT_EQ(IndexedDataset(good).sequence(1), (std::vector<int32_t>{4, 5}));
 }
 
+TEST(GptDataset, TokenAboveTheVocabularyIsRefusedUpFront) {
+  TempDir dir;
+  const std::string prefix = write_docs(dir, "v", {{1, 2, 3}, {4, 5, 300, 6}});
+  const std::string e = error_of([&] { GptDataset ds(prefix, 257, 1, DataSplit{100, 0, 0}); });
+  EXPECT_NE(e.find("v.bin: token id 300 is outside the model's vocabulary of 257"),
+            std::string::npos)
+      << e;
+  GptDataset fits(prefix, 301, 1, DataSplit{100, 0, 0});
+}
+
 TEST(GptDataset, TokenAboveTheVocabularyIsAnErrorWhenRead) {
   TempDir dir;
   const std::string prefix = write_docs(dir, "v", {{1, 2, 3, 4, 5, 6, 7, 8, 9, 300}});
-  GptDataset ds(prefix, 257, 1, DataSplit{100, 0, 0});
+  GptDataset ds(prefix, 257, 1, DataSplit{100, 0, 0}, 0);  // a dataset too large to scan
   ds.plan(SampleLayout{1, 1, 1, 3});
   std::vector<int32_t> out(4);
   bool reached = false;

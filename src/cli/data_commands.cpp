@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "core/flag_check.h"
 #include "data/indexed_dataset.h"
 #include "data/tokenizer.h"
 
@@ -64,20 +65,22 @@ int run_prepare(const DataArgs& a) {
 }
 
 int run_inspect(const DataArgs& a) {
+  if (a.doc) check_flag_at_least("--doc", *a.doc, 0);
   const IndexedDataset ds(a.prefix);
   std::printf("%s: %s tokens, %lld sequences, %lld documents, %lld tokens (.bin %lld bytes)\n",
               a.prefix.c_str(), indexed_dtype_name(ds.dtype_code()).c_str(),
               (long long)ds.num_sequences(), (long long)ds.num_documents(),
               (long long)ds.num_tokens(), (long long)ds.bin_bytes());
-  if (a.doc < 0) return 0;
-  MOET_CHECK(a.doc < ds.num_documents(), "--doc ", a.doc, ": ", a.prefix, " has ",
-             ds.num_documents(), " documents");
+  if (!a.doc) return 0;
+  const int64_t doc = *a.doc;
+  MOET_CHECK(doc < ds.num_documents(), "--doc ", doc, ": ", a.prefix, " has ", ds.num_documents(),
+             " documents");
   std::vector<int32_t> ids;
-  for (int64_t s = ds.document_boundary(a.doc); s < ds.document_boundary(a.doc + 1); ++s) {
+  for (int64_t s = ds.document_boundary(doc); s < ds.document_boundary(doc + 1); ++s) {
     const std::vector<int32_t> seq = ds.sequence(s);
     ids.insert(ids.end(), seq.begin(), seq.end());
   }
-  std::printf("document %lld: %zu tokens\n", (long long)a.doc, ids.size());
+  std::printf("document %lld: %zu tokens\n", (long long)doc, ids.size());
   for (size_t k = 0; k < ids.size(); ++k) std::printf("%s%d", k ? " " : "", ids[k]);
   std::printf("\n");
   if (!a.tokenizer.empty()) std::printf("%s\n", load_tokenizer(a.tokenizer)->decode(ids).c_str());

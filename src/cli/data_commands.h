@@ -3,6 +3,7 @@
 #pragma once
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "data/prepare.h"
@@ -13,10 +14,10 @@ struct DataArgs {
   CLI::App* prepare = nullptr;
   CLI::App* inspect = nullptr;
   PrepareOptions prep;
-  std::string prefix;        // inspect
-  int64_t doc = -1;          // inspect: print this document's tokens
-  std::string tokenizer;     // inspect: decode the document with this tokenizer
-  bool no_progress = false;  // prepare: no progress bar even on a terminal
+  std::string prefix;          // inspect
+  std::optional<int64_t> doc;  // inspect: print this document's tokens
+  std::string tokenizer;       // inspect: decode the document with this tokenizer
+  bool no_progress = false;    // prepare: no progress bar even on a terminal
 };
 
 CLI::App* add_data_command(CLI::App& app, DataArgs& a);

@@ -6,7 +6,9 @@
 #include <sstream>
 
 #include "checkpoint/checkpoint.h"
+#include "cli/flag_validators.h"
 #include "core/error.h"
+#include "core/flag_check.h"
 #include "data/text_stream.h"
 #include "data/tokenizer.h"
 #include "kernels/ops.h"
@@ -58,14 +60,17 @@ CLI::App* add_generate_command(CLI::App& app, GenerateArgs& a) {
                 "'byte' or a tokenizer.json (default: tokenizer.json in the step or run "
                 "directory, else bytes)");
   c->add_option("--max-new-tokens", a.max_new_tokens,
-                "tokens to generate at most (default min(128, max_position_embeddings - prompt))");
+                "tokens to generate at most, positive (default min(128, max_position_embeddings - "
+                "prompt))");
   c->add_option("--temperature", a.temperature, "softmax temperature; 0: greedy")
       ->capture_default_str();
   c->add_option("--top-k", a.top_k, "sample among the k most likely tokens (0: all)")
       ->capture_default_str();
   c->add_option("--top-p", a.top_p, "sample within the nucleus of this probability mass, (0, 1]")
       ->capture_default_str();
-  c->add_option("--seed", a.seed, "seed of the sampling")->capture_default_str();
+  c->add_option("--seed", a.seed, "seed of the sampling")
+      ->check(unsigned_integer())
+      ->capture_default_str();
   c->add_option("--threads", a.threads, "threads (default: all cores)");
   c->add_flag("--print-ids", a.print_ids,
               "print the new token ids (one line, space-separated) instead of text");
@@ -73,8 +78,8 @@ CLI::App* add_generate_command(CLI::App& app, GenerateArgs& a) {
 }
 
 void run_generate(const GenerateArgs& a) {
-  MOET_CHECK(a.threads >= 0, "--threads must be >= 0, got ", a.threads);
-  MOET_CHECK(a.max_new_tokens >= 0, "--max-new-tokens must be positive, got ", a.max_new_tokens);
+  check_flag_at_least("--threads", a.threads, 0);
+  if (a.max_new_tokens) check_flag_positive("--max-new-tokens", *a.max_new_tokens);
   GenerateOptions o;
   o.sampling = {a.temperature, a.top_k, a.top_p, a.seed};
   Sampler check(o.sampling);  // bad sampling flags fail before the weights load
@@ -91,7 +96,7 @@ void run_generate(const GenerateArgs& a) {
   MOET_CHECK(room > 0, "the prompt's ", prompt.size(),
              " tokens leave no room within max_position_embeddings (", cfg.max_position_embeddings,
              ")");
-  o.max_new_tokens = a.max_new_tokens > 0 ? a.max_new_tokens : std::min<int64_t>(128, room);
+  o.max_new_tokens = a.max_new_tokens.value_or(std::min<int64_t>(128, room));
   o.stop_id = tok->eod_id();
   Model model(cfg, 1, 1);
   load_checkpoint_weights(step, model.params());

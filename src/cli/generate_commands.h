@@ -4,15 +4,16 @@
 #pragma once
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace moet::cli {
 
 struct GenerateArgs {
   std::string checkpoint, prompt, prompt_ids, tokenizer;
-  int64_t max_new_tokens = 0;  // 0: min(128, max_position_embeddings - prompt tokens)
-  double temperature = 1.0;    // 0: greedy
-  int64_t top_k = 0;           // 0: all tokens
+  std::optional<int64_t> max_new_tokens;  // unset: min(128, max_position_embeddings - prompt)
+  double temperature = 1.0;               // 0: greedy
+  int64_t top_k = 0;                      // 0: all tokens
   double top_p = 1.0;
   uint64_t seed = 0;
   int threads = 0;

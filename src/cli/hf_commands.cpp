@@ -9,8 +9,11 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/hf.h"
 #include "checkpoint/safetensors.h"
+#include "cli/flag_validators.h"
 #include "core/error.h"
 #include "core/file_io.h"
+#include "core/flag_check.h"
+#include "data/gpt_dataset.h"
 #include "data/tokenizer.h"
 #include "kernels/ops.h"
 #include "model/model.h"
@@ -52,6 +55,7 @@ CLI::App* add_import_hf_command(CLI::App& app, ImportHfArgs& a) {
   c->add_option("--seed", a.seed,
                 "initialises the MTP modules the directory has no weights for (transformers "
                 "saves none)")
+      ->check(unsigned_integer())
       ->capture_default_str();
   return c;
 }
@@ -76,7 +80,9 @@ CLI::App* add_eval_command(CLI::App& app, EvalArgs& a) {
       ->capture_default_str();
   c->add_option("--micro-batch", a.micro_batch, "sequences per micro-batch")->capture_default_str();
   c->add_option("--seq", a.seq, "sequence length (default min(256, max_position_embeddings))");
-  c->add_option("--seed", a.seed, "seed of the data (mock data)")->capture_default_str();
+  c->add_option("--seed", a.seed, "seed of the data (mock data)")
+      ->check(unsigned_integer())
+      ->capture_default_str();
   c->add_option("--threads", a.threads, "threads (default: all cores)");
   c->add_flag("--overwrite", a.overwrite, "replace an existing --dump file");
   c->add_option("--dump", a.dump,
@@ -86,6 +92,7 @@ CLI::App* add_eval_command(CLI::App& app, EvalArgs& a) {
 }
 
 void run_export_hf(const ExportHfArgs& a) {
+  check_flag_positive("--max-shard-bytes", a.max_shard_bytes);
   MOET_CHECK(a.overwrite || !std::filesystem::exists(a.out_dir) ||
                  (std::filesystem::is_directory(a.out_dir) && std::filesystem::is_empty(a.out_dir)),
              "'", a.out_dir,
@@ -121,15 +128,17 @@ void run_import_hf(const ImportHfArgs& a) {
 }
 
 void run_eval(const EvalArgs& a) {
-  MOET_CHECK(a.micro_batch > 0, "--micro-batch must be positive, got ", a.micro_batch);
-  MOET_CHECK(a.seq >= 0, "--seq must be positive, got ", a.seq);
-  MOET_CHECK(a.threads >= 0, "--threads must be >= 0, got ", a.threads);
+  check_flag_positive("--batches", a.batches);
+  check_flag_positive("--micro-batch", a.micro_batch);
+  if (a.seq) check_flag_positive("--seq", *a.seq);
+  check_flag_at_least("--threads", a.threads, 0);
+  if (!a.split.empty()) parse_data_split(a.split);
   if (a.threads > 0) ops::set_num_threads(a.threads);
   MOET_CHECK(a.dump.empty() || a.overwrite || !std::filesystem::exists(a.dump), "--dump file '",
              a.dump, "' already exists; refusing to overwrite it (--overwrite replaces it)");
   const std::string step = resolve_checkpoint_dir(a.checkpoint);
   const ModelConfig cfg = load_model_config(step + "/config.json");
-  const int64_t T = a.seq > 0 ? a.seq : std::min<int64_t>(256, cfg.max_position_embeddings);
+  const int64_t T = a.seq.value_or(std::min<int64_t>(256, cfg.max_position_embeddings));
   const auto tokenizer = load_tokenizer(run_tokenizer_spec(a.tokenizer, step));
   const auto ds = open_token_dataset(a.data, *tokenizer, cfg.vocab_size, a.seed, a.split);
   Model model(cfg, a.micro_batch, T);

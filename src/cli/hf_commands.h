@@ -4,6 +4,7 @@
 #pragma once
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace moet::cli {
@@ -23,7 +24,8 @@ struct EvalArgs {
   std::string checkpoint, data, dump;
   std::string tokenizer,
       split;  // text data's tokenizer ("" = the run's); document split ("" = 95,5)
-  int64_t batches = 4, micro_batch = 8, seq = 0;  // seq 0: min(256, max_position_embeddings)
+  int64_t batches = 4, micro_batch = 8;
+  std::optional<int64_t> seq;  // unset: min(256, max_position_embeddings)
   uint64_t seed = 1234;
   int threads = 0;
   bool overwrite = false;  // replace an existing --dump file

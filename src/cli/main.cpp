@@ -8,6 +8,7 @@
 
 #include "cli/checkpoint_commands.h"
 #include "cli/data_commands.h"
+#include "cli/flag_validators.h"
 #include "cli/generate_commands.h"
 #include "cli/hf_commands.h"
 #include "cli/report_commands.h"
@@ -43,10 +44,14 @@ void add_train_command(CLI::App& app, moet::TrainOptions& o) {
   t->add_option("--seq", o.seq, "sequence length")->capture_default_str();
   t->add_option("--grad-accum", o.grad_accum, "micro-batches per step")->capture_default_str();
   t->add_option("--lr", o.lr, "peak learning rate")->capture_default_str();
-  t->add_option("--min-lr", o.min_lr, "final learning rate of the cosine (default lr/10)");
-  t->add_option("--warmup", o.warmup, "warm-up steps (default min(200, steps/10))");
+  t->add_option("--min-lr", o.min_lr,
+                "final learning rate of the cosine, in [0, lr] (default lr/10)");
+  t->add_option("--warmup", o.warmup,
+                "warm-up steps, at most --steps (default min(200, steps/10))");
   t->add_option("--schedule", o.schedule, "cosine or constant")->capture_default_str();
-  t->add_option("--seed", o.seed, "seed of initialisation and data")->capture_default_str();
+  t->add_option("--seed", o.seed, "seed of initialisation and data")
+      ->check(moet::cli::unsigned_integer())
+      ->capture_default_str();
   t->add_option("--threads", o.threads, "threads (default: all cores)");
   t->add_option("--precision", o.precision,
                 "fp32, bf16, mxfp8, fp8-blockwise, or auto (bf16 where the CPU multiplies bf16, "
@@ -79,7 +84,7 @@ void add_train_command(CLI::App& app, moet::TrainOptions& o) {
                 "aux-loss-free expert bias update rate gamma")
       ->capture_default_str();
   t->add_option("--peak-tflops", o.peak_tflops,
-                "peak that MFU divides by (default: the measured fp32 GEMM peak)");
+                "peak TFLOP/s that MFU divides by, positive (default: the measured GEMM peak)");
   t->add_flag("--quiet", o.quiet, "no progress lines");
   t->add_option("--ep", o.ep, "expert-parallel size: ranks per expert group (under mpirun)")
       ->capture_default_str();

@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "core/flag_check.h"
 #include "measure/calibrate_local.h"
 #include "model/config.h"
 #include "sim/report.h"
@@ -14,8 +15,14 @@ namespace moet::cli {
 
 namespace {
 
+// The numbers simulate and plan share (the layout's own checks follow in the library).
+void check_model_options(int64_t seq, const std::optional<int64_t>& mtp) {
+  check_flag_positive("--seq", seq);
+  if (mtp) check_flag_at_least("--mtp", *mtp, 0);
+}
+
 void add_model_options(CLI::App* c, std::string& model, std::string& system, int64_t& seq,
-                       std::string& precision, int64_t& mtp) {
+                       std::string& precision, std::optional<int64_t>& mtp) {
   c->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   c->add_option("--model", model, "Hugging Face config.json of the model")->required();
   c->add_option("--system", system,
@@ -106,11 +113,14 @@ CLI::App* add_bench_command(CLI::App& app, BenchArgs& a) {
 }
 
 void run_simulate(const SimulateArgs& a) {
+  check_model_options(a.seq, a.mtp);
+  for (int64_t g : a.gpus) check_flag_positive("--gpus", g);
+  check_flag_at_least("--expert-imbalance", a.expert_imbalance, 1);
   const ModelConfig c = load_model_config(a.model);
   const sim::SystemSpec s = sim::load_system(a.system);
   sim::SimLayout l;
   l.tp = a.tp, l.pp = a.pp, l.vpp = a.vpp, l.ep = a.ep, l.etp = a.etp, l.mbs = a.mbs;
-  l.gbs = a.gbs, l.seq = a.seq, l.precision = a.precision, l.mtp = a.mtp;
+  l.gbs = a.gbs, l.seq = a.seq, l.precision = a.precision, l.mtp = a.mtp.value_or(-1);
   l.recompute = a.recompute, l.a2a_overlap = !a.no_a2a_overlap, l.dp_overlap = !a.no_dp_overlap;
   l.distributed_optimizer = !a.no_distributed_optimizer;
   l.expert_imbalance = a.expert_imbalance;
@@ -126,19 +136,31 @@ void run_simulate(const SimulateArgs& a) {
 }
 
 void run_plan(const PlanArgs& a) {
+  check_model_options(a.seq, a.mtp);
+  check_flag_positive("--gpus", a.gpus);
+  check_flag_positive("--gbs", a.gbs);
+  check_flag_positive("--top", a.top);
   const ModelConfig c = load_model_config(a.model);
   const sim::SystemSpec s = sim::load_system(a.system);
   sim::PlanRequest r;
-  r.gpus = a.gpus, r.gbs = a.gbs, r.seq = a.seq, r.precision = a.precision, r.mtp = a.mtp;
-  if (r.gpus < 1 || r.gbs < 1) throw Error("--gpus and --gbs must be at least 1");
+  r.gpus = a.gpus, r.gbs = a.gbs, r.seq = a.seq, r.precision = a.precision;
+  r.mtp = a.mtp.value_or(-1);
   s.peak(r.precision);
   const sim::Plan plan = sim::plan_layouts(c, s, r);
-  sim::print_plan(stdout, s, plan, size_t(std::max<int64_t>(1, a.top)));
+  sim::print_plan(stdout, s, plan, size_t(a.top));
   if (plan.ranked.empty()) throw Error("no layout divides the model and fits in memory");
 }
 
 void run_bench(const BenchArgs& a) {
+  check_flag_at_least("--threads", a.threads, 0);
+  check_flag_at_least("--ranks-per-node", a.ranks_per_node, 0);
+  check_flag_at_least("--link-gbps", a.link_gbps, 0);
   if (!a.model.empty()) {
+    check_flag_at_least("--bf16-layers", a.bf16_layers, 0);
+    check_flag_positive("--micro-batch", a.micro_batch);
+    check_flag_at_least("--seq", a.seq, 2);
+    check_flag_positive("--steps", a.steps);
+    check_flag_at_least("--warmup", a.warmup, 0);
     OpProfileOptions o;
     o.model_path = a.model, o.precision = a.precision, o.bf16_layers = a.bf16_layers;
     o.micro_batch = a.micro_batch, o.seq = a.seq, o.steps = a.steps, o.warmup = a.warmup;

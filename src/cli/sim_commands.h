@@ -3,6 +3,7 @@
 #pragma once
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,7 +12,8 @@ namespace moet::cli {
 struct SimulateArgs {
   std::string model, system;
   std::vector<int64_t> gpus;
-  int64_t tp = 1, pp = 1, vpp = 1, ep = 1, etp = 1, mbs = 1, gbs = 0, seq = 4096, mtp = -1;
+  int64_t tp = 1, pp = 1, vpp = 1, ep = 1, etp = 1, mbs = 1, gbs = 0, seq = 4096;
+  std::optional<int64_t> mtp;  // unset: the model config's
   std::string precision = "bf16", recompute = "none", pp_layout, cuda_graphs = "full";
   double expert_imbalance = 1.0;
   bool no_a2a_overlap = false, no_dp_overlap = false, no_distributed_optimizer = false;
@@ -20,7 +22,8 @@ struct SimulateArgs {
 
 struct PlanArgs {
   std::string model, system, precision = "bf16";
-  int64_t gpus = 0, gbs = 0, seq = 4096, mtp = -1, top = 5;
+  int64_t gpus = 0, gbs = 0, seq = 4096, top = 5;
+  std::optional<int64_t> mtp;  // unset: the model config's
 };
 
 struct BenchArgs {

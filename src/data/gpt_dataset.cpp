@@ -247,9 +247,17 @@ std::vector<int16_t> blend_assignment(const std::vector<double>& weights, int64_
 // ---------------------------------------------------------------------------------------------
 
 GptDataset::GptDataset(const std::string& prefix, int64_t model_vocab, uint64_t seed,
-                       const DataSplit& split)
+                       const DataSplit& split, int64_t vocab_scan_bytes)
     : data_(std::make_unique<IndexedDataset>(prefix)), vocab_(model_vocab), seed_(seed) {
   MOET_CHECK(model_vocab > 0, "dataset ", prefix, ": the vocabulary size must be positive");
+  // Ids outside the model's vocabulary are refused up front where the tokens are few enough to
+  // scan in about a second; a larger dataset is checked as it is read (copy_tokens).
+  if (data_->bin_bytes() <= vocab_scan_bytes) {
+    const auto [lo, hi] = data_->token_range();
+    MOET_CHECK(lo >= 0 && hi < model_vocab, data_->bin_path(), ": token id ", lo < 0 ? lo : hi,
+               " is outside the model's vocabulary of ", model_vocab,
+               " (was the data tokenized for another model?)");
+  }
   std::tie(train_end_, valid_end_) = split_document_ranges(split, data_->num_documents());
   MOET_CHECK(train_end_ > 0, prefix, ": ", data_->num_documents(),
              " documents leave the training split empty");

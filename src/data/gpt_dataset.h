@@ -49,10 +49,13 @@ std::vector<int16_t> blend_assignment(const std::vector<double>& weights, int64_
 
 // One Megatron prefix as a TokenDataset: training samples through the sample index (after
 // plan()), held-out samples from the validation documents in order, packed the same way.
-// Token ids at or above the model's vocabulary are an error when read.
+// Token ids outside the model's vocabulary are an error: at construction when .bin is at most
+// vocab_scan_bytes (every token scanned), else when read.
 class GptDataset : public TokenDataset {
  public:
-  GptDataset(const std::string& prefix, int64_t model_vocab, uint64_t seed, const DataSplit& split);
+  static constexpr int64_t kVocabScanBytes = int64_t(1) << 30;
+  GptDataset(const std::string& prefix, int64_t model_vocab, uint64_t seed, const DataSplit& split,
+             int64_t vocab_scan_bytes = kVocabScanBytes);
 
   int64_t vocab_size() const override { return vocab_; }
   std::string describe() const override;

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -263,6 +264,29 @@ std::vector<int32_t> IndexedDataset::sequence(int64_t seq) const {
   std::vector<int32_t> out(size_t(sequence_length(seq)));
   read(seq, 0, int64_t(out.size()), out.data());
   return out;
+}
+
+std::pair<int64_t, int64_t> IndexedDataset::token_range() const {
+  int64_t lo = std::numeric_limits<int64_t>::max(), hi = std::numeric_limits<int64_t>::min();
+  const int64_t w = dtype_bytes();
+#pragma omp parallel for schedule(dynamic, 256) reduction(min : lo) reduction(max : hi)
+  for (int64_t s = 0; s < num_sequences_; ++s) {
+    const unsigned char* p = bin_ + sequence_pointer(s);
+    const int64_t n = sequence_length(s);
+    if (dtype_ == uint8_t(IndexedDType::kU16)) {
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t v = load<uint16_t>(p + 2 * i);
+        lo = std::min(lo, v), hi = std::max(hi, v);
+      }
+    } else {
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t v = load_token(p + i * w, dtype_);
+        lo = std::min(lo, v), hi = std::max(hi, v);
+      }
+    }
+  }
+  if (lo > hi) return {0, -1};
+  return {lo, hi};
 }
 
 uint64_t IndexedDataset::idx_fingerprint() const {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace moet {
@@ -67,6 +68,9 @@ class IndexedDataset {
   // Tokens [offset, offset + n) of sequence `seq` as int32 (n >= 0, within the sequence).
   void read(int64_t seq, int64_t offset, int64_t n, int32_t* out) const;
   std::vector<int32_t> sequence(int64_t seq) const;
+  // The least and the greatest token of every sequence (one pass over .bin; {0, -1} when there
+  // are no tokens).
+  std::pair<int64_t, int64_t> token_range() const;
   // 64-bit FNV-1a of the whole .idx (identifies the index for caches).
   uint64_t idx_fingerprint() const;
 

@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "optim/adamw.h"
 #include "parallel/communicator.h"
+#include "train/train_options_check.h"
 #include "train/trainer.h"
 
 namespace moet {
@@ -21,15 +22,7 @@ int64_t run_int(const nlohmann::json& run, const char* key) {
 
 TrainCheckpoints::TrainCheckpoints(const TrainOptions& o, Communicator* world)
     : o_(o), world_(world) {
-  MOET_CHECK(o.save_every >= 0, "--save-every must be >= 0, got ", o.save_every);
-  MOET_CHECK(o.keep_last >= 0, "--keep-last must be >= 0, got ", o.keep_last);
-  MOET_CHECK(!o.out_dir.empty() || (o.save_every == 0 && o.keep_last == 0),
-             "--save-every and --keep-last need --out RUN_DIR (where checkpoints go)");
-  MOET_CHECK(!o.out_dir.empty() || o.resume != "auto",
-             "--resume auto looks for checkpoints in --out RUN_DIR: give --out");
-  MOET_CHECK(o.resume.empty() || o.init_from.empty(),
-             "--resume and --init-from exclude each other (resume continues a run; init-from "
-             "starts a new one from a model's weights)");
+  // (the flags alone and together: check_train_options)
   if (o.resume == "auto") {
     if (std::optional<std::string> latest = latest_checkpoint(o.out_dir)) resume_dir_ = *latest;
   } else if (!o.resume.empty()) {
@@ -51,12 +44,37 @@ TrainCheckpoints::TrainCheckpoints(const TrainOptions& o, Communicator* world)
                  ", a checkpoint after step ", resume_step_,
                  " that this run would overwrite; resume from it or choose another --out");
   }
-  const int rank = world ? world->rank() : 0, ranks = world ? world->size() : 1;
+  keep_run_tokenizer(o.out_dir, o.tokenizer, false);  // refuses another tokenizer, writes nothing
+  const LrSchedule schedule = train_lr_schedule(o);
+  run_ = {{"precision", o.precision},
+          {"bf16_layers", o.bf16_layers},
+          {"micro_batch", o.micro_batch},
+          {"seq", o.seq},
+          {"grad_accum", o.grad_accum},
+          {"ranks", world ? world->size() : 1},
+          {"ep", o.ep},
+          {"zero1", o.zero1},
+          {"deterministic", o.deterministic},
+          {"data", o.data},
+          {"lr",
+           {{"schedule", o.schedule},
+            {"max", o.lr},
+            {"min", schedule.min_lr},
+            {"warmup", schedule.warmup},
+            {"total_steps", o.steps}}},
+          {"rng", "counter-based Philox4x32-10 keyed by the seed (no generator state)"},
+          {"command_line", o.command_line}};
+}
+
+void TrainCheckpoints::open() {
+  const TrainOptions& o = o_;
+  if (o.out_dir.empty()) return;
+  const int rank = world_ ? world_->rank() : 0, ranks = world_ ? world_->size() : 1;
   if (rank == 0) {
     fs::create_directories(o.out_dir);
     CheckpointSaver::remove_partial_saves(o.out_dir);
   }
-  if (world) world->barrier();  // nobody writes into a directory rank 0 is cleaning
+  if (world_) world_->barrier();  // nobody writes into a directory rank 0 is cleaning
   keep_run_tokenizer(o.out_dir, o.tokenizer, rank == 0);
   CheckpointSaver::Options so;
   so.run_dir = o.out_dir;
@@ -66,24 +84,6 @@ TrainCheckpoints::TrainCheckpoints(const TrainOptions& o, Communicator* world)
   so.keep_last = o.keep_last;
   so.async = !o.sync_save;
   saver_ = std::make_unique<CheckpointSaver>(so);
-  run_ = {{"precision", o.precision},
-          {"bf16_layers", o.bf16_layers},
-          {"micro_batch", o.micro_batch},
-          {"seq", o.seq},
-          {"grad_accum", o.grad_accum},
-          {"ranks", ranks},
-          {"ep", o.ep},
-          {"zero1", o.zero1},
-          {"deterministic", o.deterministic},
-          {"data", o.data},
-          {"lr",
-           {{"schedule", o.schedule},
-            {"max", o.lr},
-            {"min", o.min_lr},
-            {"warmup", o.warmup},
-            {"total_steps", o.steps}}},
-          {"rng", "counter-based Philox4x32-10 keyed by the seed (no generator state)"},
-          {"command_line", o.command_line}};
 }
 
 TrainCheckpoints::~TrainCheckpoints() = default;

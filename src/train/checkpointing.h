@@ -29,7 +29,11 @@ class TrainCheckpoints {
   // Resolves --resume against --out and refuses what would lose or overwrite a checkpoint: a
   // fresh start into an --out that holds checkpoints, or resuming step N into an --out that
   // holds checkpoints after N. Every rank resolves the same (shared storage).
+  // Creates nothing: open() does.
   TrainCheckpoints(const TrainOptions& o, Communicator* world);
+  // Once the run is known to start: creates --out, removes partial saves of an interrupted run,
+  // keeps the tokenizer there and starts the saver (every rank).
+  void open();
   ~TrainCheckpoints();
 
   // The checkpoint a run resumes from; "" for a fresh start.

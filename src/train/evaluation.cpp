@@ -39,6 +39,9 @@ std::unique_ptr<TokenDataset> open_token_dataset(const std::string& spec,
       files = list_corpus_files(spec);
     else
       files = {spec};
+    // before the text is read and tokenized
+    MOET_CHECK(tokenizer.vocab_size() <= vocab_size, "the tokenizer (", tokenizer.describe(),
+               ") has ", tokenizer.vocab_size(), " ids but the model's vocab_size is ", vocab_size);
     const double held_out = split.valid / (split.train + split.valid + split.test);
     ds = std::make_unique<TextDataset>(files, seed, held_out, &tokenizer);
   } else {

@@ -36,46 +36,12 @@
 #include "train/parallelize.h"
 #include "train/run_info.h"
 #include "train/stop_signal.h"
+#include "train/train_options_check.h"
 #include "train/train_step.h"
 
 namespace moet {
 
 namespace {
-
-void validate(const TrainOptions& o) {
-  MOET_CHECK(!o.model_path.empty(), "--model CONFIG.json is required");
-  MOET_CHECK(o.steps > 0, "--steps must be positive, got ", o.steps);
-  MOET_CHECK(o.micro_batch > 0, "--micro-batch must be positive, got ", o.micro_batch);
-  MOET_CHECK(o.seq > 1, "--seq must be at least 2, got ", o.seq);
-  MOET_CHECK(o.grad_accum > 0, "--grad-accum must be positive, got ", o.grad_accum);
-  MOET_CHECK(o.lr > 0 && std::isfinite(o.lr), "--lr must be a positive number, got ", o.lr);
-  MOET_CHECK(o.log_every > 0, "--log-every must be positive, got ", o.log_every);
-  MOET_CHECK(o.log_expert_load >= 0, "--log-expert-load must be >= 0, got ", o.log_expert_load);
-  MOET_CHECK(o.log_expert_load == 0 || o.pp == 1,
-             "--log-expert-load does not combine with --pp yet (each stage holds other layers)");
-  MOET_CHECK(o.tensorboard_dir.empty() || !std::filesystem::exists(o.tensorboard_dir) ||
-                 std::filesystem::is_directory(o.tensorboard_dir),
-             "--tensorboard '", o.tensorboard_dir, "' exists and is not a directory");
-  MOET_CHECK(o.threads >= 0, "--threads must be >= 0, got ", o.threads);
-  if (o.precision != "auto") parse_recipe(o.precision);  // one line naming the choices
-  MOET_CHECK(o.bf16_layers >= 0, "--bf16-layers must be >= 0, got ", o.bf16_layers);
-  MOET_CHECK(!o.a2a_overlap || o.pp > 1 || o.micro_batch % 2 == 0,
-             "--a2a-overlap splits each micro-batch in two: --micro-batch must be even, got ",
-             o.micro_batch);
-  MOET_CHECK(o.dispatcher == "alltoall" || o.dispatcher == "allgather", "--dispatcher '",
-             o.dispatcher, "' is not known: alltoall or allgather");
-  MOET_CHECK(!o.deterministic || !o.a2a_overlap,
-             "--deterministic runs one sequence at a time and does not combine with --a2a-overlap");
-  MOET_CHECK(o.eval_every >= 0 && o.eval_batches >= 0, "--eval-every/--eval-batches must be >= 0");
-  MOET_CHECK(o.prefetch >= 0, "--prefetch must be >= 0, got ", o.prefetch);
-  MOET_CHECK(o.pp >= 1 && o.vpp >= 1, "--pp and --vpp must be positive, got ", o.pp, " and ",
-             o.vpp);
-  MOET_CHECK(o.pp > 1 || (o.vpp == 1 && o.pp_layout.empty()),
-             "--vpp and --pp-layout need --pp > 1");
-  MOET_CHECK(o.pp == 1 || o.init_from.empty() || !is_hf_directory(o.init_from),
-             "--pp cannot start from a Hugging Face directory yet: convert it with moet "
-             "import-hf and pass that checkpoint to --init-from");
-}
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -147,14 +113,10 @@ void pipeline_metrics(ParallelRun& par, Communicator& world, StepMetrics& m) {
 }  // namespace
 
 double run_training(const TrainOptions& o, Communicator* world) {
-  validate(o);
-  MOET_CHECK(o.ep == 1 || world, "--ep ", o.ep,
-             " needs several processes: start moet with mpirun -np N (N divisible by --ep)");
-  MOET_CHECK(o.pp == 1 || world, "--pp ", o.pp,
-             " needs several processes: start moet with mpirun -np N (N divisible by --pp)");
-  MOET_CHECK(!o.zero1 || world,
-             "--zero1 shards over data-parallel ranks: start moet with mpirun -np N");
+  // Everything that can be refused is, before any output is created.
+  check_train_options(o);
   ModelConfig cfg = load_model_config(o.model_path);
+  check_train_layout(o, cfg, world);
   const int W = world ? world->size() : 1, rank = world ? world->rank() : 0;
   const bool root = rank == 0, verbose = root && !o.quiet;
   int threads = o.threads;
@@ -165,22 +127,18 @@ double run_training(const TrainOptions& o, Communicator* world) {
       open_token_dataset(o.data, *tokenizer, cfg.vocab_size, o.seed, o.split);
   TrainCheckpoints checkpoints(o, world);
   const bool resuming = !checkpoints.resume_dir().empty();
-  std::unique_ptr<MetricsWriter> metrics;
-  if (root && !o.metrics_path.empty()) {
-    if (resuming) {  // continue the interrupted run's file from the checkpoint's step
-      MetricsWriter::keep_steps_up_to(o.metrics_path, checkpoints.resume_step());
-      metrics = std::make_unique<MetricsWriter>(o.metrics_path, MetricsWriter::Mode::kAppend);
-    } else {
-      metrics = std::make_unique<MetricsWriter>(o.metrics_path, o.overwrite_metrics);
-    }
-  }
+  MOET_CHECK(!root || o.metrics_path.empty() || resuming || o.overwrite_metrics ||
+                 !std::filesystem::exists(o.metrics_path),
+             "--metrics '", o.metrics_path,
+             "' already exists; refusing to overwrite it (remove it, choose another path, or "
+             "pass --overwrite-metrics)");
 
   // A trace per rank (refused up front if the file exists, not after the run).
   std::unique_ptr<TraceRecorder> trace;
   std::string trace_file;
   if (!o.trace_path.empty()) {
     trace_file = TraceRecorder::per_rank_path(o.trace_path, rank, W);
-    MOET_CHECK(!std::filesystem::exists(trace_file), "trace file '", trace_file,
+    MOET_CHECK(!std::filesystem::exists(trace_file), "--trace: '", trace_file,
                "' already exists; refusing to overwrite it");
     trace = std::make_unique<TraceRecorder>(rank, "rank " + std::to_string(rank));
   }
@@ -197,16 +155,10 @@ double run_training(const TrainOptions& o, Communicator* world) {
   const int64_t B = o.micro_batch, T = o.seq, A = o.grad_accum;
   const int DP = par->dp;  // data-parallel ranks per stage: the global batch is DP x A x B
   const int step_lane = trace ? trace->lane("steps") : 0;
-  LrSchedule sched;
-  sched.kind = parse_schedule_kind(o.schedule);
-  sched.max_lr = o.lr;
-  sched.min_lr = o.min_lr >= 0 ? o.min_lr : o.lr / 10;
-  sched.warmup = o.warmup >= 0 ? o.warmup : std::min<int64_t>(200, o.steps / 10);
-  sched.total = o.steps;
   AdamWConfig oc;
   oc.weight_decay = o.weight_decay;
   oc.grad_clip = o.grad_clip;
-  StepRunner runner(model, oc, sched, o.bias_update_rate, dp);
+  StepRunner runner(model, oc, train_lr_schedule(o), o.bias_update_rate, dp);
   runner.set_moe_layers(par->moe_layers(), par->moe_merges());
   if (par->second_lane()) runner.set_second_lane(par->second_lane(), true);
   if (o.deterministic) runner.set_deterministic(B);
@@ -232,7 +184,18 @@ double run_training(const TrainOptions& o, Communicator* world) {
     else
       load_checkpoint_weights(resolve_checkpoint_dir(o.init_from), model.params(), !par->pipeline);
   }
-  // Made once the run is known to start (a refused resume leaves the run directory as it was).
+  // The outputs, made once the run is known to start (a refused run leaves no file behind and
+  // the run directory as it was).
+  checkpoints.open();
+  std::unique_ptr<MetricsWriter> metrics;
+  if (root && !o.metrics_path.empty()) {
+    if (resuming) {  // continue the interrupted run's file from the checkpoint's step
+      MetricsWriter::keep_steps_up_to(o.metrics_path, checkpoints.resume_step());
+      metrics = std::make_unique<MetricsWriter>(o.metrics_path, MetricsWriter::Mode::kAppend);
+    } else {
+      metrics = std::make_unique<MetricsWriter>(o.metrics_path, o.overwrite_metrics);
+    }
+  }
   std::unique_ptr<TensorBoardWriter> tensorboard;
   if (root && !o.tensorboard_dir.empty())
     tensorboard = std::make_unique<TensorBoardWriter>(o.tensorboard_dir);
@@ -257,7 +220,7 @@ double run_training(const TrainOptions& o, Communicator* world) {
   // MFU divides by the measured peak of the GEMMs the recipe runs (its main linear layers)
   const ops::Format main_format =
       precision.decoder(cfg.num_hidden_layers / 2, cfg.num_hidden_layers).fprop;
-  const double peak = o.peak_tflops > 0 ? o.peak_tflops : measure_gemm_peak_tflops(main_format);
+  const double peak = o.peak_tflops ? *o.peak_tflops : measure_gemm_peak_tflops(main_format);
   const double fpt = flops_per_token(cfg, T, cfg.num_nextn_predict_layers > 0);
   const int64_t tokens_per_step = int64_t(DP) * A * B * T;  // global batch
   // --log-expert-load: the decoder layer index of each MoE layer, in moe_layers() order

@@ -1,6 +1,7 @@
 // The `moet train` loop: data, model, optimizer, progress lines and metrics.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace moet {
@@ -16,8 +17,8 @@ struct TrainOptions {
   int64_t seq = 256;
   int64_t grad_accum = 1;
   double lr = 1e-3;
-  double min_lr = -1;   // < 0: lr / 10
-  int64_t warmup = -1;  // < 0: min(200, steps / 10)
+  std::optional<double> min_lr;   // unset: lr / 10
+  std::optional<int64_t> warmup;  // unset: min(200, steps / 10); at most steps
   std::string schedule = "cosine";
   uint64_t seed = 1234;
   int threads = 0;  // 0: all cores
@@ -41,10 +42,10 @@ struct TrainOptions {
   double balance_alpha = 1e-4;
   double z_loss_coef = 0.0;
   double bias_update_rate = 1e-3;
-  double peak_tflops = 0;         // 0: measure the fp32 GEMM peak at start
-  bool quiet = false;             // no progress lines (metrics file only)
-  int64_t ep = 1;                 // expert-parallel size (ranks per expert group)
-  int64_t ep_ranks_per_node = 0;  // consecutive ranks of an EP group on one node (0: all)
+  std::optional<double> peak_tflops;  // unset: measure the GEMM peak at start
+  bool quiet = false;                 // no progress lines (metrics file only)
+  int64_t ep = 1;                     // expert-parallel size (ranks per expert group)
+  int64_t ep_ranks_per_node = 0;      // consecutive ranks of an EP group on one node (0: all)
   // Communication on its own thread, hidden behind compute: "on", "off", or "auto" (on when
   // the node has a core to spare for each rank's communication thread).
   std::string overlap = "auto";
@@ -73,7 +74,8 @@ struct TrainOptions {
 
 class Communicator;
 
-// Validates the options (one clear moet::Error per problem) and trains. world: the processes
+// Checks the options (check_train_options, check_train_layout: one clear moet::Error line per
+// problem, before any output is created) and trains. world: the processes
 // of an mpirun job (data parallelism, --ep expert parallelism), or null for one process.
 // Returns the final loss.
 double run_training(const TrainOptions& opts, Communicator* world = nullptr);

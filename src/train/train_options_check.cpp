@@ -1,0 +1,155 @@
+#include "train/train_options_check.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include "checkpoint/hf.h"
+#include "core/error.h"
+#include "core/flag_check.h"
+#include "data/gpt_dataset.h"
+#include "model/precision.h"
+#include "parallel/communicator.h"
+#include "parallel/pipeline_schedule.h"
+#include "train/parallelize.h"
+
+namespace moet {
+
+namespace {
+
+// Each numeric flag alone.
+void check_numbers(const TrainOptions& o) {
+  check_flag_positive("--steps", o.steps);
+  check_flag_positive("--micro-batch", o.micro_batch);
+  check_flag_at_least("--seq", o.seq, 2);
+  check_flag_positive("--grad-accum", o.grad_accum);
+  check_flag_positive("--lr", o.lr);
+  MOET_CHECK(!o.min_lr || (std::isfinite(*o.min_lr) && *o.min_lr >= 0 && *o.min_lr <= o.lr),
+             "--min-lr must be a finite number in [0, --lr ", o.lr, "], got ", *o.min_lr);
+  // A longer warm-up would end the run before the learning rate reaches --lr.
+  MOET_CHECK(!o.warmup || (*o.warmup >= 0 && *o.warmup <= o.steps),
+             "--warmup must be in [0, --steps ", o.steps, "], got ", *o.warmup);
+  check_flag_at_least("--weight-decay", o.weight_decay, 0);
+  check_flag_at_least("--grad-clip", o.grad_clip, 0);
+  check_flag_at_least("--mtp-lambda", o.mtp_lambda, 0);
+  check_flag_at_least("--balance-alpha", o.balance_alpha, 0);
+  check_flag_at_least("--z-loss", o.z_loss_coef, 0);
+  check_flag_at_least("--bias-update-rate", o.bias_update_rate, 0);
+  if (o.peak_tflops) check_flag_positive("--peak-tflops", *o.peak_tflops);
+  check_flag_at_least("--threads", o.threads, 0);
+  check_flag_in_range("--prefetch", o.prefetch, int64_t(0), int64_t(1024));
+  check_flag_at_least("--bf16-layers", o.bf16_layers, 0);
+  check_flag_positive("--log-every", o.log_every);
+  check_flag_at_least("--log-expert-load", o.log_expert_load, 0);
+  check_flag_at_least("--eval-every", o.eval_every, 0);
+  check_flag_at_least("--eval-batches", o.eval_batches, 0);
+  check_flag_positive("--ep", o.ep);
+  check_flag_at_least("--ep-ranks-per-node", o.ep_ranks_per_node, 0);
+  check_flag_positive("--pp", o.pp);
+  check_flag_positive("--vpp", o.vpp);
+  check_flag_at_least("--save-every", o.save_every, 0);
+  check_flag_at_least("--keep-last", o.keep_last, 0);
+  check_flag_at_least("--skip-nonfinite", o.skip_nonfinite, 0);
+}
+
+// The flags that name one of a few choices, or text with a syntax of its own.
+void check_words(const TrainOptions& o) {
+  MOET_CHECK(!o.model_path.empty(), "--model CONFIG.json is required");
+  check_flag_choice("--schedule", o.schedule, {"cosine", "constant"});
+  check_flag_choice("--overlap", o.overlap, {"auto", "on", "off"});
+  check_flag_choice("--dispatcher", o.dispatcher, {"alltoall", "allgather"});
+  if (o.precision != "auto") parse_recipe(o.precision);  // one line naming the choices
+  if (!o.split.empty()) parse_data_split(o.split);
+}
+
+// A file the run will write (if `path` is given): not a directory, in a directory that exists.
+void check_output_file(const char* flag, const std::string& path) {
+  if (path.empty()) return;
+  namespace fs = std::filesystem;
+  MOET_CHECK(!fs::is_directory(path), flag, " '", path, "' is a directory; it names a file");
+  const fs::path parent = fs::path(path).parent_path();
+  MOET_CHECK(parent.empty() || fs::is_directory(parent), flag, " '", path, "': the directory '",
+             parent.string(), "' does not exist");
+}
+
+// Combinations the trainer cannot run, and outputs that could not be written.
+void check_combinations(const TrainOptions& o) {
+  MOET_CHECK(!o.a2a_overlap || o.pp > 1 || o.micro_batch % 2 == 0,
+             "--a2a-overlap splits each micro-batch in two: --micro-batch must be even, got ",
+             o.micro_batch);
+  MOET_CHECK(!o.deterministic || !o.a2a_overlap,
+             "--deterministic runs one sequence at a time and does not combine with --a2a-overlap");
+  MOET_CHECK(o.log_expert_load == 0 || o.pp == 1,
+             "--log-expert-load does not combine with --pp yet (each stage holds other layers)");
+  MOET_CHECK(o.pp > 1 || (o.vpp == 1 && o.pp_layout.empty()),
+             "--vpp and --pp-layout need --pp > 1");
+  MOET_CHECK(o.pp == 1 || o.init_from.empty() || !is_hf_directory(o.init_from),
+             "--pp cannot start from a Hugging Face directory yet: convert it with moet "
+             "import-hf and pass that checkpoint to --init-from");
+  MOET_CHECK(!o.out_dir.empty() || (o.save_every == 0 && o.keep_last == 0),
+             "--save-every and --keep-last need --out RUN_DIR (where checkpoints go)");
+  MOET_CHECK(!o.out_dir.empty() || o.resume != "auto",
+             "--resume auto looks for checkpoints in --out RUN_DIR: give --out");
+  MOET_CHECK(o.resume.empty() || o.init_from.empty(),
+             "--resume and --init-from exclude each other (resume continues a run; init-from "
+             "starts a new one from a model's weights)");
+  namespace fs = std::filesystem;
+  MOET_CHECK(o.out_dir.empty() || !fs::exists(o.out_dir) || fs::is_directory(o.out_dir), "--out '",
+             o.out_dir, "' exists and is not a directory");
+  MOET_CHECK(o.tensorboard_dir.empty() || !fs::exists(o.tensorboard_dir) ||
+                 fs::is_directory(o.tensorboard_dir),
+             "--tensorboard '", o.tensorboard_dir, "' exists and is not a directory");
+  check_output_file("--metrics", o.metrics_path);
+  check_output_file("--trace", o.trace_path);
+}
+
+}  // namespace
+
+void check_train_options(const TrainOptions& o) {
+  check_words(o);
+  check_numbers(o);
+  check_combinations(o);
+}
+
+void check_train_layout(const TrainOptions& o, const ModelConfig& cfg, const Communicator* world) {
+  MOET_CHECK(o.ep == 1 || world, "--ep ", o.ep,
+             " needs several processes: start moet with mpirun -np N (N divisible by --ep)");
+  MOET_CHECK(o.pp == 1 || world, "--pp ", o.pp,
+             " needs several processes: start moet with mpirun -np N (N divisible by --pp)");
+  MOET_CHECK(!o.zero1 || world,
+             "--zero1 shards over data-parallel ranks: start moet with mpirun -np N");
+  const int64_t W = world ? world->size() : 1;
+  MOET_CHECK(W % o.pp == 0, "--pp ", o.pp, " does not divide the ", W, " ranks");
+  const int64_t stage = W / o.pp;  // the ranks of a pipeline stage, split into --ep groups
+  MOET_CHECK(stage % o.ep == 0, "--ep ", o.ep, " does not divide the ", stage, " ranks",
+             o.pp > 1 ? " of a pipeline stage" : "");
+  MOET_CHECK(o.ep_ranks_per_node == 0 || o.ep % o.ep_ranks_per_node == 0, "--ep-ranks-per-node ",
+             o.ep_ranks_per_node, " must divide --ep ", o.ep);
+  MOET_CHECK(o.ep == 1 || cfg.num_moe_layers() == 0 || cfg.n_routed_experts % o.ep == 0, "--ep ",
+             o.ep, " does not divide the model's ", cfg.n_routed_experts, " routed experts");
+  MOET_CHECK(o.seq <= cfg.max_position_embeddings, "--seq ", o.seq,
+             " exceeds the model's max_position_embeddings (", cfg.max_position_embeddings, ")");
+  if (o.pp == 1) return;
+  MOET_CHECK(!cfg.tie_word_embeddings,
+             "--pp does not support tie_word_embeddings: the loss stage would train a copy of the "
+             "embedding");
+  PipelineScheduleSpec spec;  // as parallelize() builds it
+  spec.stages = o.pp;
+  spec.chunks = o.vpp;
+  spec.microbatches = o.deterministic ? o.grad_accum * o.micro_batch : o.grad_accum;
+  spec.ep_overlap = o.a2a_overlap;
+  check_pipeline_schedule(spec);
+  pipeline_parts(cfg, o.pp_layout, o.pp * o.vpp);
+}
+
+LrSchedule train_lr_schedule(const TrainOptions& o) {
+  LrSchedule s;
+  s.kind = parse_schedule_kind(o.schedule);
+  s.max_lr = o.lr;
+  s.min_lr = o.min_lr ? *o.min_lr : o.lr / 10;
+  s.warmup = o.warmup ? *o.warmup : std::min<int64_t>(200, o.steps / 10);
+  s.total = o.steps;
+  return s;
+}
+
+}  // namespace moet

@@ -1,0 +1,28 @@
+// The checks of `moet train`'s options, run before anything is read, built or written: every
+// flag alone (NaN, Inf, negative, out of range), the combinations that cannot work, and those
+// that depend on the model and the number of processes. Each refusal is one moet::Error line
+// that names the flag (docs/training.md, "Flags").
+#pragma once
+#include "model/config.h"
+#include "optim/lr_schedule.h"
+#include "train/trainer.h"
+
+namespace moet {
+
+class Communicator;
+
+// The options alone: each numeric flag's range, the choices of the string flags, and the
+// combinations the trainer cannot run (--deterministic with --a2a-overlap, an odd micro-batch
+// under --a2a-overlap, --save-every without --out, ...).
+void check_train_options(const TrainOptions& o);
+
+// The options against the model and the processes (world: null for one process): --ep, --pp,
+// --zero1 need mpirun; --pp divides the ranks and --ep a stage's; the experts split over --ep;
+// --seq within max_position_embeddings; the pipeline's layout and schedule.
+void check_train_layout(const TrainOptions& o, const ModelConfig& cfg, const Communicator* world);
+
+// The learning-rate schedule of the options, with the defaults of --min-lr (lr / 10) and
+// --warmup (min(200, steps / 10)) filled in.
+LrSchedule train_lr_schedule(const TrainOptions& o);
+
+}  // namespace moet
