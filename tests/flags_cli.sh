@@ -5,10 +5,15 @@
 # location, and nothing created or changed on disk (a refused `moet train --out --metrics
 # --tensorboard --trace` leaves no file or directory behind and never touches existing ones).
 # Bad flags are refused before a model is built, so this takes seconds.
-# Usage: flags_cli.sh MOET SOURCE_DIR
+# With MPIEXEC [FLAGS...] after SOURCE_DIR (label mpi), the layouts that do not fit 2 ranks
+# instead: refused on every rank before any collective, nothing created (OpenMPI adds its own
+# abort banner, so only the line is looked for).
+# Usage: flags_cli.sh MOET SOURCE_DIR [MPIEXEC FLAGS...]
 set -euo pipefail
 moet=$1
 root=$2
+shift 2
+mpi=("$@")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # shellcheck source=cli_util.sh
@@ -44,6 +49,27 @@ refuse() {
   [ "$(snapshot)" = "$before" ] || fail "'$*' left files behind: $(snapshot)"
   checks=$((checks + 1))
 }
+
+if [ ${#mpi[@]} -gt 0 ]; then
+  mpi_refuse() {  # mpi_refuse TEXT FLAGS...: 2 ranks of moet train fail, saying TEXT, writing nothing
+    local want="$1" out
+    shift
+    if out=$(cd "$work" && timeout 120 "${mpi[@]}" 2 "$moet" train --model "$config" --data mock \
+      --steps 2 --micro-batch 2 --seq 16 --quiet --peak-tflops 1 --out run --metrics m.jsonl \
+      --tensorboard tb --trace t.json "$@" 2>&1); then
+      fail "accepted on 2 ranks: $*"
+    fi
+    [[ "$out" == *"$want"* ]] || fail "2 ranks, $*: wanted '$want', got: $out"
+    [ "$(snapshot)" = "$before" ] || fail "2 ranks, $* left files behind: $(snapshot)"
+  }
+  mpi_refuse "--ep 3 does not divide the 2 ranks" --ep 3
+  mpi_refuse "--pp 3 does not divide the 2 ranks" --pp 3
+  mpi_refuse "--ep 2 does not divide the 1 ranks of a pipeline stage" --pp 2 --ep 2
+  mpi_refuse "--ep-ranks-per-node 3 must divide --ep 2" --ep 2 --ep-ranks-per-node 3
+  mpi_refuse "do not split evenly" --pp 2
+  echo "flags_cli (2 ranks): bad layouts refused, nothing written"
+  exit 0
+fi
 
 # --------------------------------------------------------------------------- moet train
 train=("$moet" train --model "$config" --data mock --steps 4 --micro-batch 2 --seq 16 --quiet
