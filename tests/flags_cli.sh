@@ -136,6 +136,16 @@ printf 'some text to train on\n%%\nand more\n' >"$tmp/text.txt"
 refuse vocab_size "${train[@]/mock/$tmp/text.txt}" --tokenizer "$tmp/tok258.json"
 [ "$(cat "$work/existing.jsonl")" = precious ] || fail "existing.jsonl changed"
 
+# the edges of the ranges are accepted, and the metrics and trace may go into the new run directory
+ok="$tmp/ok"
+mkdir "$ok"
+(cd "$ok" && "$moet" train --model "$config" --data mock --steps 2 --micro-batch 2 --seq 16 --quiet \
+  --peak-tflops 1e-3 --lr 1e-3 --min-lr 1e-3 --warmup 2 --weight-decay 0 --grad-clip 0 \
+  --mtp-lambda 0 --balance-alpha 0 --z-loss 0 --bias-update-rate 0 --prefetch 0 --seed 0 \
+  --eval-batches 0 --out run --metrics run/metrics.jsonl --trace run/trace.json >/dev/null) ||
+  fail "a run at the edges of the ranges was refused"
+[ -s "$ok/run/metrics.jsonl" ] && [ -s "$ok/run/trace.json" ] || fail "no metrics or trace in run/"
+
 # --------------------------------------------------------------------------- other commands
 ck="$tmp/no-checkpoint"  # bad flags are refused before the checkpoint is looked at
 for v in nan inf -1; do refuse --temperature "$moet" generate --checkpoint "$ck" --temperature "$v"; done

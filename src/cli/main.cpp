@@ -141,6 +141,17 @@ void add_train_command(CLI::App& app, moet::TrainOptions& o) {
       ->capture_default_str();
 }
 
+// CLI11's line for a value it cannot convert joins every value a repeated flag was given
+// ("Could not convert: --steps = 4,x"); the one that failed is the last (a flag takes its last).
+std::string parse_error_line(const CLI::ParseError& e) {
+  const std::string msg = e.what(), head = "Could not convert: ";
+  const size_t eq = msg.find(" = ");
+  if (msg.rfind(head, 0) != 0 || eq == std::string::npos) return msg;
+  const std::string values = msg.substr(eq + 3);
+  return msg.substr(head.size(), eq - head.size()) + ": '" +
+         values.substr(values.find_last_of(',') + 1) + "' is not a valid value";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -201,7 +212,7 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);
-    std::fprintf(stderr, "moet: error: %s (see moet --help)\n", e.what());
+    std::fprintf(stderr, "moet: error: %s (see moet --help)\n", parse_error_line(e).c_str());
     return 2;
   }
   for (const Tool& t : tools) {

@@ -62,14 +62,19 @@ void check_words(const TrainOptions& o) {
   if (!o.split.empty()) parse_data_split(o.split);
 }
 
-// A file the run will write (if `path` is given): not a directory, in a directory that exists.
-void check_output_file(const char* flag, const std::string& path) {
+// A file the run will write (if `path` is given): not a directory, in a directory that exists
+// or is the run directory --out (made when the run starts).
+void check_output_file(const char* flag, const std::string& path, const std::string& out_dir) {
   if (path.empty()) return;
   namespace fs = std::filesystem;
   MOET_CHECK(!fs::is_directory(path), flag, " '", path, "' is a directory; it names a file");
   const fs::path parent = fs::path(path).parent_path();
-  MOET_CHECK(parent.empty() || fs::is_directory(parent), flag, " '", path, "': the directory '",
-             parent.string(), "' does not exist");
+  const auto same = [](const fs::path& a, const fs::path& b) {
+    return (a / "").lexically_normal() == (b / "").lexically_normal();
+  };
+  MOET_CHECK(
+      parent.empty() || fs::is_directory(parent) || (!out_dir.empty() && same(parent, out_dir)),
+      flag, " '", path, "': the directory '", parent.string(), "' does not exist");
 }
 
 // Combinations the trainer cannot run, and outputs that could not be written.
@@ -99,8 +104,8 @@ void check_combinations(const TrainOptions& o) {
   MOET_CHECK(o.tensorboard_dir.empty() || !fs::exists(o.tensorboard_dir) ||
                  fs::is_directory(o.tensorboard_dir),
              "--tensorboard '", o.tensorboard_dir, "' exists and is not a directory");
-  check_output_file("--metrics", o.metrics_path);
-  check_output_file("--trace", o.trace_path);
+  check_output_file("--metrics", o.metrics_path, o.out_dir);
+  check_output_file("--trace", o.trace_path, o.out_dir);
 }
 
 }  // namespace
