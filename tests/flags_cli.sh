@@ -97,6 +97,10 @@ done
 # above the range
 refuse --warmup "${train[@]}" --steps 4 --warmup 5
 refuse --prefetch "${train[@]}" --prefetch 100000
+refuse --threads "${train[@]}" --threads 5000
+refuse --steps "${train[@]}" --steps 99999999999999999999  # CLI11 saturates it to 2^63 - 1
+refuse --grad-accum "${train[@]}" --grad-accum 9223372036854775807
+refuse --micro-batch "${train[@]}" --micro-batch 100000000 --grad-accum 100
 refuse --seq "${train[@]}" --seq 100000  # beyond max_position_embeddings
 # words
 refuse --schedule "${train[@]}" --schedule linear

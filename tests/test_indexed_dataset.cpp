@@ -482,7 +482,7 @@ TEST(Prefetcher, GivesWhatTheDatasetFillsAndRethrowsItsErrors) {
   }
   TempDir dir;
   const std::string prefix = write_docs(dir, "v", {{1, 2, 3, 4, 5, 6, 7, 8, 9, 300}});
-  GptDataset bad(prefix, 257, 1, DataSplit{100, 0, 0});
+  GptDataset bad(prefix, 257, 1, DataSplit{100, 0, 0}, 0);  // too large to scan: read-time error
   bad.plan(SampleLayout{1, 1, 20, 4});
   BatchPrefetcher pb(bad, 0, 20, 1, 0, 1, 4, 2);
   std::string e;

@@ -78,7 +78,7 @@ CLI::App* add_generate_command(CLI::App& app, GenerateArgs& a) {
 }
 
 void run_generate(const GenerateArgs& a) {
-  check_flag_at_least("--threads", a.threads, 0);
+  check_flag_threads(a.threads);
   if (a.max_new_tokens) check_flag_positive("--max-new-tokens", *a.max_new_tokens);
   GenerateOptions o;
   o.sampling = {a.temperature, a.top_k, a.top_p, a.seed};

@@ -131,7 +131,7 @@ void run_eval(const EvalArgs& a) {
   check_flag_positive("--batches", a.batches);
   check_flag_positive("--micro-batch", a.micro_batch);
   if (a.seq) check_flag_positive("--seq", *a.seq);
-  check_flag_at_least("--threads", a.threads, 0);
+  check_flag_threads(a.threads);
   if (!a.split.empty()) parse_data_split(a.split);
   if (a.threads > 0) ops::set_num_threads(a.threads);
   MOET_CHECK(a.dump.empty() || a.overwrite || !std::filesystem::exists(a.dump), "--dump file '",

@@ -152,7 +152,7 @@ void run_plan(const PlanArgs& a) {
 }
 
 void run_bench(const BenchArgs& a) {
-  check_flag_at_least("--threads", a.threads, 0);
+  check_flag_threads(a.threads);
   check_flag_at_least("--ranks-per-node", a.ranks_per_node, 0);
   check_flag_at_least("--link-gbps", a.link_gbps, 0);
   if (!a.model.empty()) {

@@ -46,7 +46,7 @@ void write_stdout(const std::string& s) {
 int run_train(const TokenizerArgs& a) {
   check_flag_in_range("--vocab-size", a.vocab_size, int64_t(1), int64_t(1) << 21);  // ids < 2^21
   check_flag_positive("--min-frequency", a.min_frequency);
-  check_flag_at_least("--threads", a.threads, 0);
+  check_flag_threads(a.threads);
   MOET_CHECK(a.overwrite || !std::filesystem::exists(a.output), "'", a.output,
              "' exists; pass --overwrite to replace it");
   const std::vector<std::string> files = expand_inputs(a.inputs);
@@ -79,7 +79,7 @@ int run_train(const TokenizerArgs& a) {
 }
 
 int run_encode(const TokenizerArgs& a) {
-  check_flag_at_least("--threads", a.threads, 0);
+  check_flag_threads(a.threads);
   MOET_CHECK(a.text.empty() || a.input.empty(), "give --text or --input, not both");
   const auto tok = load_tokenizer(a.tokenizer);
   if (!a.input.empty()) {

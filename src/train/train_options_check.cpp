@@ -36,7 +36,7 @@ void check_numbers(const TrainOptions& o) {
   check_flag_at_least("--z-loss", o.z_loss_coef, 0);
   check_flag_at_least("--bias-update-rate", o.bias_update_rate, 0);
   if (o.peak_tflops) check_flag_positive("--peak-tflops", *o.peak_tflops);
-  check_flag_at_least("--threads", o.threads, 0);
+  check_flag_threads(o.threads);
   check_flag_in_range("--prefetch", o.prefetch, int64_t(0), int64_t(1024));
   check_flag_at_least("--bf16-layers", o.bf16_layers, 0);
   check_flag_positive("--log-every", o.log_every);
@@ -50,6 +50,15 @@ void check_numbers(const TrainOptions& o) {
   check_flag_at_least("--save-every", o.save_every, 0);
   check_flag_at_least("--keep-last", o.keep_last, 0);
   check_flag_at_least("--skip-nonfinite", o.skip_nonfinite, 0);
+  // A rank holds a step's token ids (with their targets) at once: 2^31 of them (8 GiB) is taken
+  // for a mistake, before the product overflows.
+  const double tokens = double(o.micro_batch) * double(o.grad_accum) * (double(o.seq) + 1);
+  MOET_CHECK(tokens < 2147483648.0, "--micro-batch ", o.micro_batch, " x --grad-accum ",
+             o.grad_accum, " x (--seq ", o.seq, " + 1) = ", tokens,
+             " token ids per step and rank: more than 2^31");
+  // The run's token count (all ranks) is a 64-bit integer; 2^53 per rank leaves room for 1024.
+  MOET_CHECK(double(o.steps) * tokens < 9007199254740992.0, "--steps ", o.steps, " x ", tokens,
+             " tokens per step and rank: more than 2^53 tokens");
 }
 
 // The flags that name one of a few choices, or text with a syntax of its own.
