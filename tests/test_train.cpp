@@ -1,15 +1,19 @@
-// Training behaviour: same seed → bitwise-identical losses; --deterministic trains the same
+// Training behaviour: bad options are one line naming the flag; same seed → bitwise-identical
+// losses; --deterministic trains the same
 // model as the batched step (to rounding); the loss goes down on real text; the metrics file has
 // the promised keys.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "data/dataset.h"
+#include "error_of.h"
 #include "model/model.h"
+#include "train/train_options_check.h"
 #include "train/train_step.h"
 #include "train/trainer.h"
 
@@ -92,6 +96,50 @@ TEST(Train, MetricsFileHasOneObjectPerStepWithTheKeys) {
   // A second run must not overwrite it.
   EXPECT_THROW(run_training(o), Error);
   std::filesystem::remove(path);
+}
+
+TEST(TrainOptions, EachBadNumberIsOneLineNamingTheFlag) {
+  const double nan = std::nan(""), inf = HUGE_VAL;
+  const auto refused = [](const std::string& flag, auto set) {
+    TrainOptions o;
+    o.model_path = kRoot + "/configs/tiny.json";
+    set(o);
+    const std::string e = test::error_of([&] { check_train_options(o); });
+    EXPECT_EQ(e.rfind(flag, 0), 0u) << flag << ": " << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+    EXPECT_EQ(e.find(".cpp"), std::string::npos) << e;
+  };
+  for (double v : {nan, inf, -inf, -1.0}) {
+    refused("--lr", [&](TrainOptions& o) { o.lr = v; });
+    refused("--min-lr", [&](TrainOptions& o) { o.min_lr = v; });
+    refused("--weight-decay", [&](TrainOptions& o) { o.weight_decay = v; });
+    refused("--grad-clip", [&](TrainOptions& o) { o.grad_clip = v; });
+    refused("--mtp-lambda", [&](TrainOptions& o) { o.mtp_lambda = v; });
+    refused("--balance-alpha", [&](TrainOptions& o) { o.balance_alpha = v; });
+    refused("--z-loss", [&](TrainOptions& o) { o.z_loss_coef = v; });
+    refused("--bias-update-rate", [&](TrainOptions& o) { o.bias_update_rate = v; });
+    refused("--peak-tflops", [&](TrainOptions& o) { o.peak_tflops = v; });
+  }
+  refused("--min-lr", [](TrainOptions& o) { o.min_lr = o.lr * 2; });
+  refused("--warmup", [](TrainOptions& o) { o.warmup = -1; });
+  refused("--warmup", [](TrainOptions& o) { o.warmup = o.steps + 1; });
+  refused("--peak-tflops", [](TrainOptions& o) { o.peak_tflops = 0.0; });
+  refused("--steps", [](TrainOptions& o) { o.steps = 0; });
+  refused("--seq", [](TrainOptions& o) { o.seq = 1; });
+  refused("--threads", [](TrainOptions& o) { o.threads = -1; });
+  refused("--skip-nonfinite", [](TrainOptions& o) { o.skip_nonfinite = -1; });
+  refused("--deterministic", [](TrainOptions& o) { o.deterministic = o.a2a_overlap = true; });
+  // the edges are accepted, and the defaults of --min-lr and --warmup filled in
+  TrainOptions o;
+  o.model_path = "x.json";
+  o.min_lr = o.lr;
+  o.warmup = o.steps;
+  o.weight_decay = o.grad_clip = o.mtp_lambda = o.balance_alpha = o.z_loss_coef = 0;
+  EXPECT_EQ(test::error_of([&] { check_train_options(o); }), "");
+  TrainOptions d;
+  d.steps = 1000;
+  EXPECT_EQ(train_lr_schedule(d).min_lr, d.lr / 10);
+  EXPECT_EQ(train_lr_schedule(d).warmup, 100);
 }
 
 }  // namespace
