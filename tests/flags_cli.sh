@@ -206,7 +206,9 @@ refuse --vocab-size "${tok[@]}" --vocab-size 100  # fewer than the special token
 for v in 0 -1; do refuse --min-frequency "${tok[@]}" --vocab-size 300 --min-frequency "$v"; done
 refuse --threads "${tok[@]}" --vocab-size 300 --threads -1
 refuse --threads "$moet" tokenizer encode --input "$tmp/text.txt" --threads -1
-refuse --workers "$moet" data prepare --input "$tmp/text.txt" --output prefix --workers -1
+for v in -1 5000 nan; do
+  refuse --workers "$moet" data prepare --input "$tmp/text.txt" --output prefix --workers "$v"
+done
 refuse --doc-boundary "$moet" data prepare --input "$tmp/text.txt" --output prefix \
   --doc-boundary never
 refuse --doc "$moet" data inspect prefix --doc -1

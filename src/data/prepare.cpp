@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/flag_check.h"
 #include "core/json_depth_limit.h"
 #include "data/dataset.h"
 #include "data/documents.h"
@@ -166,7 +167,7 @@ PrepareResult prepare_data(const PrepareOptions& o, std::FILE* progress) {
   MOET_CHECK(o.on_bad_line == "skip" || o.on_bad_line == "stop", "--on-bad-line '", o.on_bad_line,
              "' is not known: skip or stop");
   MOET_CHECK(!o.json_key.empty(), "--json-key must not be empty");
-  MOET_CHECK(o.workers >= 0, "--workers must be >= 0, got ", o.workers);
+  check_flag_in_range("--workers", o.workers, 0, kMaxThreads);
   const DocBoundary boundary = parse_doc_boundary(o.doc_boundary);
   PrepareResult r;
   r.files = expand_inputs(o.inputs);
