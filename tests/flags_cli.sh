@@ -83,6 +83,7 @@ done
 refuse --lr "${train[@]}" --lr 0
 refuse --peak-tflops "${train[@]}" --peak-tflops 0
 refuse --min-lr "${train[@]}" --lr 1e-3 --min-lr 0.01  # above --lr
+refuse --weight-decay "${train[@]}" --lr 0.1 --weight-decay 10  # lr x wd >= 1 flips the weights
 
 # integer flags: each value below its least, and text that is no integer
 declare -A least=([--steps]=1 [--micro-batch]=1 [--seq]=2 [--grad-accum]=1 [--warmup]=0

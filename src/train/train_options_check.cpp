@@ -91,6 +91,9 @@ void check_combinations(const TrainOptions& o) {
   MOET_CHECK(!o.a2a_overlap || o.pp > 1 || o.micro_batch % 2 == 0,
              "--a2a-overlap splits each micro-batch in two: --micro-batch must be even, got ",
              o.micro_batch);
+  // AdamW multiplies the weights by 1 - lr x weight decay at every step (as torch does).
+  MOET_CHECK(o.lr * o.weight_decay < 1, "--weight-decay ", o.weight_decay, " x --lr ", o.lr,
+             " >= 1 would zero or flip the sign of every decayed weight at each step");
   MOET_CHECK(!o.deterministic || !o.a2a_overlap,
              "--deterministic runs one sequence at a time and does not combine with --a2a-overlap");
   MOET_CHECK(o.log_expert_load == 0 || o.pp == 1,
