@@ -90,7 +90,7 @@ refused "rank-00000.safetensors" "$moet" "${common[@]}" --steps 6 --out "$dir/fl
 echo "refusals: one line each, nothing overwritten"
 
 # 5. A non-finite loss stops the run, keeping the last good checkpoint.
-nan=(--steps 6 --lr 1e30 --schedule constant --warmup 0 --save-every 1)
+nan=(--steps 6 --lr 1e30 --weight-decay 0 --schedule constant --warmup 0 --save-every 1)
 rc=0
 "$moet" "${common[@]}" "${nan[@]}" --out "$dir/nan" >"$dir/nan.out" 2>&1 || rc=$?
 [ $rc -eq 1 ] || fail "divergence: exit $rc"
