@@ -81,7 +81,8 @@ void add_train_command(CLI::App& app, moet::TrainOptions& o) {
       ->capture_default_str();
   t->add_option("--z-loss", o.z_loss_coef, "router z-loss weight")->capture_default_str();
   t->add_option("--bias-update-rate", o.bias_update_rate,
-                "aux-loss-free expert bias update rate gamma")
+                "aux-loss-free expert bias update rate gamma (DeepSeek-V3: 0.001; "
+                "docs/training.md)")
       ->capture_default_str();
   t->add_option("--peak-tflops", o.peak_tflops,
                 "peak TFLOP/s that MFU divides by, positive (default: the measured GEMM peak)");
