@@ -35,8 +35,14 @@ void* operator new(std::size_t n) {
   if (void* p = std::malloc(n ? n : 1)) return p;
   throw std::bad_alloc();
 }
+// The replaced new and delete are malloc and free, a matched pair; GCC (-O1, as in the
+// sanitizer builds) inlines this delete into GoogleTest's `new` and warns that free() gets
+// memory from operator new.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+#pragma GCC diagnostic pop
 
 namespace moet {
 namespace {
