@@ -42,6 +42,16 @@ void* operator new(std::size_t n) {
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+// The nothrow form too (std::stable_sort's buffer): by default it calls the replaced form, but
+// where another library replaces it (AddressSanitizer's runtime replaces every form) its memory
+// would come to the free() above from another allocator.
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
+  try {
+    return ::operator new(n);
+  } catch (...) {
+    return nullptr;
+  }
+}
 #pragma GCC diagnostic pop
 
 namespace moet {

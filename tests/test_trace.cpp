@@ -38,6 +38,16 @@ void* operator new(std::size_t n) {
 }
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+// The nothrow form too (std::stable_sort's buffer): by default it calls the replaced form, but
+// where another library replaces it (AddressSanitizer's runtime replaces every form) its memory
+// would come to the free() above from another allocator.
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
+  try {
+    return ::operator new(n);
+  } catch (...) {
+    return nullptr;
+  }
+}
 
 namespace {
 
