@@ -47,7 +47,7 @@ void DataParallel::issue(Bucket& b) {
       c.reduce_scatter_sum_ranges(b.ptr, zero1_->bounds(size_t(&b - buckets_.data())));
     else
       c.allreduce_sum(b.ptr, b.n);
-    sync_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    sync_s_.fetch_add(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   };
   if (stream_)
     stream_->submit(op, "gradient reduction");
@@ -95,9 +95,9 @@ void DataParallel::reduce_gradient_range(int64_t begin, int64_t end, double scal
 }
 
 double DataParallel::take_sync_seconds(double* exposed) {
-  double s = sync_s_;
+  double s = sync_s_.exchange(0);
   if (exposed) *exposed = exposed_s_;
-  sync_s_ = exposed_s_ = 0;
+  exposed_s_ = 0;
   return s;
 }
 

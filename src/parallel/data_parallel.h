@@ -6,6 +6,7 @@
 // rank ends up with the reduced gradient of its own range only, and optimizer_step() updates
 // those ranges with moments only this rank keeps and all-gathers the parameters.
 #pragma once
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -82,7 +83,10 @@ class DataParallel {
   CommStream* stream_;
   bool armed_ = false;
   std::vector<Bucket> buckets_;  // runs of consecutive trainable weights of one group and block
-  double sync_s_ = 0, exposed_s_ = 0;
+  // Seconds in the reductions: added by whichever thread runs them (the communication thread
+  // with a stream) while the step's thread may read it (found by ThreadSanitizer).
+  std::atomic<double> sync_s_{0};
+  double exposed_s_ = 0;
   std::vector<double> scratch_, expert_sums_;
   SquareSums sums_;
   std::function<double(const SquareSums&)> combine_norm_;
