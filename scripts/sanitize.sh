@@ -80,7 +80,7 @@ if [ "$mode" = tsan ] || [ "$mode" = all ]; then
     export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$supp/tsan.supp"
     # The tests that run the communication thread (--overlap), the prefetcher and the saver.
     ctest --output-on-failure --timeout 1200 \
-      -R '^(test_checkpoint\.|test_indexed_dataset\.Prefetcher|mpi_expert_parallel_np|mpi_zero1_np|mpi_allgather_dispatcher_np|mpi_deterministic_cli$|checkpoint_cli$)' \
+      -R '^(test_checkpoint\.|test_indexed_dataset\.Prefetcher|mpi_expert_parallel_np|mpi_zero1_np|mpi_allgather_dispatcher_np|mpi_deterministic_cli$|data_cli$)' \
       "$@"
   ) || status=1
 fi
