@@ -60,9 +60,11 @@ if [ "$mode" = asan ] || [ "$mode" = all ]; then
       -LE 'timing|cluster' "$@" || rc=1
     # Under mpirun the leak suppressions for Open MPI need whole allocation stacks
     # (tests/sanitizers/lsan.supp): the slow unwinder, on the mpi tests only. One at a time:
-    # each is 2 or 4 ranks already.
+    # each is 2 or 4 ranks already. Left out: mpi_checkpoint_kill(_pipeline), rounds of SIGKILL
+    # and resume that pass their 300/400 s limits under ASan; the same saves and resumes run
+    # here in checkpoint_kill (one process) and mpi_checkpoint_signal / _reshard (ranks).
     ASAN_OPTIONS="$asan:fast_unwind_on_malloc=0" ctest --output-on-failure --timeout 1200 \
-      -L mpi -LE 'timing|cluster' "$@" || rc=1
+      -L mpi -LE 'timing|cluster' -E '^mpi_checkpoint_kill' "$@" || rc=1
     exit $rc
   ) || status=1
   echo "== asan: $((SECONDS - start)) s so far"
@@ -79,8 +81,10 @@ if [ "$mode" = tsan ] || [ "$mode" = all ]; then
     export OMP_NUM_THREADS=1
     export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$supp/tsan.supp"
     # The tests that run the communication thread (--overlap), the prefetcher and the saver.
+    # mpi_expert_parallel at 2 ranks only: at 4 it took 212 s of its 300 s limit under TSan
+    # (4 ranks with the overlap run in mpi_deterministic_cli, --ep 2 --zero1 --overlap on).
     ctest --output-on-failure --timeout 1200 \
-      -R '^(test_checkpoint\.|test_indexed_dataset\.Prefetcher|mpi_expert_parallel_np|mpi_zero1_np|mpi_allgather_dispatcher_np|mpi_deterministic_cli$|data_cli$)' \
+      -R '^(test_checkpoint\.|test_indexed_dataset\.Prefetcher|mpi_expert_parallel_np2|mpi_zero1_np|mpi_allgather_dispatcher_np|mpi_deterministic_cli$|data_cli$)' \
       "$@"
   ) || status=1
 fi
