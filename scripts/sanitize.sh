@@ -7,11 +7,13 @@
 #         all-to-alls and gradient reductions), the batch prefetcher and the async checkpoint
 #         saver, in the unit tests and in the training CLI.
 # Any sanitizer report fails the test that produced it. Only the binaries these tests need are
-# built. Extra arguments after the mode go to each ctest run (e.g. -R mpi_zero1).
+# built. Extra arguments after the mode go to each ctest run (e.g. -R mpi_zero1; a -R of your
+# own replaces the TSan selection below).
 # Time budget: CI runs this after scripts/test.sh on the same 2 cores; the test sets are chosen
 # so that both builds and runs together stay under about 30 minutes there (the measured time is
-# in docs/testing.md). The golden, reference, interop and fuzz labels are left out: they check
-# numbers against Python peers (no new code paths under a sanitizer) and take the most time.
+# in docs/testing.md). Left out: the golden, reference and interop labels (numbers against
+# Python peers: no code path of their own, and most of the suite's time), fuzz (the parser
+# fuzzer runs under clang's ASan + UBSan already), timing and cluster.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 mode="${1:-all}"
