@@ -51,8 +51,14 @@ assert sorted(a) == ["input_ids", "logits"], sorted(a)
 assert tuple(a["input_ids"].shape) == (2, 16) and str(a["input_ids"].dtype) == "torch.int64"
 assert tuple(a["logits"].shape) == (2, 16, 257) and str(a["logits"].dtype) == "torch.float32"
 assert (a["input_ids"] == b["input_ids"]).all()
-rel = float((a["logits"] - b["logits"]).abs().max() / a["logits"].abs().max())
-assert 0 < rel < 0.05, rel  # bf16 weights: close, not equal
+# bf16 weights: close, not equal. A token whose expert scores tie within bf16's rounding may
+# route to another expert, so bound the positions, not the single worst logit.
+d = (a["logits"] - b["logits"]).abs()
+scale = float(a["logits"].abs().max())
+per_position = d.amax(-1) / scale
+assert 0 < float(d.max()), "bf16 export gave the fp32 logits exactly"
+assert float((per_position < 0.05).float().mean()) >= 0.9, per_position
+assert float(d.mean() / a["logits"].abs().mean()) < 0.02, float(d.mean())
 PY
 
 expect_error "no checkpoint at '$tmp/none'" "$moet" export-hf "$tmp/none" "$tmp/x"

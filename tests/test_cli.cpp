@@ -9,6 +9,8 @@
 #include <fstream>
 #include <map>
 
+#include "temp_dir.h"
+
 namespace {
 
 const std::string kRoot = MOET_SOURCE_DIR;
@@ -55,7 +57,8 @@ TEST(Cli, BadInputGetsOneClearLineAndNonZeroExit) {
 }
 
 TEST(Cli, ExistingMetricsFileIsNeverOverwritten) {
-  std::string path = std::filesystem::temp_directory_path() / "moet_cli_metrics.jsonl";
+  moet::test::TempDir dir_path("moet_cli");
+  std::string path = dir_path.path("metrics.jsonl");
   { std::ofstream(path) << "precious\n"; }
   expect_one_line_error("train" + tiny + "--data mock --steps 1 --metrics " + path, "exists");
   std::ifstream in(path);
@@ -83,7 +86,8 @@ TEST(Cli, TrainsInEveryPrecision) {
 // operands and activations need (above what the process held before the model).
 TEST(Cli, PeakMemoryIsWithinOnePointThreeOfWhatTrainingNeeds) {
   for (const char* p : {"fp32", "mxfp8"}) {
-    std::string metrics = std::filesystem::temp_directory_path() / "moet_cli_mem.jsonl";
+    moet::test::TempDir dir_metrics("moet_cli");
+    std::string metrics = dir_metrics.path("mem.jsonl");
     std::filesystem::remove(metrics);
     const std::string cmd = kMoet + " train --model " + kRoot +
                             "/configs/small.json --data mock --steps 2 --micro-batch 2 --seq 128 "
@@ -113,7 +117,8 @@ TEST(Cli, PeakMemoryIsWithinOnePointThreeOfWhatTrainingNeeds) {
 
 // moet bench --model: the per-op profile of a training step, as a table and as JSON.
 TEST(Cli, BenchProfilesEachOpOfATrainingStep) {
-  std::string json = std::filesystem::temp_directory_path() / "moet_cli_bench.json";
+  moet::test::TempDir dir_json("moet_cli");
+  std::string json = dir_json.path("bench.json");
   std::filesystem::remove(json);
   const std::string cmd = kMoet + " bench --model " + kRoot +
                           "/configs/tiny.json --micro-batch 2 --seq 16 --steps 2 --warmup 1 "
@@ -145,7 +150,8 @@ TEST(Cli, BenchProfilesEachOpOfATrainingStep) {
 TEST(Cli, LowPrecisionTrainingTracksFp32) {
   std::map<std::string, double> eval;
   for (const char* p : {"fp32", "bf16", "mxfp8", "fp8-blockwise"}) {
-    std::string metrics = std::filesystem::temp_directory_path() / "moet_cli_curve.jsonl";
+    moet::test::TempDir dir_metrics("moet_cli");
+    std::string metrics = dir_metrics.path("curve.jsonl");
     std::filesystem::remove(metrics);
     const std::string cmd = kMoet + " train --model " + kRoot +
                             "/configs/tiny.json --steps 150 --micro-batch 8 --seq 64 --lr 3e-3 "
@@ -175,7 +181,8 @@ TEST(Cli, TrainsTinyOnMockData) {
 }
 
 TEST(Cli, WritesATraceAndNeverOverwritesOne) {
-  std::string path = std::filesystem::temp_directory_path() / "moet_cli_trace.json";
+  moet::test::TempDir dir_path("moet_cli");
+  std::string path = dir_path.path("trace.json");
   std::filesystem::remove(path);
   const std::string args = "train" + tiny + "--data mock --steps 2 --threads 1 --trace " + path;
   CliResult r = moet(args);
