@@ -48,8 +48,12 @@ victim() {
   fi
 }
 
+# Six kills, at least one of them while a save is half-written. Whether a kill lands inside a
+# save is a race (the save of the tiny model takes milliseconds), so on a loaded machine more
+# rounds are granted, up to 12, until one did.
 kills=0 during_save=0
-for round in 1 2 3 4 5 6; do
+for round in $(seq 12); do
+  [ $kills -ge 6 ] && [ $during_save -ge 1 ] && break
   "${launcher[@]}" "$moet" "${args[@]}" --out "$dir/run" --resume auto \
     --metrics "$dir/run.jsonl" >>"$dir/run.out" 2>&1 &
   pid=$!
