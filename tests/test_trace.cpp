@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -13,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "core/error.h"
 #include "core/trace.h"
@@ -242,6 +244,45 @@ TEST(Trace, RecordingDoesNotAllocate) {
   EXPECT_EQ(rec.recorded(), 300u);
   ::operator delete(::operator new(16));  // the counter does count
   EXPECT_EQ(g_allocations.load(), before + 1);
+}
+
+// add_in_flight keeps the running sum: one bytes_in_flight sample per call, in time order,
+// from any thread, without allocating; a disabled recorder records none.
+TEST(Trace, BytesInFlightIsARunningSum) {
+  TraceRecorder rec(0, "rank 0", true, 1000);
+  const long before = g_allocations.load();
+  rec.add_in_flight(100);
+  rec.add_in_flight(40);
+  rec.add_in_flight(0);  // nothing to record
+  rec.add_in_flight(-100);
+  EXPECT_EQ(g_allocations.load(), before);
+  std::thread comm([&] {
+    for (int i = 0; i < 50; ++i) rec.add_in_flight(8), rec.add_in_flight(-8);
+  });
+  for (int i = 0; i < 50; ++i) rec.add_in_flight(2), rec.add_in_flight(-2);
+  comm.join();
+  rec.add_in_flight(-40);
+  const auto c = events_with_ph(write_and_parse(rec, "in_flight.json"), "C");
+  ASSERT_EQ(c.size(), 4u + 200u);
+  std::vector<double> v;
+  for (const auto& e : c) {
+    EXPECT_EQ(e["name"], trace::kBytesInFlight);
+    v.push_back(e["args"]["value"].get<double>());
+  }
+  EXPECT_EQ(v[0], 100);
+  EXPECT_EQ(v[1], 140);
+  EXPECT_EQ(v[2], 40);
+  EXPECT_EQ(v.back(), 0);
+  // sampled under the lock: in time order the values are the sums in the order they were made,
+  // so every step between neighbours is one of the deltas
+  for (size_t i = 3; i + 1 < v.size(); ++i) {
+    const double d = std::abs(v[i] - v[i - 1]);
+    EXPECT_TRUE(d == 2 || d == 8) << i << ": " << v[i - 1] << " -> " << v[i];
+    EXPECT_GE(v[i], 40);
+  }
+  TraceRecorder off(0, "r", false);
+  off.add_in_flight(5);
+  EXPECT_EQ(off.recorded(), 0u);
 }
 
 TEST(Trace, DisabledRecordsNothingAndDoesNotAllocate) {

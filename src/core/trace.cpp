@@ -110,6 +110,18 @@ void TraceRecorder::counter(const char* name, double t_s, double value) {
   push(Event{name, nullptr, t_s * 1e6, value, 0, 'C'});
 }
 
+void TraceRecorder::add_in_flight(int64_t bytes) {
+  if (!enabled_ || bytes == 0) return;
+  // The time is read under the lock, so the samples' order in time is the order of the sums.
+  std::lock_guard<std::mutex> lock(mu_);
+  in_flight_ += bytes;
+  const Event e{trace::kBytesInFlight, nullptr, now_s() * 1e6, double(in_flight_), 0, 'C'};
+  if (events_.size() < max_events_)
+    events_.push_back(e);
+  else
+    ++dropped_;
+}
+
 size_t TraceRecorder::recorded() const {
   std::lock_guard<std::mutex> lock(mu_);
   return events_.size();

@@ -16,13 +16,34 @@ namespace moet {
 // The lanes and categories moet records (docs/trace.md). Names are string literals, as every
 // name and category handed to the recorder must be (or come from TraceRecorder::intern).
 namespace trace {
+// Lanes: the training thread, the communication thread (CommStream), the step/eval markers.
 inline constexpr const char* kComputeLane = "compute";
 inline constexpr const char* kCommLane = "comm";
+inline constexpr const char* kStepsLane = "steps";
+// Categories. Markers: a training step, an evaluation (its forwards), a decoder layer's stage.
+inline constexpr const char* kStep = "step";
+inline constexpr const char* kEval = "eval";
+inline constexpr const char* kLayer = "layer";
+// Compute: MLA, the MoE router (gate), the routed and shared experts, a dense layer's MLP, the
+// LM head, the optimizer step.
 inline constexpr const char* kAttention = "attention";
+inline constexpr const char* kRouter = "router";
 inline constexpr const char* kExperts = "experts";
+inline constexpr const char* kMlp = "mlp";
+inline constexpr const char* kHead = "head";
+inline constexpr const char* kOptimizer = "optimizer";
+// Communication: the experts' token exchange out and back (each with its backward), gradient
+// reduction (ZeRO-1's reduce-scatter and parameter all-gather included), pipeline messages; and
+// the training thread blocked on the communication thread.
 inline constexpr const char* kDispatch = "dispatch";
 inline constexpr const char* kCombine = "combine";
 inline constexpr const char* kGradSync = "grad_sync";
+inline constexpr const char* kPipeline = "pipeline";
+inline constexpr const char* kWait = "wait";
+// Small collectives for the metrics, after a step (the experts' load over the ep group).
+inline constexpr const char* kMetrics = "metrics";
+// Counter: bytes of communication issued and not yet completed (TraceRecorder::add_in_flight).
+inline constexpr const char* kBytesInFlight = "bytes_in_flight";
 }  // namespace trace
 
 // Records spans ("X" events) and counters ("C" events) of one process (rank). Thread-safe:
@@ -113,6 +134,10 @@ class TraceRecorder {
   // A sample of the counter track `name` (e.g. "bytes_in_flight") at time t_s. Non-finite
   // values are ignored.
   void counter(const char* name, double t_s, double value);
+  // Adds `bytes` (negative: removes them) to this rank's communication in flight and samples
+  // the trace::kBytesInFlight counter now: called when an operation is issued and when it
+  // completes.
+  void add_in_flight(int64_t bytes);
 
   // Events held (spans and counter samples; metadata not counted) and events dropped at the
   // cap.
@@ -151,6 +176,7 @@ class TraceRecorder {
   mutable std::mutex mu_;
   std::vector<Event> events_;
   size_t dropped_ = 0;
+  int64_t in_flight_ = 0;  // add_in_flight
   int lane_tid(size_t index) const { return pid() * 1000 + static_cast<int>(index) + 1; }
 
   std::vector<std::string> lanes_;  // lanes_[i] has tid lane_tid(i)

@@ -1,5 +1,6 @@
 #include "model/block.h"
 
+#include "core/trace.h"
 #include "kernels/ops.h"
 
 namespace moet {
@@ -19,6 +20,12 @@ DecoderBlock::DecoderBlock(const ModelConfig& c, ParamStore& ps, const std::stri
                                       precision.combine());
   else
     mlp_ = std::make_unique<SwiGluMlp>(c.hidden_size, c.intermediate_size, ps, p + "mlp.", lin);
+}
+
+void DecoderBlock::set_trace(TraceRecorder* rec, int lane) {
+  trace_ = rec;
+  trace_lane_ = lane;
+  if (moe_) moe_->set_trace(rec, lane);
 }
 
 void DecoderBlock::plan(Workspace& ws) {
@@ -47,6 +54,7 @@ void DecoderBlock::forward_stage(int stage, const Tensor& in_ND, Tensor& out_ND,
   if (moe_) {
     moe_->forward_stage(stage, an_ND_, out_ND);
   } else if (stage == 0) {
+    TraceRecorder::Span span(trace_, trace_lane_, "mlp fwd", trace::kMlp);
     mlp_->forward(an_ND_, out_ND, false);
   }
   if (stage == kStages - 1) ops::add(out_ND, a_ND_, out_ND);
@@ -55,10 +63,12 @@ void DecoderBlock::forward_stage(int stage, const Tensor& in_ND, Tensor& out_ND,
 void DecoderBlock::attention_part(const Tensor& in_ND, const RopeCache& rope, LatentCache* cache,
                                   int64_t pos) {
   ops::rmsnorm_forward(in_ND, in_norm_->value, eps_, xn_ND_, rstd1_N_);
+  TraceRecorder::Span span(trace_, trace_lane_, "attention fwd", trace::kAttention);
   if (cache)
     attn_.forward_cached(xn_ND_, a_ND_, rope, *cache, pos);
   else
     attn_.forward(xn_ND_, a_ND_, rope);
+  span.end();
   ops::add(a_ND_, in_ND, a_ND_);
   ops::rmsnorm_forward(a_ND_, post_norm_->value, eps_, an_ND_, rstd2_N_);
 }
@@ -86,6 +96,7 @@ void DecoderBlock::backward_stage(int stage, const Tensor& dout_ND, const Tensor
   if (moe_) {
     moe_->backward_stage(stage, dout_ND, an_ND_, dxn_ND_, ls);
   } else if (stage == kStages - 1) {
+    TraceRecorder::Span span(trace_, trace_lane_, "mlp bwd", trace::kMlp);
     mlp_->backward(dout_ND, an_ND_, dxn_ND_, false);
   }
   if (stage != kStages - 1) return;
@@ -93,7 +104,10 @@ void DecoderBlock::backward_stage(int stage, const Tensor& dout_ND, const Tensor
   ops::rmsnorm_backward(dxn_ND_, a_ND_, post_norm_->value, rstd2_N_, da_ND_, true,
                         post_norm_->grad);
   // a = in + attn(norm(in))
-  attn_.backward(da_ND_, xn_ND_, dxn_ND_, rope);
+  {
+    TraceRecorder::Span span(trace_, trace_lane_, "attention bwd", trace::kAttention);
+    attn_.backward(da_ND_, xn_ND_, dxn_ND_, rope);
+  }
   if (accumulate_din)
     ops::add_inplace(din_ND, da_ND_, 1.0);
   else

@@ -35,6 +35,8 @@ class DecoderBlock {
   void forward_cached(const Tensor& in_ND, Tensor& out_ND, const RopeCache& rope,
                       LatentCache& cache, int64_t pos);
   MoeLayer* moe() { return moe_.get(); }
+  // Records attention, the dense MLP and the MoE layer's parts as spans on `lane` (null: none).
+  void set_trace(TraceRecorder* rec, int lane);
 
  private:
   // a_ND_ = in + attention(norm(in)), an_ND_ = norm(a_ND_); over the cache when one is given.
@@ -49,6 +51,8 @@ class DecoderBlock {
   Tensor xn_ND_, rstd1_N_, a_ND_, an_ND_, rstd2_N_;
   // temporaries
   Tensor da_ND_, dxn_ND_;
+  TraceRecorder* trace_ = nullptr;
+  int trace_lane_ = 0;
 };
 
 }  // namespace moet

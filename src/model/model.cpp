@@ -123,8 +123,14 @@ void Model::plan_all(Arena& act, Arena& scratch) {
 
 void Model::set_trace(TraceRecorder* rec) {
   trace_ = rec;
-  if (!rec) return;
+  if (!rec) {
+    for (auto& b : blocks_) b->set_trace(nullptr, 0);
+    for (auto& m : mtp_) m->block().set_trace(nullptr, 0);
+    return;
+  }
   trace_lane_ = rec->lane(trace::kComputeLane);
+  for (auto& b : blocks_) b->set_trace(rec, trace_lane_);
+  for (auto& m : mtp_) m->block().set_trace(rec, trace_lane_);
   fwd_names_.clear();
   bwd_names_.clear();
   for (size_t l = 0; l < blocks_.size() + mtp_.size(); ++l) {
@@ -162,19 +168,22 @@ void Model::forward_begin(const int32_t* seq, double grad_scale) {
 }
 
 void Model::forward_stage(int64_t l, int stage) {
-  TraceRecorder::Span span(trace_, trace_lane_, trace_ ? fwd_names_[l] : nullptr);
+  TraceRecorder::Span span(trace_, trace_lane_, trace_ ? fwd_names_[l] : nullptr, trace::kLayer);
   blocks_[l]->forward_stage(stage, hidden_[l], hidden_[l + 1], rope_);
 }
 
 LossBreakdown Model::forward_end() {
   LossBreakdown r;
   double mtp_w = mtp_.empty() ? 0.0 : lw_.mtp_lambda / double(mtp_.size());
-  if (head_) r.lm_loss = head_->forward(hidden_.back(), targets_N_, head_grad_scale_);
+  if (head_) {
+    TraceRecorder::Span span(trace_, trace_lane_, "lm head forward", trace::kHead);
+    r.lm_loss = head_->forward(hidden_.back(), targets_N_, head_grad_scale_);
+  }
   const Tensor* h_prev = &hidden_.back();
   for (size_t k = 0; k < mtp_.size(); ++k) {
     auto& m = mtp_[k];
-    TraceRecorder::Span span(trace_, trace_lane_,
-                             trace_ ? fwd_names_[blocks_.size() + k] : nullptr);
+    TraceRecorder::Span span(trace_, trace_lane_, trace_ ? fwd_names_[blocks_.size() + k] : nullptr,
+                             trace::kLayer);
     r.mtp_loss += m->forward(*h_prev, tokens_BT1_.i32(), rope_, mtp_w * head_grad_scale_);
     h_prev = &m->output();
   }
@@ -237,8 +246,8 @@ void Model::backward_begin(double grad_scale) {
   for (size_t i = mtp_.size(); i-- > 0;) {
     const Tensor& h_prev = i == 0 ? hidden_.back() : mtp_[i - 1]->output();
     ops::fill(*d_in, 0.0);
-    TraceRecorder::Span span(trace_, trace_lane_,
-                             trace_ ? bwd_names_[blocks_.size() + i] : nullptr);
+    TraceRecorder::Span span(trace_, trace_lane_, trace_ ? bwd_names_[blocks_.size() + i] : nullptr,
+                             trace::kLayer);
     mtp_[i]->backward(h_prev, d_out ? *d_out : none, mtp_w, *d_in, rope_, ls);
     if (hook_) hook_(cfg_.num_hidden_layers + int64_t(i));
     d_out = d_in;
@@ -247,6 +256,7 @@ void Model::backward_begin(double grad_scale) {
   if (!head_) return;  // a pipeline stage: the caller wrote output_grad()
   // main head; the first MTP module's input gradient joins the final hidden state's.
   Tensor& dh = layer_output_grad(num_layers() - 1);
+  TraceRecorder::Span span(trace_, trace_lane_, "lm head backward", trace::kHead);
   head_->backward(hidden_.back(), targets_N_, ls.grad_scale, dh, false);
   if (d_out) ops::add_inplace(dh, *d_out, 1.0);
 }
@@ -258,7 +268,7 @@ Tensor& Model::layer_output_grad(int64_t l) {
 }
 
 void Model::backward_stage(int64_t l, int stage) {
-  TraceRecorder::Span span(trace_, trace_lane_, trace_ ? bwd_names_[l] : nullptr);
+  TraceRecorder::Span span(trace_, trace_lane_, trace_ ? bwd_names_[l] : nullptr, trace::kLayer);
   Tensor& dout = layer_output_grad(l);
   Tensor& din = (num_layers() - 1 - l) % 2 == 0 ? dh_b_ND_ : dh_a_ND_;
   blocks_[l]->backward_stage(stage, dout, hidden_[l], din, false, rope_, ls_);

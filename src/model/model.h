@@ -104,7 +104,9 @@ class Model {
   // its layer index (MTP module k: num_hidden_layers + k - 1): data parallelism starts reducing
   // them while the backward goes on.
   void set_backward_hook(std::function<void(int64_t layer)> hook) { hook_ = std::move(hook); }
-  // Records each block's forward and backward as spans on the recorder's "compute" lane.
+  // Records each block's forward and backward stages (trace::kLayer), and inside them
+  // attention, router, experts, dense MLP, and the LM head, as spans on the recorder's
+  // "compute" lane (null: none).
   void set_trace(TraceRecorder* rec);
 
   const ModelConfig& config() const { return cfg_; }

@@ -1,5 +1,7 @@
 #include "model/moe_layer.h"
 
+#include "core/trace.h"
+
 namespace moet {
 
 MoeLayer::MoeLayer(const ModelConfig& c, ParamStore& ps, const std::string& p,
@@ -75,6 +77,7 @@ void MoeLayer::forward(const Tensor& x_ND, Tensor& y_ND) {
 }
 
 void MoeLayer::route(const Tensor& x_ND) {
+  TraceRecorder::Span span(trace_, trace_lane_, "router fwd", trace::kRouter);
   ops::linear_forward(x_ND, gate_->value, logits_NE_);
   ops::router_forward(logits_NE_, bias_->value, spec_, scores_NE_, idx_NK_, gates_NK_);
   last_balance_ = ops::balance_loss(scores_NE_, idx_NK_, B_, T_, 0.0, no_grad_);
@@ -97,7 +100,10 @@ void MoeLayer::forward_stage(int stage, const Tensor& x_ND, Tensor& y_ND) {
     } else {
       dispatcher_->dispatch_start(x_ND, idx_NK_);
     }
-    if (shared_) shared_->forward(x_ND, y_ND, false);
+    if (shared_) {
+      TraceRecorder::Span span(trace_, trace_lane_, "shared expert fwd", trace::kExperts);
+      shared_->forward(x_ND, y_ND, false);
+    }
     return;
   }
   if (stage == 1) {
@@ -106,10 +112,12 @@ void MoeLayer::forward_stage(int stage, const Tensor& x_ND, Tensor& y_ND) {
     const int64_t M = xp.size(0);
     Tensor gu = gu_M2F_.rows(0, M), h = h_MF_.rows(0, M), yp = yp_MD_.rows(0, M);
     const int64_t S = dispatcher_->segments_per_expert();
+    TraceRecorder::Span span(trace_, trace_lane_, "experts fwd", trace::kExperts);
     ops::grouped_linear_forward(xp, off, w_gate_up_->value, gu, S, lin_, w_gate_up_->operands(),
                                 true);
     ops::swiglu_forward(gu, h);
     ops::grouped_linear_forward(h, off, w_down_->value, yp, S, lin_, w_down_->operands());
+    span.end();
     // outputs travel back (and are summed) in the combine format
     if (combine_ != ops::Format::F32) ops::quantize(yp, combine_, ops::BlockAxis::Rows, yp);
     dispatcher_->combine_start(yp);
@@ -138,10 +146,12 @@ void MoeLayer::backward_stage(int stage, const Tensor& dy_ND, const Tensor& x_ND
   if (stage == 0) {
     // output gradients travel to the experts while the shared expert's backward runs
     dispatcher_->combine_backward_start(dy_ND, yp, gates_NK_, dgates_NK_);
-    if (shared_)
+    if (shared_) {
+      TraceRecorder::Span span(trace_, trace_lane_, "shared expert bwd", trace::kExperts);
       shared_->backward(dy_ND, x_ND, dx_ND, false);
-    else
+    } else {
       ops::fill(dx_ND, 0.0);
+    }
     return;
   }
   if (stage == 1) {
@@ -150,14 +160,17 @@ void MoeLayer::backward_stage(int stage, const Tensor& dy_ND, const Tensor& x_ND
     // the experts' weight gradients: summed into the weights', or kept apart per source
     Tensor& dw_down = down_parts_.empty() ? w_down_->grad : down_parts_;
     Tensor& dw_gate_up = gate_up_parts_.empty() ? w_gate_up_->grad : gate_up_parts_;
+    TraceRecorder::Span experts(trace_, trace_lane_, "experts bwd", trace::kExperts);
     ops::grouped_linear_backward(dyp, h, off, w_down_->value, dh, dw_down, S, lin_,
                                  w_down_->operands());
     ops::swiglu_backward(dh, gu, dgu);
     ops::grouped_linear_backward(dgu, xp, off, w_gate_up_->value, dxp, dw_gate_up, S, lin_,
                                  w_gate_up_->operands());
+    experts.end();
     // input gradients travel back while the router's backward runs: gates, then the auxiliary
     // losses, then the gate projection
     dispatcher_->dispatch_backward_start(dxp);
+    TraceRecorder::Span router(trace_, trace_lane_, "router bwd", trace::kRouter);
     ops::router_backward(dgates_NK_, scores_NE_, idx_NK_, spec_, dlogits_NE_);
     if (ls.balance_alpha != 0.0)
       ops::balance_loss(scores_NE_, idx_NK_, B_, T_, ls.balance_alpha * ls.grad_scale, dlogits_NE_);

@@ -13,6 +13,8 @@
 
 namespace moet {
 
+class TraceRecorder;
+
 // Per-layer routing statistics of the current step.
 struct RouterStats {
   std::vector<int64_t> load_E;  // (token, expert) assignments per expert since reset
@@ -57,6 +59,12 @@ class MoeLayer {
   // them in one process's order over sequences). Empty tensors: back to the weights' gradients.
   void set_expert_grad_parts(Tensor gate_up_SEOD, Tensor down_SEOD);
   const ops::RouterSpec& router_spec() const { return spec_; }
+  // Records the router and the experts' GEMMs (routed and shared) as spans on `lane` (null:
+  // none); the dispatcher records its own exchanges.
+  void set_trace(TraceRecorder* rec, int lane) {
+    trace_ = rec;
+    trace_lane_ = lane;
+  }
 
  private:
   void route(const Tensor& x_ND);  // scores, choices, gates; losses and loads recorded
@@ -77,6 +85,8 @@ class MoeLayer {
   Tensor gate_up_parts_, down_parts_;  // set_expert_grad_parts (empty: the weights' gradients)
   double last_balance_ = 0, last_z_ = 0;
   RouterStats stats_;
+  TraceRecorder* trace_ = nullptr;
+  int trace_lane_ = 0;
 };
 
 }  // namespace moet

@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "core/error.h"
+#include "core/trace.h"
 #include "kernels/ops.h"
 
 namespace moet {
@@ -41,7 +42,8 @@ void AllGatherDispatcher::dispatch_start(const Tensor& x_ND, const Tensor& idx_N
         bytes_sent_ += (x_bytes + idx_bytes) * (P_ - 1);
         routing_bytes_sent_ += idx_bytes * (P_ - 1);
       },
-      "expert all-gather");
+      "expert all-gather", trace::kDispatch,
+      (N_ * row_bytes(f) + A_ * int64_t(sizeof(int32_t))) * (P_ - 1));
   // Source side (this rank's own tokens), while the gather runs: where the outputs come back.
   sort_sources(idx_NK, nullptr);
 }

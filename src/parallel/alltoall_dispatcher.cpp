@@ -1,5 +1,6 @@
 #include "parallel/alltoall_dispatcher.h"
 
+#include "core/trace.h"
 #include "kernels/ops.h"
 
 namespace moet {
@@ -25,7 +26,7 @@ void AllToAllDispatcher::dispatch_start(const Tensor& x_ND, const Tensor& idx_NK
       [this] {
         comm_.alltoall(send_counts_.data(), local_ * int64_t(sizeof(int64_t)), recv_counts_.data());
       },
-      "expert token counts");
+      "expert token counts", trace::kDispatch, (P_ - 1) * local_ * int64_t(sizeof(int64_t)));
   layout_exchange([this](int64_t p, int64_t l) { return recv_counts_[p * local_ + l]; });
   xch_.issue(
       [this, f] {
@@ -34,7 +35,7 @@ void AllToAllDispatcher::dispatch_start(const Tensor& x_ND, const Tensor& idx_NK
         else
           exchange(wire_send_.ptr, wire_recv_.ptr, true, row_bytes(f));
       },
-      "expert all-to-all");
+      "expert all-to-all", trace::kDispatch, exchange_bytes(true, row_bytes(f)));
 }
 
 void AllToAllDispatcher::dispatch_finish() {

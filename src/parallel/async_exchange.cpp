@@ -4,7 +4,8 @@
 
 namespace moet {
 
-void AsyncExchange::issue(std::function<void()> op, const char* what) {
+void AsyncExchange::issue(std::function<void()> op, const char* what, const char* category,
+                          int64_t bytes) {
   auto timed = [this, op = std::move(op)] {
     auto t0 = std::chrono::steady_clock::now();
     op();
@@ -12,11 +13,11 @@ void AsyncExchange::issue(std::function<void()> op, const char* what) {
   };
   if (!stream_) {  // nothing hides it
     const double before = seconds_;
-    timed();
+    inline_.run(what, category, bytes, timed);
     exposed_ += seconds_ - before;
     return;
   }
-  in_flight_ = stream_->submit(std::move(timed), what);
+  in_flight_ = stream_->submit(std::move(timed), what, category, bytes);
 }
 
 void AsyncExchange::complete() {
@@ -24,11 +25,12 @@ void AsyncExchange::complete() {
   in_flight_ = 0;
 }
 
-void AsyncExchange::run_now(std::function<void()> op, const char* what) {
+void AsyncExchange::run_now(std::function<void()> op, const char* what, const char* category,
+                            int64_t bytes) {
   if (stream_)
-    stream_->wait(stream_->submit(std::move(op), what));
+    stream_->wait(stream_->submit(std::move(op), what, category, bytes));
   else
-    op();
+    inline_.run(what, category, bytes, op);
 }
 
 }  // namespace moet

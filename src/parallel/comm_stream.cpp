@@ -23,9 +23,11 @@ CommStream::~CommStream() {
   thread_.join();
 }
 
-CommStream::Ticket CommStream::submit(std::function<void()> op, const char* what) {
+CommStream::Ticket CommStream::submit(std::function<void()> op, const char* what,
+                                      const char* category, int64_t bytes) {
+  if (trace_) trace_->add_in_flight(bytes);
   std::lock_guard<std::mutex> lock(mu_);
-  queue_.push_back({std::move(op), what});
+  queue_.push_back({std::move(op), what, category, bytes});
   ++submitted_;
   work_cv_.notify_one();
   return submitted_;
@@ -33,11 +35,17 @@ CommStream::Ticket CommStream::submit(std::function<void()> op, const char* what
 
 double CommStream::wait(Ticket t) {
   const double t0 = now_s();
+  const double tr0 = trace_ ? trace_->now_s() : 0;
   std::unique_lock<std::mutex> lock(mu_);
+  const bool blocks = done_ < t && !error_;
   done_cv_.wait(lock, [&] { return done_ >= t || error_; });
   if (error_) std::rethrow_exception(error_);
   const double w = now_s() - t0;
   waited_s_ += w;
+  lock.unlock();
+  // the time the training thread stood still (a wait that finds the op done records nothing)
+  if (trace_ && blocks)
+    trace_->complete(trace_wait_lane_, "wait for comm thread", tr0, trace_->now_s(), trace::kWait);
   return w;
 }
 
@@ -55,7 +63,10 @@ void CommStream::run() {
     const double tr0 = trace_ ? trace_->now_s() : 0;
     try {
       op.fn();
-      if (trace_) trace_->complete(trace_lane_, op.what, tr0, trace_->now_s(), trace::kCommLane);
+      if (trace_) {
+        trace_->complete(trace_lane_, op.what, tr0, trace_->now_s(), op.category);
+        trace_->add_in_flight(-op.bytes);
+      }
     } catch (...) {
       std::lock_guard<std::mutex> lock(mu_);
       error_ = std::current_exception();
@@ -81,7 +92,14 @@ double CommStream::waited_seconds() const {
 
 void CommStream::set_trace(TraceRecorder* rec) {
   trace_ = rec;
-  if (rec) trace_lane_ = rec->lane(trace::kCommLane);
+  if (!rec) return;
+  trace_wait_lane_ = rec->lane(trace::kComputeLane);  // first: the compute lane shows on top
+  trace_lane_ = rec->lane(trace::kCommLane);
+}
+
+void InlineCommTrace::set_trace(TraceRecorder* rec) {
+  rec_ = rec;
+  if (rec) lane_ = rec->lane(trace::kComputeLane);
 }
 
 void CommStream::reset_timers() {

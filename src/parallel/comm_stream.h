@@ -14,9 +14,9 @@
 #include <string>
 #include <thread>
 
-namespace moet {
+#include "core/trace.h"
 
-class TraceRecorder;
+namespace moet {
 
 class CommStream {
  public:
@@ -26,10 +26,14 @@ class CommStream {
   CommStream(const CommStream&) = delete;
   CommStream& operator=(const CommStream&) = delete;
 
-  // Queues op; `what` names it in errors. Returns its ticket.
-  Ticket submit(std::function<void()> op, const char* what);
+  // Queues op; `what` names it in errors and in the trace, where it is a span of `category`
+  // (trace::kDispatch, ...) on the "comm" lane, and `bytes` (what this rank contributes) count
+  // as in flight from now until it has run. Returns its ticket.
+  Ticket submit(std::function<void()> op, const char* what, const char* category = nullptr,
+                int64_t bytes = 0);
   // Blocks until the op with this ticket (and every earlier one) has run; rethrows an error an
-  // op raised. Returns the seconds spent blocked.
+  // op raised. Returns the seconds spent blocked (traced as a trace::kWait span on the "compute"
+  // lane: the caller is the training thread).
   double wait(Ticket t);
   double wait_all() { return wait(submitted_); }
 
@@ -38,7 +42,8 @@ class CommStream {
   double busy_seconds() const;
   double waited_seconds() const;
   void reset_timers();
-  // Records every op as a span on the recorder's "comm" lane (null: no tracing).
+  // Records every op as a span on the recorder's "comm" lane, and every wait on its "compute"
+  // lane (null: no tracing).
   void set_trace(TraceRecorder* rec);
 
  private:
@@ -48,6 +53,8 @@ class CommStream {
   struct Op {
     std::function<void()> fn;
     const char* what;
+    const char* category;
+    int64_t bytes;
   };
   std::deque<Op> queue_;
   Ticket submitted_ = 0, done_ = 0;
@@ -55,8 +62,33 @@ class CommStream {
   std::exception_ptr error_;
   double busy_s_ = 0, waited_s_ = 0;
   TraceRecorder* trace_ = nullptr;
-  int trace_lane_ = 0;
+  int trace_lane_ = 0, trace_wait_lane_ = 0;
   std::thread thread_;
+};
+
+// Where a parallel component records the communication it runs itself, on the calling thread
+// (no CommStream): a span of the op's category on the "compute" lane, the op's bytes in flight
+// while it runs. Without a recorder it just runs the op.
+class InlineCommTrace {
+ public:
+  void set_trace(TraceRecorder* rec);
+  template <typename Op>
+  void run(const char* what, const char* category, int64_t bytes, Op&& op) {
+    if (!rec_) {
+      op();
+      return;
+    }
+    rec_->add_in_flight(bytes);
+    {
+      TraceRecorder::Span span(rec_, lane_, what, category);
+      op();
+    }
+    rec_->add_in_flight(-bytes);
+  }
+
+ private:
+  TraceRecorder* rec_ = nullptr;
+  int lane_ = 0;
 };
 
 }  // namespace moet

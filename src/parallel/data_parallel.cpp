@@ -49,10 +49,17 @@ void DataParallel::issue(Bucket& b) {
       c.allreduce_sum(b.ptr, b.n);
     sync_s_.fetch_add(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   };
+  const char* what = zero1_ ? "gradient reduce-scatter" : "gradient allreduce";
+  const int64_t bytes = b.n * int64_t(sizeof(float));
   if (stream_)
-    stream_->submit(op, "gradient reduction");
+    stream_->submit(op, what, trace::kGradSync, bytes);
   else
-    op();
+    trace_.run(what, trace::kGradSync, bytes, op);
+}
+
+void DataParallel::set_trace(TraceRecorder* rec) {
+  trace_.set_trace(rec);
+  if (zero1_) zero1_->set_trace(rec);
 }
 
 void DataParallel::on_layer_done(int64_t layer) {

@@ -64,6 +64,8 @@ class DataParallel {
   void reduce_losses(LossBreakdown& l, double scale);
   void reduce_expert_loads(const std::vector<MoeLayer*>& layers);
   ParallelLayout& layout() { return layout_; }
+  // Records the reductions (and ZeRO-1's parameter all-gather) as trace::kGradSync spans.
+  void set_trace(TraceRecorder* rec);
 
  private:
   struct Bucket {
@@ -81,6 +83,7 @@ class DataParallel {
   ParallelLayout& layout_;
   ParamStore& params_;
   CommStream* stream_;
+  InlineCommTrace trace_;  // the reductions run without a stream
   bool armed_ = false;
   std::vector<Bucket> buckets_;  // runs of consecutive trainable weights of one group and block
   // Seconds in the reductions: added by whichever thread runs them (the communication thread

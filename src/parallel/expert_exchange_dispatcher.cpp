@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/trace.h"
 #include "kernels/ops.h"
 
 namespace moet {
@@ -106,10 +107,18 @@ void ExpertExchangeDispatcher::exchange(const void* rows_in, void* rows_out, boo
   }
 }
 
+int64_t ExpertExchangeDispatcher::exchange_bytes(bool forward, int64_t row_bytes) const {
+  int64_t rows = 0;
+  for (int64_t p = 0; p < P_; ++p)
+    if (p != comm_.rank()) rows += forward ? send_rows_[p] : recv_rows_[p];
+  return rows * row_bytes;
+}
+
 std::pair<double, double> ExpertExchangeDispatcher::rows_received_max_mean() {
   rows_of_rank_.resize(size_t(P_));  // allocates on the first call only
   const int64_t mine = rows_received_;
-  xch_.run_now([&] { comm_.allgather(&mine, sizeof mine, rows_of_rank_.data()); }, "expert load");
+  xch_.run_now([&] { comm_.allgather(&mine, sizeof mine, rows_of_rank_.data()); }, "expert load",
+               trace::kMetrics, int64_t(sizeof mine));
   double max = 0, sum = 0;
   for (int64_t r : rows_of_rank_) max = std::max(max, double(r)), sum += double(r);
   return {max, sum / double(P_)};
@@ -142,15 +151,16 @@ void ExpertExchangeDispatcher::combine_start(const Tensor& yp_MD) {
   Tensor back = recv_MD_.rows(0, M_);
   ops::gather_rows(yp_MD, xp_from_recv_M_.rows(0, M_), back);  // expert order → receive order
   const ops::Format f = combine_format_;
+  const int64_t bytes = exchange_bytes(false, row_bytes(f));
   if (f == ops::Format::F32) {
     xch_.issue(
         [this, back] { exchange(back.ptr, returned_AD_.ptr, false, row_bytes(ops::Format::F32)); },
-        "expert outputs to sources");
+        "expert outputs to sources", trace::kCombine, bytes);
     return;
   }
   ops::encode_rows(back, f, wire_recv_.ptr);
   xch_.issue([this, f] { exchange(wire_recv_.ptr, wire_send_.ptr, false, row_bytes(f)); },
-             "expert outputs to sources");
+             "expert outputs to sources", trace::kCombine, bytes);
 }
 
 void ExpertExchangeDispatcher::combine_finish(const Tensor& gates_NK, Tensor& y_ND,
@@ -165,7 +175,8 @@ void ExpertExchangeDispatcher::combine_backward_start(const Tensor& dy_ND, const
                                                       const Tensor& gates_NK, Tensor& dgates_NK) {
   ops::unpermute_backward(dy_ND, returned_AD_, slot_NK_, gates_NK, send_AD_, dgates_NK);
   xch_.issue([this] { exchange(send_AD_.ptr, recv_MD_.ptr, true, row_bytes(ops::Format::F32)); },
-             "output gradients to experts");
+             "output gradients to experts", trace::kCombine,
+             exchange_bytes(true, row_bytes(ops::Format::F32)));
 }
 
 void ExpertExchangeDispatcher::combine_backward_finish(Tensor& dyp_MD) {
@@ -177,7 +188,8 @@ void ExpertExchangeDispatcher::dispatch_backward_start(const Tensor& dxp_MD) {
   Tensor back = recv_MD_.rows(0, M_);
   ops::gather_rows(dxp_MD, xp_from_recv_M_.rows(0, M_), back);
   xch_.issue([this, back] { exchange(back.ptr, send_AD_.ptr, false, row_bytes(ops::Format::F32)); },
-             "input gradients to sources");
+             "input gradients to sources", trace::kDispatch,
+             exchange_bytes(false, row_bytes(ops::Format::F32)));
 }
 
 void ExpertExchangeDispatcher::dispatch_backward_finish(Tensor& dx_ND) {

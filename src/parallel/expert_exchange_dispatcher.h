@@ -38,6 +38,8 @@ class ExpertExchangeDispatcher : public TokenDispatcher {
   // With a stream, the exchanges run on its communication thread between *_start and *_finish,
   // under the layer's independent compute; without one they run in *_start.
   void set_stream(CommStream* stream) { xch_.set_stream(stream); }
+  // Records the exchanges as trace::kDispatch / kCombine spans (AsyncExchange::set_trace).
+  void set_trace(TraceRecorder* rec) { xch_.set_trace(rec); }
   void combine_start(const Tensor& yp_MD) override;
   void combine_finish(const Tensor& gates_NK, Tensor& y_ND, bool accumulate) override;
   void combine_backward_start(const Tensor& dy_ND, const Tensor& yp_MD, const Tensor& gates_NK,
@@ -86,6 +88,8 @@ class ExpertExchangeDispatcher : public TokenDispatcher {
   // The alltoallv of rows of row_bytes each: forward sends source order and receives receive
   // order; !forward returns.
   void exchange(const void* rows_in, void* rows_out, bool forward, int64_t row_bytes);
+  // The bytes that exchange sends to other ranks (for the trace's bytes in flight).
+  int64_t exchange_bytes(bool forward, int64_t row_bytes) const;
   // Rows packed for the wire in `fmt` (F32: the rows as they are): encode before an exchange is
   // issued, decode after it completed. wire_send_/wire_recv_ hold the packed rows of the source
   // and the expert side.

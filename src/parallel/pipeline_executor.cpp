@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "core/error.h"
+#include "core/trace.h"
 
 namespace moet {
 
@@ -87,15 +88,33 @@ int PipelineExecutor::tag(int64_t microbatch, int64_t vstage, int kind) const {
   return int((microbatch * S_ + vstage) * (kMtpGradient + mtp_) + kind);
 }
 
-void PipelineExecutor::wait_receive(Communicator::Message m) {
+void PipelineExecutor::set_trace(TraceRecorder* rec) {
+  trace_ = rec;
+  if (rec) trace_lane_ = rec->lane(trace::kComputeLane);
+}
+
+void PipelineExecutor::wait_receive(Communicator::Message m, const char* what) {
+  TraceRecorder::Span span(trace_, trace_lane_, what, trace::kPipeline);
   const auto t0 = std::chrono::steady_clock::now();
   pp_.wait(m);
   times_.wait_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+void PipelineExecutor::send(Slot& s, const void* data, int64_t bytes, int peer, int tag) {
+  if (trace_) trace_->add_in_flight(bytes);
+  s.send_bytes += bytes;
+  s.sends.push_back(pp_.isend(data, bytes, peer, tag));
+}
+
 void PipelineExecutor::wait_sends(Slot& s) {
-  for (Communicator::Message m : s.sends) pp_.wait(m);
+  if (s.sends.empty()) return;
+  {
+    TraceRecorder::Span span(trace_, trace_lane_, "wait for sends", trace::kPipeline);
+    for (Communicator::Message m : s.sends) pp_.wait(m);
+  }
+  if (trace_) trace_->add_in_flight(-s.send_bytes);
   s.sends.clear();
+  s.send_bytes = 0;
 }
 
 void PipelineExecutor::post_input_receive(int64_t chunk, int64_t microbatch) {
@@ -138,9 +157,10 @@ Model& PipelineExecutor::begin_forward(int64_t chunk, int64_t microbatch, const 
   m.forward_begin(tokens, grad_scale);
   if (k > 0) {
     if (training) {
-      wait_receive(input_recv_[size_t(chunk)][i]);
+      wait_receive(input_recv_[size_t(chunk)][i], "wait for activations");
     } else {  // forward only: nothing was posted ahead
       Tensor& in = m.input();
+      TraceRecorder::Span span(trace_, trace_lane_, "wait for activations", trace::kPipeline);
       pp_.wait(pp_.irecv(in.ptr, int64_t(in.bytes()), int((rank_ + P_ - 1) % P_),
                          tag(microbatch, k, kActivation)));
     }
@@ -166,8 +186,8 @@ void PipelineExecutor::end_forward(int64_t chunk, int64_t microbatch, bool train
   }
   if (k < S_ - 1) {
     const Tensor& out = m.output();
-    s.sends.push_back(pp_.isend(out.ptr, int64_t(out.bytes()), int((rank_ + 1) % P_),
-                                tag(microbatch, k + 1, kActivation)));
+    send(s, out.ptr, int64_t(out.bytes()), int((rank_ + 1) % P_),
+         tag(microbatch, k + 1, kActivation));
   }
   if (training) post_gradient_receives(chunk, microbatch);
 }
@@ -190,7 +210,7 @@ Model& PipelineExecutor::begin_backward(int64_t chunk, int64_t microbatch, doubl
   const int64_t k = virtual_stage(chunk);
   Model& m = *slot(chunk, microbatch).model;
   const size_t i = size_t(microbatch % int64_t(slots_[size_t(chunk)].size()));
-  if (k < S_ - 1) wait_receive(grad_recv_[size_t(chunk)][i]);
+  if (k < S_ - 1) wait_receive(grad_recv_[size_t(chunk)][i], "wait for gradients");
   m.backward_begin(grad_scale);
   return m;
 }
@@ -201,18 +221,18 @@ void PipelineExecutor::end_backward(int64_t chunk, int64_t microbatch) {
   Model& m = *s.model;
   const size_t i = size_t(microbatch % int64_t(slots_[size_t(chunk)].size()));
   if (k == 0)
-    for (Communicator::Message r : mtp_recv_[size_t(chunk)][i]) wait_receive(r);
+    for (Communicator::Message r : mtp_recv_[size_t(chunk)][i])
+      wait_receive(r, "wait for MTP embedding gradients");
   m.backward_end();
   if (k > 0) {
     const Tensor& g = m.input_grad();
-    s.sends.push_back(pp_.isend(g.ptr, int64_t(g.bytes()), int((rank_ + P_ - 1) % P_),
-                                tag(microbatch, k - 1, kGradient)));
+    send(s, g.ptr, int64_t(g.bytes()), int((rank_ + P_ - 1) % P_),
+         tag(microbatch, k - 1, kGradient));
   }
   if (k == S_ - 1)
     for (int64_t j = 0; j < mtp_; ++j) {
       const Tensor& g = m.mtp_embedding_grads()[size_t(j)];
-      s.sends.push_back(
-          pp_.isend(g.ptr, int64_t(g.bytes()), 0, tag(microbatch, 0, kMtpGradient + int(j))));
+      send(s, g.ptr, int64_t(g.bytes()), 0, tag(microbatch, 0, kMtpGradient + int(j)));
     }
   // The slot is free: its next micro-batch's activations may arrive.
   post_input_receive(chunk, microbatch + int64_t(slots_[size_t(chunk)].size()));
@@ -257,10 +277,14 @@ void PipelineExecutor::sync_embedding_replica(ParamStore& params) {
   const NamedSlice& e = params.named("model.embed_tokens.weight");
   Tensor v = e.weight->value;
   MOET_ASSERT(e.weight->replica == is_last());
+  TraceRecorder::Span span(trace_, trace_lane_, "embedding replica", trace::kPipeline);
+  const int64_t sent = is_first() ? int64_t(v.bytes()) : 0;
+  if (trace_) trace_->add_in_flight(sent);
   if (is_first())
     pp_.wait(pp_.isend(v.ptr, int64_t(v.bytes()), int(P_ - 1), 0));
   else
     pp_.wait(pp_.irecv(v.ptr, int64_t(v.bytes()), 0, 0));
+  if (trace_) trace_->add_in_flight(-sent);
 }
 
 LossBreakdown PipelineExecutor::run_step(const std::function<const int32_t*(int64_t)>& micro_batch,

@@ -87,12 +87,18 @@ class PipelineExecutor {
   int64_t combined_pairs() const { return combined_pairs_; }
   // Bytes of activations this rank holds (every slot of every chunk).
   int64_t activation_bytes() const;
+  // Records the waits for messages as trace::kPipeline spans on the "compute" lane, and each
+  // send's bytes as in flight from the send until its wait.
+  void set_trace(TraceRecorder* rec);
 
  private:
   struct Slot {
     Model* model = nullptr;
     std::vector<Communicator::Message> sends;  // to wait for before the slot is reused
+    int64_t send_bytes = 0;                    // their bytes (the trace's bytes in flight)
   };
+  // Sends `bytes` from `data` to `peer` from slot s (waited for by wait_sends).
+  void send(Slot& s, const void* data, int64_t bytes, int peer, int tag);
   int64_t virtual_stage(int64_t chunk) const { return chunk * P_ + rank_; }
   Slot& slot(int64_t chunk, int64_t microbatch);
   int tag(int64_t microbatch, int64_t vstage, int kind) const;
@@ -128,7 +134,9 @@ class PipelineExecutor {
   int64_t current_microbatch_ = 0;
   double eval_loss_ = 0;
   StepTimes times_;
-  void wait_receive(Communicator::Message m);
+  void wait_receive(Communicator::Message m, const char* what);
+  TraceRecorder* trace_ = nullptr;
+  int trace_lane_ = 0;
 };
 
 }  // namespace moet

@@ -138,8 +138,12 @@ double Zero1::step(AdamW& opt, double lr, double norm) {
                         t,  clip};
     ops::adamw_update(p, g, m, v, spec);
   }
-  for (size_t i = 0; i < runs_.size(); ++i)
-    runs_[i].group->allgather_ranges(values + runs_[i].offset, bounds(i));
+  int64_t mine = 0;  // what this rank contributes: its ranges
+  for (size_t i = 0; i < runs_.size(); ++i) mine += end(i) - begin(i);
+  trace_.run("parameter all-gather", trace::kGradSync, mine * int64_t(sizeof(float)), [&] {
+    for (size_t i = 0; i < runs_.size(); ++i)
+      runs_[i].group->allgather_ranges(values + runs_[i].offset, bounds(i));
+  });
   return norm;
 }
 

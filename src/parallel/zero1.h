@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "optim/adamw.h"
+#include "parallel/comm_stream.h"
 #include "parallel/layout.h"
 
 namespace moet {
@@ -46,6 +47,8 @@ class Zero1 {
   // opt.steps_taken() + 1, which opt then records) and all-gathers the parameters. Returns the norm
   // before clipping.
   double step(AdamW& opt, double lr, double norm);
+  // Records the parameter all-gather as a trace::kGradSync span.
+  void set_trace(TraceRecorder* rec) { trace_.set_trace(rec); }
   // Bytes of AdamW moments this rank holds (m and v).
   int64_t moment_bytes() const { return int64_t(2 * m_.size() * sizeof(float)); }
 
@@ -88,6 +91,7 @@ class Zero1 {
   std::vector<WeightInfo> weights_;
   std::vector<double> dense_sq_, expert_sq_, expert_sums_;  // per chunk (by group); per weight
   std::vector<float> m_, v_;
+  InlineCommTrace trace_;
 };
 
 }  // namespace moet

@@ -113,13 +113,14 @@ std::unique_ptr<ParallelRun> parallelize(const TrainOptions& o, const ModelConfi
       r.stream->set_trace(trace);
     }
     if (o.ep > 1)
-      dispatchers = [&r, &o](int64_t E) -> std::unique_ptr<TokenDispatcher> {
+      dispatchers = [&r, &o, trace](int64_t E) -> std::unique_ptr<TokenDispatcher> {
         std::unique_ptr<ExpertExchangeDispatcher> d;
         if (o.dispatcher == "allgather")
           d = std::make_unique<AllGatherDispatcher>(*r.layout->ep_group, E);
         else
           d = std::make_unique<AllToAllDispatcher>(*r.layout->ep_group, E);
         d->set_stream(r.stream.get());
+        d->set_trace(trace);
         if (o.ep_ranks_per_node > 0) d->set_ranks_per_node(o.ep_ranks_per_node);
         r.exchanges.push_back(d.get());
         return d;
@@ -160,11 +161,13 @@ std::unique_ptr<ParallelRun> parallelize(const TrainOptions& o, const ModelConfi
     r.stage_params.allocate();
     r.stage_params.initialize(o.seed, cfg.initializer_range);
     r.pipeline = std::make_unique<PipelineExecutor>(*r.pp_group, spec, r.chunks);
+    r.pipeline->set_trace(trace);
   }
   for (auto& m : r.models) m->set_trace(trace);
   if (r.layout) {
     r.dp_sync.emplace(*r.layout, r.params(), r.stream.get(), o.zero1);
     DataParallel& dp = *r.dp_sync;
+    dp.set_trace(trace);
     if (r.pipeline) {
       r.pipeline->set_final_gradient_hook([&dp](int64_t layer) { dp.on_layer_done(layer); });
       auto norm =

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/trace.h"
 #include "core/tree_sum.h"
 #include "kernels/ops.h"
 #include "optim/expert_bias.h"
@@ -36,6 +37,11 @@ void add_losses(LossBreakdown& acc, const LossBreakdown& l, double w) {
   acc.z_loss += l.z_loss * w;
 }
 }  // namespace
+
+void StepRunner::set_trace(TraceRecorder* rec) {
+  trace_ = rec;
+  if (rec) trace_lane_ = rec->lane(trace::kComputeLane);
+}
 
 void StepRunner::set_second_lane(Model* lane, bool interleave) {
   MOET_CHECK(sequences_ == 0, "--deterministic does not combine with --a2a-overlap");
@@ -214,11 +220,10 @@ StepResult StepRunner::run(int64_t step, int64_t grad_accum,
     r.skipped = true;
     return r;
   }
-  if (dp_) {
-    dp_->reduce_expert_loads(moe_);
-    r.grad_norm = dp_->optimizer_step(adamw_, r.lr);
-  } else {
-    r.grad_norm = adamw_.step(r.lr);
+  if (dp_) dp_->reduce_expert_loads(moe_);
+  {
+    TraceRecorder::Span span(trace_, trace_lane_, "adamw step", trace::kOptimizer);
+    r.grad_norm = dp_ ? dp_->optimizer_step(adamw_, r.lr) : adamw_.step(r.lr);
   }
   if (pipeline_) pipeline_->sync_embedding_replica(model_.params());
   model_.params().mark_updated();  // low-precision weight operands are remade on next use

@@ -25,6 +25,7 @@ class ExpertSourceTrees;
 class GradientTree;
 class MoeLayer;
 class PipelineExecutor;
+class TraceRecorder;
 
 class StepRunner {
  public:
@@ -64,12 +65,16 @@ class StepRunner {
   // seen a micro-batch's B sequences; the losses are put together per sequence, layer by layer,
   // as one process adds them (docs/pipeline.md).
   void set_pipeline(PipelineExecutor* pipeline, Communicator* pp);
+  // Records the optimizer step as a trace::kOptimizer span on the recorder's "compute" lane.
+  void set_trace(TraceRecorder* rec);
   AdamW& optimizer() { return adamw_; }
   const LrSchedule& schedule() const { return schedule_; }
 
  private:
   Model& model_;
   AdamW adamw_;
+  TraceRecorder* trace_ = nullptr;
+  int trace_lane_ = 0;
   LrSchedule schedule_;
   double bias_rate_;
   DataParallel* dp_;

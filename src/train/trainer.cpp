@@ -141,6 +141,7 @@ double run_training(const TrainOptions& o, Communicator* world) {
     MOET_CHECK(!std::filesystem::exists(trace_file), "--trace: '", trace_file,
                "' already exists; refusing to overwrite it");
     trace = std::make_unique<TraceRecorder>(rank, "rank " + std::to_string(rank));
+    trace->lane(trace::kStepsLane);  // the top lane: steps and evaluations
   }
   // The layout: pipeline stages (--pp), data parallelism within each, experts sharded over
   // groups of --ep ranks of a stage; with overlap, one communication thread runs every
@@ -154,11 +155,12 @@ double run_training(const TrainOptions& o, Communicator* world) {
   const std::vector<ExpertExchangeDispatcher*>& exchanges = par->exchanges;
   const int64_t B = o.micro_batch, T = o.seq, A = o.grad_accum;
   const int DP = par->dp;  // data-parallel ranks per stage: the global batch is DP x A x B
-  const int step_lane = trace ? trace->lane("steps") : 0;
+  const int step_lane = trace ? trace->lane(trace::kStepsLane) : 0;
   AdamWConfig oc;
   oc.weight_decay = o.weight_decay;
   oc.grad_clip = o.grad_clip;
   StepRunner runner(model, oc, train_lr_schedule(o), o.bias_update_rate, dp);
+  runner.set_trace(trace.get());
   runner.set_moe_layers(par->moe_layers(), par->moe_merges());
   if (par->second_lane()) runner.set_second_lane(par->second_lane(), true);
   if (o.deterministic) runner.set_deterministic(B);
@@ -314,7 +316,7 @@ double run_training(const TrainOptions& o, Communicator* world) {
         ds->fill_sequences(step, a, par->dp_rank * B, B, T, tokens.data() + a * B * (T + 1));
       data_wait = seconds_since(t0);
     }
-    TraceRecorder::Span step_span(trace.get(), step_lane, "step");
+    TraceRecorder::Span step_span(trace.get(), step_lane, "step", trace::kStep);
     StepResult r = runner.run(step, A, micro_batch);
     step_span.end();
     double dt = seconds_since(t0);
@@ -389,7 +391,9 @@ double run_training(const TrainOptions& o, Communicator* world) {
     m.eta_s = m.elapsed_s / double(step + 1 - first_step) * double(o.steps - step - 1);
     bool last = step + 1 == o.steps;
     if ((o.eval_every > 0 && (step + 1) % o.eval_every == 0) || (last && o.eval_batches > 0)) {
+      TraceRecorder::Span eval_span(trace.get(), step_lane, "eval", trace::kEval);
       m.eval_loss = evaluate(*par, B, *ds, o.eval_batches, tokens, world);
+      eval_span.end();
       if (std::isfinite(m.eval_loss) && !(m.eval_loss >= best_eval))
         best_eval = m.eval_loss, best_eval_step = step + 1;
       // Evaluation's exchanges belong to no training step.
