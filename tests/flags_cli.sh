@@ -6,8 +6,8 @@
 # --tensorboard --trace` leaves no file or directory behind and never touches existing ones).
 # Bad flags are refused before a model is built, so this takes seconds.
 # With MPIEXEC [FLAGS...] after SOURCE_DIR (label mpi), the layouts that do not fit 2 ranks
-# instead: refused on every rank before any collective, nothing created (OpenMPI adds its own
-# abort banner, so only the line is looked for).
+# instead: refused on every rank before any collective, the line printed once (by rank 0), no
+# MPI_ABORT banner, nothing created (Open MPI's notice of a non-zero exit status remains).
 # Usage: flags_cli.sh MOET SOURCE_DIR [MPIEXEC FLAGS...]
 set -euo pipefail
 moet=$1
@@ -60,6 +60,8 @@ if [ ${#mpi[@]} -gt 0 ]; then
       fail "accepted on 2 ranks: $*"
     fi
     [[ "$out" == *"$want"* ]] || fail "2 ranks, $*: wanted '$want', got: $out"
+    [ "$(grep -c '^moet' <<<"$out")" -eq 1 ] || fail "2 ranks, $*: not one moet line: $out"
+    if grep -q 'MPI_ABORT' <<<"$out"; then fail "2 ranks, $*: an abort banner: $out"; fi
     [ "$(snapshot)" = "$before" ] || fail "2 ranks, $* left files behind: $(snapshot)"
   }
   mpi_refuse "--ep 3 does not divide the 2 ranks" --ep 3
@@ -108,6 +110,8 @@ refuse --schedule "${train[@]}" --schedule linear
 refuse --overlap "${train[@]}" --overlap maybe
 refuse --dispatcher "${train[@]}" --dispatcher ring
 refuse --precision "${train[@]}" --precision fp7
+refuse --doc-boundary "${train[@]}" --doc-boundary never
+refuse --stpes "${train[@]}" --stpes 3  # a mistyped flag: the line names it (and --steps)
 for v in nan,5 -1,5 95 x 0,5; do refuse --split "${train[@]}" --split "$v"; done
 
 # combinations that cannot work
@@ -126,6 +130,7 @@ refuse --keep-last "${no_out[@]}" --keep-last 2
 refuse --resume "${no_out[@]}" --resume auto
 # existing outputs are refused before anything else is created (--out, --tensorboard, --trace new)
 refuse --metrics "${train[@]}" --metrics existing.jsonl
+refuse --overwrite "${train[@]}" --metrics existing.jsonl  # the flag that would allow it
 refuse --metrics "${train[@]}" --metrics no/such/dir/m.jsonl
 refuse --metrics "${train[@]}" --metrics .
 refuse --trace "${train[@]}" --trace no/such/dir/t.json
@@ -134,6 +139,7 @@ refuse --out "${train[@]}" --out existing.jsonl
 echo '{}' >"$work/old.json"
 before=$(snapshot)
 refuse --trace "${train[@]}" --trace old.json
+refuse --overwrite "${train[@]}" --trace old.json
 # a data vocabulary larger than the model's (258 ids for tiny's 257), before any text is read
 printf 'some text to train on\n%%\nand more\n' >"$tmp/text.txt"
 "$moet" tokenizer train --input "$tmp/text.txt" --vocab-size 258 --output "$tmp/tok258.json" \
@@ -168,10 +174,12 @@ done
 refuse --threads "$moet" eval --checkpoint "$ck" --threads -1
 refuse --seed "$moet" eval --checkpoint "$ck" --seed -1
 refuse --split "$moet" eval --checkpoint "$ck" --split nan,5
+refuse --doc-boundary "$moet" eval --checkpoint "$ck" --doc-boundary never
 for v in 0 -1 nan; do
   refuse --max-shard-bytes "$moet" export-hf "$ck" out --max-shard-bytes "$v"
 done
 refuse --seed "$moet" import-hf "$ck" out --seed -1
+refuse OUT_CKPT "$moet" import-hf "$ck" existing.jsonl  # never replaced
 
 sim=("$moet" simulate --model "$config" --system h100-sxm --gpus 8 --gbs 8)
 for flag in --seq --tp --pp --vpp --ep --etp --mbs; do
@@ -200,6 +208,9 @@ refuse --steps "${bench[@]}" --steps 0
 refuse --warmup "${bench[@]}" --warmup -1
 refuse --bf16-layers "${bench[@]}" --bf16-layers -1
 refuse --threads "${bench[@]}" --threads -1
+echo '{}' >"$work/x.json"
+before=$(snapshot)
+refuse --overwrite "${bench[@]}"  # --json x.json exists
 
 tok=("$moet" tokenizer train --input "$tmp/text.txt" --output tok.json)
 for v in 0 -1 nan 3000000; do refuse --vocab-size "${tok[@]}" --vocab-size "$v"; done

@@ -27,6 +27,16 @@ double gigabytes(int64_t bytes) { return double(bytes) / 1e9; }
 
 }  // namespace
 
+CLI::Option* add_doc_boundary_option(CLI::App* command, std::string& boundary) {
+  return command
+      ->add_option("--doc-boundary", boundary,
+                   "plain-text data: documents end at lines that are exactly '%' (percent, the "
+                   "fortune format), at blank lines (blank-line), or at the end of each file "
+                   "(file); JSONL files hold one document a line (docs/data.md)")
+      ->check(CLI::IsMember({"percent", "blank-line", "file"}))
+      ->capture_default_str();
+}
+
 CLI::App* add_export_hf_command(CLI::App& app, ExportHfArgs& a) {
   CLI::App* c = app.add_subcommand(
       "export-hf",
@@ -76,6 +86,7 @@ CLI::App* add_eval_command(CLI::App& app, EvalArgs& a) {
   c->add_option("--split", a.split,
                 "train,validation shares of the documents; the held-out part is evaluated "
                 "(default 95,5)");
+  add_doc_boundary_option(c, a.doc_boundary);
   c->add_option("--batches", a.batches, "held-out micro-batches to evaluate")
       ->capture_default_str();
   c->add_option("--micro-batch", a.micro_batch, "sequences per micro-batch")->capture_default_str();
@@ -114,6 +125,9 @@ void run_export_hf(const ExportHfArgs& a) {
 }
 
 void run_import_hf(const ImportHfArgs& a) {
+  MOET_CHECK(!std::filesystem::exists(a.out_checkpoint), "OUT_CKPT '", a.out_checkpoint,
+             "' already exists; import-hf never replaces a checkpoint (remove it or choose "
+             "another OUT_CKPT)");
   const ModelConfig cfg = load_hf_config(a.hf_dir);
   Model model(cfg, 1, 1);
   model.init_parameters(a.seed);
@@ -140,7 +154,8 @@ void run_eval(const EvalArgs& a) {
   const ModelConfig cfg = load_model_config(step + "/config.json");
   const int64_t T = a.seq.value_or(std::min<int64_t>(256, cfg.max_position_embeddings));
   const auto tokenizer = load_tokenizer(run_tokenizer_spec(a.tokenizer, step));
-  const auto ds = open_token_dataset(a.data, *tokenizer, cfg.vocab_size, a.seed, a.split);
+  const auto ds = open_token_dataset(a.data, *tokenizer, cfg.vocab_size, a.seed, a.split,
+                                     parse_doc_boundary(a.doc_boundary));
   Model model(cfg, a.micro_batch, T);
   load_checkpoint_weights(step, model.params());
   EvalDump dump;

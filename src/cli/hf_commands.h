@@ -24,12 +24,16 @@ struct EvalArgs {
   std::string checkpoint, data, dump;
   std::string tokenizer,
       split;  // text data's tokenizer ("" = the run's); document split ("" = 95,5)
+  std::string doc_boundary = "percent";  // plain text: where documents end
   int64_t batches = 4, micro_batch = 8;
   std::optional<int64_t> seq;  // unset: min(256, max_position_embeddings)
   uint64_t seed = 1234;
   int threads = 0;
   bool overwrite = false;  // replace an existing --dump file
 };
+
+// --doc-boundary of moet train and moet eval: where the documents of plain text end.
+CLI::Option* add_doc_boundary_option(CLI::App* command, std::string& boundary);
 
 CLI::App* add_export_hf_command(CLI::App& app, ExportHfArgs& a);
 CLI::App* add_import_hf_command(CLI::App& app, ImportHfArgs& a);

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <exception>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,9 +14,13 @@
 #include "cli/hf_commands.h"
 #include "cli/report_commands.h"
 #include "cli/sim_commands.h"
+#include "cli/suggest.h"
 #include "cli/tokenizer_commands.h"
 #include "core/error.h"
+#include "core/warning.h"
 #include "parallel/mpi_communicator.h"
+#include "train/setup_agreement.h"
+#include "train/train_options_check.h"
 #include "train/trainer.h"
 
 namespace {
@@ -36,12 +41,16 @@ void add_train_command(CLI::App& app, moet::TrainOptions& o) {
   t->add_option("--split", o.split,
                 "train,validation[,test] shares of the documents (default 95,5; the validation "
                 "part is held out for evaluation)");
+  moet::cli::add_doc_boundary_option(t, o.doc_boundary);
   t->add_option("--prefetch", o.prefetch,
                 "steps of batches a background thread prepares ahead (0: on the training thread)")
       ->capture_default_str();
   t->add_option("--steps", o.steps, "optimizer steps")->capture_default_str();
   t->add_option("--micro-batch", o.micro_batch, "sequences per micro-batch")->capture_default_str();
-  t->add_option("--seq", o.seq, "sequence length")->capture_default_str();
+  t->add_option("--seq", o.seq,
+                "sequence length (default 256, or the model's max_position_embeddings when "
+                "that is less)")
+      ->capture_default_str();
   t->add_option("--grad-accum", o.grad_accum, "micro-batches per step")->capture_default_str();
   t->add_option("--lr", o.lr, "peak learning rate")->capture_default_str();
   t->add_option("--min-lr", o.min_lr,
@@ -61,7 +70,8 @@ void add_train_command(CLI::App& app, moet::TrainOptions& o) {
                 "FP8 recipes: the first and the last N decoder layers run in bf16")
       ->capture_default_str();
   t->add_option("--metrics", o.metrics_path, "write one JSON object per step to this file");
-  t->add_flag("--overwrite-metrics", o.overwrite_metrics, "replace an existing --metrics file");
+  t->add_flag("--overwrite,--overwrite-metrics", o.overwrite,
+              "replace existing --metrics and --trace files (an empty one is replaced anyway)");
   t->add_option("--tensorboard", o.tensorboard_dir,
                 "write TensorBoard event files into this directory (tags as Megatron's; "
                 "docs/metrics.md)");
@@ -196,16 +206,16 @@ int main(int argc, char** argv) {
       {moet::cli::add_report_command(app, report),
        [&] { return moet::cli::run_report(report), 0; }},
   };
-  if (argc > 1 && argv[1][0] != '-') {
-    std::string names = "train";
-    bool known = std::string(argv[1]) == "train";
-    for (const Tool& t : tools) {
-      names += ", " + t.app->get_name();
-      known |= t.app->get_name() == argv[1];
-    }
+  // Under mpirun every rank parses the same flags: rank 0 alone reports a mistake.
+  const bool reporter = moet::launcher_rank() == 0;
+  if (argc > 1 && argv[1][0] != '-') {  // a mistyped command, before CLI11 reads its flags
+    bool known = false;
+    for (const CLI::App* c : app.get_subcommands([](const CLI::App*) { return true; }))
+      known |= c->get_name() == argv[1];
     if (!known) {
-      std::fprintf(stderr, "moet: error: unknown command '%s' (commands: %s; see moet --help)\n",
-                   argv[1], names.c_str());
+      if (reporter)
+        std::fprintf(stderr, "moet: error: %s\n",
+                     moet::cli::unknown_argument_line(app, 2, argv).c_str());
       return 2;
     }
   }
@@ -213,7 +223,11 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);
-    std::fprintf(stderr, "moet: error: %s (see moet --help)\n", parse_error_line(e).c_str());
+    const std::string unknown = moet::cli::unknown_argument_line(app, argc, argv);
+    if (reporter)
+      std::fprintf(stderr, "moet: error: %s\n",
+                   !unknown.empty() ? unknown.c_str()
+                                    : (parse_error_line(e) + " (see moet --help)").c_str());
     return 2;
   }
   for (const Tool& t : tools) {
@@ -229,13 +243,28 @@ int main(int argc, char** argv) {
   // Under mpirun every rank joins the job; a plain `moet train` never touches MPI.
   for (int i = 0; i < argc; ++i) train.command_line += (i ? " " : "") + std::string(argv[i]);
   std::unique_ptr<moet::MpiCommunicator> world;
+  std::optional<moet::SetupAgreement> setup;
   try {
     if (moet::MpiCommunicator::launched_under_mpi())
       world = moet::MpiCommunicator::world(&argc, &argv);
-    moet::run_training(train, world ? world.get() : nullptr);
+    setup.emplace(world.get());
+    if (app.get_subcommand("train")->get_option("--seq")->count() == 0 &&
+        moet::fit_default_seq_to_model(train) && reporter && !train.quiet)
+      std::printf(
+          "moet train: --seq %lld, the model's max_position_embeddings (the default 256 "
+          "is longer)\n",
+          (long long)train.seq);
+    moet::run_training(train, world.get(), &*setup);
   } catch (const std::exception& e) {
     const bool user = dynamic_cast<const moet::Error*>(&e) != nullptr;
     std::string msg = std::string(user ? "" : "internal error: ") + e.what();
+    // Refused before training began: the ranks agree on it, the first refusing rank reports
+    // it, and all of them end cleanly (MPI_Finalize, no abort banner).
+    if (setup && setup->pending()) setup->refuse();
+    if (setup && setup->refused()) {
+      if (setup->reports()) std::fprintf(stderr, "moet: error: %s\n", msg.c_str());
+      return 1;
+    }
     // A failing rank takes the whole job down at once, naming itself: never a hang.
     if (world && world->size() > 1) world->abort(msg);
     std::fprintf(stderr, "moet: error: %s\n", msg.c_str());

@@ -90,7 +90,7 @@ CLI::App* add_bench_command(CLI::App& app, BenchArgs& a) {
       "write the `local` system for moet simulate");
   c->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   c->add_option("--out", a.out, "system file to write (default configs/systems/local.json)");
-  c->add_flag("--overwrite", a.overwrite, "replace an existing calibration");
+  c->add_flag("--overwrite", a.overwrite, "replace an existing calibration (--out) or --json file");
   c->add_option("--threads", a.threads, "threads (default: all cores)");
   c->add_option("--ranks-per-node", a.ranks_per_node,
                 "describe the emulated cluster of scripts/cluster.sh: ranks per node (with "
@@ -165,8 +165,8 @@ void run_bench(const BenchArgs& a) {
     o.model_path = a.model, o.precision = a.precision, o.bf16_layers = a.bf16_layers;
     o.micro_batch = a.micro_batch, o.seq = a.seq, o.steps = a.steps, o.warmup = a.warmup;
     o.threads = a.threads;
-    if (!a.json.empty() && std::filesystem::exists(a.json))
-      throw Error(str(a.json, " exists; refusing to overwrite it"));
+    if (!a.json.empty() && std::filesystem::exists(a.json) && !a.overwrite)
+      throw Error(str("--json ", a.json, " exists; pass --overwrite to replace it"));
     const OpProfile p = profile_training_step(o);
     std::fputs(op_profile_table(p).c_str(), stdout);
     if (!a.json.empty()) {

@@ -47,9 +47,10 @@ void check_flag_in_range(std::string_view flag, T v, U lo, U hi) {
              detail::flag_kind<T>(), "in [", lo, ", ", hi, "], got ", v);
 }
 
-// --threads: 0 (all cores) to kMaxThreads.
+// --threads: 0 (all cores) to kMaxThreads; above the cores this process may use, a one-line
+// warning (moet::warn) that the threads will share them.
 inline constexpr int kMaxThreads = 4096;
-inline void check_flag_threads(int v) { check_flag_in_range("--threads", v, 0, kMaxThreads); }
+void check_flag_threads(int v);
 
 // v is one of the choices: "--flag 'v' is not one of a, b, c".
 void check_flag_choice(std::string_view flag, const std::string& v,

@@ -9,9 +9,12 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "core/warning.h"
 #include "data/byte_tokenizer.h"
 #include "data/documents.h"
 #include "data/prepare.h"
+#include "data/text_bytes.h"
+#include "data/text_stream.h"
 
 namespace moet {
 namespace {
@@ -27,6 +30,17 @@ void check_shape(int64_t step, int64_t micro, int64_t first_seq, int64_t count, 
              micro, ") and first sequence (", first_seq, ") must be non-negative");
   MOET_CHECK(count > 0 && T > 0, "dataset: batch size (", count, ") and sequence length (", T,
              ") must be positive");
+}
+
+// A NUL byte or invalid UTF-8 in the first 8 KiB (a UTF-8 sequence cut at 8 KiB is no reason).
+bool looks_binary(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::string head(8192, '\0');
+  f.read(head.data(), std::streamsize(head.size()));
+  head.resize(size_t(f.gcount()));
+  if (head.find('\0') != std::string::npos) return true;
+  if (head.size() == 8192) head.resize(complete_utf8_prefix(head));
+  return utf8_valid_prefix(head) < head.size();
 }
 
 }  // namespace
@@ -75,7 +89,7 @@ void MockDataset::eval_batch(int64_t index, int64_t B, int64_t T, int32_t* out) 
 // ---------------------------------------------------------------------------------------------
 
 TextDataset::TextDataset(const std::vector<std::string>& paths, uint64_t seed, double eval_fraction,
-                         const Tokenizer* tokenizer)
+                         const Tokenizer* tokenizer, DocBoundary boundary)
     : seed_(seed) {
   MOET_CHECK(!paths.empty(), "text dataset: no input files given");
   MOET_CHECK(eval_fraction >= 0.0 && eval_fraction < 1.0,
@@ -86,9 +100,11 @@ TextDataset::TextDataset(const std::vector<std::string>& paths, uint64_t seed, d
   const Tokenizer& tok = tokenizer ? *tokenizer : bytes;
   vocab_ = tok.vocab_size();
   tokenizer_ = tokenizer ? tok.describe() : "byte";
-  for (const std::string& path : files_)
+  SingleDocumentFiles single(boundary);
+  for (const std::string& path : files_) {
+    const int64_t docs_before = num_docs_;
     for_each_file_document(
-        path, "text", DocBoundary::kPercent,
+        path, "text", boundary,
         [&](std::string_view doc) {
           if (doc.empty()) return;
           tok.encode_append(doc, tokens_);
@@ -96,9 +112,12 @@ TextDataset::TextDataset(const std::vector<std::string>& paths, uint64_t seed, d
           ++num_docs_;
         },
         &bad_lines_);
+    if (!is_jsonl_path(path)) single.add(path, num_docs_ - docs_before);
+  }
   MOET_CHECK(!tokens_.empty(), "no text in ",
              files_.size() == 1 ? "'" + files_[0] + "'" : str(files_.size(), " files"),
-             " (empty, or only '%' separator lines); give a non-empty text file");
+             " (empty, or only separator lines); give a non-empty text file");
+  single.warn();
   const auto n = static_cast<int64_t>(tokens_.size());
   eval_begin_ = n - static_cast<int64_t>(static_cast<double>(n) * eval_fraction);
 }
@@ -154,7 +173,7 @@ void TextDataset::eval_batch(int64_t index, int64_t B, int64_t T, int32_t* out) 
 std::vector<std::string> list_corpus_files(const std::string& dir) {
   std::error_code ec;
   MOET_CHECK(fs::is_directory(dir, ec), "corpus directory '", dir, "' does not exist");
-  std::vector<std::string> out;
+  std::vector<std::string> out, binary;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
     auto ends_with = [&](std::string_view suf) {
@@ -164,10 +183,17 @@ std::vector<std::string> list_corpus_files(const std::string& dir) {
     if (name.empty() || name[0] == '.' || ends_with(".dat") || ends_with(".u8")) continue;
     std::error_code ec2;
     if (!e.is_regular_file(ec2)) continue;
-    out.push_back(e.path().string());
+    (!ends_with(".gz") && looks_binary(e.path().string()) ? binary : out)
+        .push_back(e.path().string());
   }
   MOET_CHECK(!ec, "cannot list corpus directory '", dir, "': ", ec.message());
   std::sort(out.begin(), out.end());
+  if (!binary.empty()) {
+    std::sort(binary.begin(), binary.end());
+    warn(str("skipping ", binary.size() == 1 ? "'" + binary[0] + "'" : str(binary.size(), " files"),
+             " in '", dir, "': not text (a NUL byte or invalid UTF-8 in the first 8 KiB)",
+             binary.size() > 1 ? str(", e.g. '", binary[0], "'") : std::string()));
+  }
   return out;
 }
 

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "data/documents.h"
+
 namespace moet {
 
 class Tokenizer;
@@ -75,8 +77,8 @@ class MockDataset : public TokenDataset {
 // Tokenized text (the byte tokenizer unless one is given). Each file's documents are read as
 // `moet data prepare` reads them (for_each_file_document): a .jsonl / .jsonl.gz file's "text"
 // fields (malformed lines skipped and counted in describe()); other files (.gz decompressed)
-// split at lines that are exactly "%" (the fortune format; a file without such lines is one
-// document);
+// split by `boundary` (default: at lines that are exactly "%", the fortune format; a file
+// without separators is one document, with a warning that the rule may be the wrong one);
 // every non-empty document is followed by the tokenizer's end-of-document token, and all are
 // concatenated in file order. The last
 // `eval_fraction` of that stream is held out: training windows (T+1 consecutive tokens at
@@ -87,7 +89,7 @@ class TextDataset : public TokenDataset {
   // `paths`: text or JSONL files, directories (list_corpus_files(dir)) or globs.
   // `tokenizer`: null for the byte tokenizer; used only while constructing.
   TextDataset(const std::vector<std::string>& paths, uint64_t seed, double eval_fraction = 0.05,
-              const Tokenizer* tokenizer = nullptr);
+              const Tokenizer* tokenizer = nullptr, DocBoundary boundary = DocBoundary::kPercent);
 
   int64_t vocab_size() const override;
   std::string describe() const override;
@@ -118,6 +120,8 @@ class TextDataset : public TokenDataset {
 
 // The plain-text files of a corpus directory, sorted by name: regular files whose names do not
 // start with '.' and do not end in ".dat" or ".u8" (the fortune index files and UTF-8 links).
+// Binary files (a NUL byte or invalid UTF-8 in the first 8 KiB; .gz files are not looked into)
+// are skipped with a one-line warning (moet::warn).
 std::vector<std::string> list_corpus_files(const std::string& dir);
 
 // The files `inputs` name: a file as it is; a directory, list_corpus_files(dir); a pattern with

@@ -1,6 +1,7 @@
 #include "data/documents.h"
 
 #include "core/error.h"
+#include "core/warning.h"
 
 namespace moet {
 namespace {
@@ -18,6 +19,37 @@ DocBoundary parse_doc_boundary(const std::string& name) {
   if (name == "blank-line") return DocBoundary::kBlankLine;
   if (name == "file") return DocBoundary::kFile;
   MOET_FAIL("document boundary '", name, "' is not known: percent, blank-line or file");
+}
+
+const char* doc_boundary_name(DocBoundary boundary) {
+  switch (boundary) {
+    case DocBoundary::kPercent:
+      return "percent";
+    case DocBoundary::kBlankLine:
+      return "blank-line";
+    case DocBoundary::kFile:
+      return "file";
+  }
+  return "?";
+}
+
+void SingleDocumentFiles::add(const std::string& path, int64_t documents) {
+  ++files_;
+  if (boundary_ == DocBoundary::kFile || documents != 1) return;
+  if (single_++ == 0) first_ = path;
+}
+
+void SingleDocumentFiles::warn() const {
+  if (single_ == 0) return;
+  const char* separator =
+      boundary_ == DocBoundary::kPercent ? "no line is exactly '%'" : "no blank line";
+  moet::warn(str("'", first_, "'",
+                 single_ > 1 ? str(" and ", single_ - 1, " more of the ", files_, " text files")
+                             : std::string(),
+                 single_ > 1 ? " hold" : " holds", " a single document under --doc-boundary ",
+                 doc_boundary_name(boundary_), " (", separator, "); if documents end elsewhere, ",
+                 "choose --doc-boundary ",
+                 boundary_ == DocBoundary::kPercent ? "blank-line or file" : "percent or file"));
 }
 
 void for_each_document(std::string_view text, DocBoundary boundary,

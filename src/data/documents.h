@@ -1,5 +1,6 @@
 // How plain text splits into documents (text datasets and `moet data prepare`).
 #pragma once
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -14,6 +15,26 @@ enum class DocBoundary {
 
 // "percent", "blank-line" or "file"; throws moet::Error naming the choices otherwise.
 DocBoundary parse_doc_boundary(const std::string& name);
+
+// The flag value of a rule: "percent", "blank-line" or "file".
+const char* doc_boundary_name(DocBoundary boundary);
+
+// Collects the plain-text files that split into a single document under a rule other than
+// kFile (probably the wrong rule for that text) and warns about them in one line (moet::warn).
+class SingleDocumentFiles {
+ public:
+  explicit SingleDocumentFiles(DocBoundary boundary) : boundary_(boundary) {}
+  // A plain-text file and the documents it held.
+  void add(const std::string& path, int64_t documents);
+  // "moet: warning: 'a.txt' holds a single document under --doc-boundary percent ..." when a
+  // file did (once, naming the first and counting the others); nothing otherwise.
+  void warn() const;
+
+ private:
+  DocBoundary boundary_;
+  int64_t files_ = 0, single_ = 0;
+  std::string first_;
+};
 
 // Calls `doc` with each non-empty document of `text` in order (separator lines excluded; a
 // document keeps its final newline). A text without separators is one document.

@@ -31,10 +31,6 @@ bool ends_with(const std::string& s, std::string_view suffix) {
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-bool is_jsonl(const std::string& path) {
-  return ends_with(path, ".jsonl") || ends_with(path, ".jsonl.gz");
-}
-
 // A file read through zlib: gzip-compressed or plain alike.
 class InputFile {
  public:
@@ -161,6 +157,10 @@ class ProgressBar {
 
 }  // namespace
 
+bool is_jsonl_path(const std::string& path) {
+  return ends_with(path, ".jsonl") || ends_with(path, ".jsonl.gz");
+}
+
 PrepareResult prepare_data(const PrepareOptions& o, std::FILE* progress) {
   const auto t0 = std::chrono::steady_clock::now();
   MOET_CHECK(!o.output.empty(), "--output PREFIX is required");
@@ -183,6 +183,7 @@ PrepareResult prepare_data(const PrepareOptions& o, std::FILE* progress) {
   const int workers =
       o.workers > 0 ? o.workers : std::max(1, int(std::thread::hardware_concurrency()));
 
+  SingleDocumentFiles single(boundary);
   ProgressBar bar(progress, r.input_bytes);
   int64_t done_bytes = 0;  // input files finished
   std::deque<std::future<Tokenized>> inflight;
@@ -210,16 +211,19 @@ PrepareResult prepare_data(const PrepareOptions& o, std::FILE* progress) {
     InputFile in(file);
     Chunk c;
     c.file = &file;
-    c.jsonl = is_jsonl(file);
+    c.jsonl = is_jsonl_path(file);
     if (!c.jsonl) {  // plain text is read whole, then split into documents
       std::string text;
       while (in.read(text, 1 << 20) > 0) bar.update(done_bytes + in.offset(), writer.documents());
+      int64_t documents = 0;
       for_each_document(text, boundary, [&](std::string_view doc) {
+        ++documents;
         c.items.emplace_back(doc);
         c.bytes += doc.size();
         if (c.bytes >= kChunkBytes) submit(std::exchange(c, Chunk{&file, false, 0, {}, 0}));
       });
       submit(std::move(c));
+      single.add(file, documents);
     } else {
       std::string buf;
       size_t at = 0;
@@ -254,6 +258,7 @@ PrepareResult prepare_data(const PrepareOptions& o, std::FILE* progress) {
              " files); nothing written to ", o.output, ".bin/.idx");
   writer.finish();
   bar.update(done_bytes, writer.documents(), true);
+  single.warn();
   r.documents = writer.documents();
   r.tokens = writer.tokens();
   r.output_bytes = writer.bin_bytes();
@@ -268,7 +273,7 @@ void for_each_file_document(const std::string& path, const std::string& json_key
   std::string text;
   while (in.read(text, 1 << 20) > 0) {
   }
-  if (!is_jsonl(path)) return for_each_document(text, boundary, doc);
+  if (!is_jsonl_path(path)) return for_each_document(text, boundary, doc);
   for (size_t at = 0; at < text.size();) {
     size_t nl = text.find('\n', at);
     if (nl == std::string::npos) nl = text.size();

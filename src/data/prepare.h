@@ -42,6 +42,9 @@ struct PrepareResult {
 // \r (null: none).
 PrepareResult prepare_data(const PrepareOptions& options, std::FILE* progress);
 
+// Whether prepare_data reads `path` as JSON Lines (it ends in .jsonl or .jsonl.gz).
+bool is_jsonl_path(const std::string& path);
+
 // The documents of one input file as prepare_data reads them, in order, on the calling thread:
 // .jsonl / .jsonl.gz lines (the json_key string of each; a malformed line is skipped and counted
 // in *bad_lines), other files as plain text (.gz decompressed) split by `boundary`.

@@ -69,6 +69,7 @@ void check_words(const TrainOptions& o) {
   check_flag_choice("--dispatcher", o.dispatcher, {"alltoall", "allgather"});
   if (o.precision != "auto") parse_recipe(o.precision);  // one line naming the choices
   if (!o.split.empty()) parse_data_split(o.split);
+  check_flag_choice("--doc-boundary", o.doc_boundary, {"percent", "blank-line", "file"});
 }
 
 // A file the run will write (if `path` is given): not a directory, in a directory that exists
@@ -145,7 +146,8 @@ void check_train_layout(const TrainOptions& o, const ModelConfig& cfg, const Com
   MOET_CHECK(o.ep == 1 || cfg.num_moe_layers() == 0 || cfg.n_routed_experts % o.ep == 0, "--ep ",
              o.ep, " does not divide the model's ", cfg.n_routed_experts, " routed experts");
   MOET_CHECK(o.seq <= cfg.max_position_embeddings, "--seq ", o.seq,
-             " exceeds the model's max_position_embeddings (", cfg.max_position_embeddings, ")");
+             " exceeds the model's max_position_embeddings (", cfg.max_position_embeddings,
+             "): the largest valid --seq is ", cfg.max_position_embeddings);
   if (o.pp == 1) return;
   MOET_CHECK(!cfg.tie_word_embeddings,
              "--pp does not support tie_word_embeddings: the loss stage would train a copy of the "
@@ -157,6 +159,25 @@ void check_train_layout(const TrainOptions& o, const ModelConfig& cfg, const Com
   spec.ep_overlap = o.a2a_overlap;
   check_pipeline_schedule(spec);
   pipeline_parts(cfg, o.pp_layout, o.pp * o.vpp);
+}
+
+bool fit_default_seq_to_model(TrainOptions& o) {
+  int64_t max_positions = 0;
+  try {
+    max_positions = load_model_config(o.model_path).max_position_embeddings;
+  } catch (const std::exception&) {
+    return false;  // the run's own checks report the config
+  }
+  if (max_positions <= 0 || o.seq <= max_positions) return false;
+  o.seq = max_positions;
+  return true;
+}
+
+bool output_absent_or_empty(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return true;
+  return std::filesystem::is_regular_file(path, ec) && std::filesystem::file_size(path, ec) == 0 &&
+         !ec;
 }
 
 LrSchedule train_lr_schedule(const TrainOptions& o) {

@@ -3,6 +3,8 @@
 // that depend on the model and the number of processes. Each refusal is one moet::Error line
 // that names the flag (docs/training.md, "Flags").
 #pragma once
+#include <string>
+
 #include "model/config.h"
 #include "optim/lr_schedule.h"
 #include "train/trainer.h"
@@ -20,6 +22,15 @@ void check_train_options(const TrainOptions& o);
 // --zero1 need mpirun; --pp divides the ranks and --ep a stage's; the experts split over --ep;
 // --seq within max_position_embeddings; the pipeline's layout and schedule.
 void check_train_layout(const TrainOptions& o, const ModelConfig& cfg, const Communicator* world);
+
+// --seq not given: when the default (256) exceeds the model's max_position_embeddings, sets
+// o.seq to it and returns true (the caller announces it). A config that cannot be read is left
+// to the run's checks (returns false).
+bool fit_default_seq_to_model(TrainOptions& o);
+
+// An output file a run may create without --overwrite: absent, or an empty regular file (what a
+// run killed before it wrote anything leaves; it must not block the rerun).
+bool output_absent_or_empty(const std::string& path);
 
 // The learning-rate schedule of the options, with the defaults of --min-lr (lr / 10) and
 // --warmup (min(200, steps / 10)) filled in.

@@ -35,6 +35,7 @@
 #include "train/evaluation.h"
 #include "train/parallelize.h"
 #include "train/run_info.h"
+#include "train/setup_agreement.h"
 #include "train/stop_signal.h"
 #include "train/train_options_check.h"
 #include "train/train_step.h"
@@ -112,7 +113,7 @@ void pipeline_metrics(ParallelRun& par, Communicator& world, StepMetrics& m) {
 
 }  // namespace
 
-double run_training(const TrainOptions& o, Communicator* world) {
+double run_training(const TrainOptions& o, Communicator* world, SetupAgreement* setup) {
   // Everything that can be refused is, before any output is created.
   check_train_options(o);
   ModelConfig cfg = load_model_config(o.model_path);
@@ -123,23 +124,23 @@ double run_training(const TrainOptions& o, Communicator* world) {
   if (threads == 0) threads = std::max(1, int(std::thread::hardware_concurrency()) / W);
   ops::set_num_threads(threads);
   const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(o.tokenizer);
-  std::unique_ptr<TokenDataset> ds =
-      open_token_dataset(o.data, *tokenizer, cfg.vocab_size, o.seed, o.split);
+  std::unique_ptr<TokenDataset> ds = open_token_dataset(
+      o.data, *tokenizer, cfg.vocab_size, o.seed, o.split, parse_doc_boundary(o.doc_boundary));
   TrainCheckpoints checkpoints(o, world);
   const bool resuming = !checkpoints.resume_dir().empty();
-  MOET_CHECK(!root || o.metrics_path.empty() || resuming || o.overwrite_metrics ||
-                 !std::filesystem::exists(o.metrics_path),
+  MOET_CHECK(!root || o.metrics_path.empty() || resuming || o.overwrite ||
+                 output_absent_or_empty(o.metrics_path),
              "--metrics '", o.metrics_path,
-             "' already exists; refusing to overwrite it (remove it, choose another path, or "
-             "pass --overwrite-metrics)");
+             "' already exists; refusing to overwrite it (pass --overwrite, or choose another "
+             "path)");
 
   // A trace per rank (refused up front if the file exists, not after the run).
   std::unique_ptr<TraceRecorder> trace;
   std::string trace_file;
   if (!o.trace_path.empty()) {
     trace_file = TraceRecorder::per_rank_path(o.trace_path, rank, W);
-    MOET_CHECK(!std::filesystem::exists(trace_file), "--trace: '", trace_file,
-               "' already exists; refusing to overwrite it");
+    MOET_CHECK(o.overwrite || output_absent_or_empty(trace_file), "--trace: '", trace_file,
+               "' already exists; refusing to overwrite it (pass --overwrite)");
     trace = std::make_unique<TraceRecorder>(rank, "rank " + std::to_string(rank));
     trace->lane(trace::kStepsLane);  // the top lane: steps and evaluations
   }
@@ -149,6 +150,7 @@ double run_training(const TrainOptions& o, Communicator* world) {
   const PrecisionPolicy precision = resolve_precision(o.precision, o.bf16_layers);
   checkpoints.note("precision", recipe_name(precision.recipe));
   const int64_t rss_before_model = current_rss_bytes();
+  if (setup) setup->agree();  // every rank's setup succeeded: the collectives may start
   std::unique_ptr<ParallelRun> par = parallelize(o, cfg, world, precision, threads, trace.get());
   Model& model = par->model();
   DataParallel* dp = par->dp_sync ? &*par->dp_sync : nullptr;
@@ -195,7 +197,7 @@ double run_training(const TrainOptions& o, Communicator* world) {
       MetricsWriter::keep_steps_up_to(o.metrics_path, checkpoints.resume_step());
       metrics = std::make_unique<MetricsWriter>(o.metrics_path, MetricsWriter::Mode::kAppend);
     } else {
-      metrics = std::make_unique<MetricsWriter>(o.metrics_path, o.overwrite_metrics);
+      metrics = std::make_unique<MetricsWriter>(o.metrics_path, true);  // checked above
     }
   }
   std::unique_ptr<TensorBoardWriter> tensorboard;
@@ -423,7 +425,7 @@ double run_training(const TrainOptions& o, Communicator* world) {
     }
   }
   const std::string saved = checkpoints.finish();
-  if (trace) trace->write(trace_file, false);
+  if (trace) trace->write(trace_file, true);  // checked at the start
   if (tensorboard) tensorboard->flush();
   if (root && stopped) {
     const int sig = StopSignal::received();

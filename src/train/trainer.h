@@ -9,9 +9,10 @@ namespace moet {
 struct TrainOptions {
   std::string model_path;
   std::string data;  // "" = default English corpus, "mock", text, Megatron prefix or blend
-  std::string tokenizer = "byte";  // tokenizes text data as it is read
-  std::string split;               // train,validation shares of documents ("" = 95,5)
-  int64_t prefetch = 2;            // batches prepared ahead by a background thread (0: none)
+  std::string tokenizer = "byte";        // tokenizes text data as it is read
+  std::string split;                     // train,validation shares of documents ("" = 95,5)
+  std::string doc_boundary = "percent";  // plain text: where documents end (documents.h)
+  int64_t prefetch = 2;                  // batches prepared ahead by a background thread (0: none)
   int64_t steps = 200;
   int64_t micro_batch = 8;
   int64_t seq = 256;
@@ -27,7 +28,9 @@ struct TrainOptions {
   std::string precision = "auto";
   int64_t bf16_layers = 1;  // FP8 recipes: first and last N decoder layers stay bf16
   std::string metrics_path;
-  bool overwrite_metrics = false;
+  // Replace existing outputs (--metrics, --trace files); an existing empty file is replaced
+  // without it (a run killed before its first step leaves one).
+  bool overwrite = false;
   int64_t log_every = 1;
   // TensorBoard event files in this directory (rank 0; flushed every log_every steps).
   std::string tensorboard_dir;
@@ -77,11 +80,15 @@ struct TrainOptions {
 };
 
 class Communicator;
+class SetupAgreement;
 
 // Checks the options (check_train_options, check_train_layout: one clear moet::Error line per
 // problem, before any output is created) and trains. world: the processes
 // of an mpirun job (data parallelism, --ep expert parallelism), or null for one process.
+// setup: where the ranks agree that every rank's checks passed, before the first collective
+// (null: no agreement; a rank that fails its checks then leaves the others waiting).
 // Returns the final loss.
-double run_training(const TrainOptions& opts, Communicator* world = nullptr);
+double run_training(const TrainOptions& opts, Communicator* world = nullptr,
+                    SetupAgreement* setup = nullptr);
 
 }  // namespace moet

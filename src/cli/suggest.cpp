@@ -1,0 +1,123 @@
+#include "cli/suggest.h"
+
+#include <algorithm>
+#include <numeric>
+
+namespace moet::cli {
+
+size_t edit_distance(std::string_view a, std::string_view b) {
+  // Optimal string alignment: rows i-2, i-1 and i of the table.
+  std::vector<size_t> two(b.size() + 1), one(b.size() + 1), row(b.size() + 1);
+  std::iota(one.begin(), one.end(), size_t(0));
+  for (size_t i = 1; i <= a.size(); ++i) {
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      row[j] = std::min({one[j] + 1, row[j - 1] + 1, one[j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        row[j] = std::min(row[j], two[j - 2] + 1);
+    }
+    std::swap(two, one);
+    std::swap(one, row);
+  }
+  return one[b.size()];
+}
+
+std::string nearest_name(std::string_view word, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_d = 1 + word.size() / 3 + 1;  // one more than the farthest accepted
+  for (const std::string& c : candidates) {
+    const size_t d = edit_distance(word, c);
+    if (d < best_d) best = c, best_d = d;
+  }
+  return best;
+}
+
+namespace {
+
+std::vector<const CLI::App*> subcommands_of(const CLI::App& app) {
+  return app.get_subcommands([](const CLI::App*) { return true; });
+}
+
+// "--name" for each long name and "-n" for each short one of app's flags and options.
+std::vector<std::string> flag_names(const CLI::App& app) {
+  std::vector<std::string> names;
+  for (const CLI::Option* opt : app.get_options()) {
+    for (const std::string& l : opt->get_lnames()) names.push_back("--" + l);
+    for (const std::string& s : opt->get_snames()) names.push_back("-" + s);
+  }
+  return names;
+}
+
+const CLI::Option* find_flag(const CLI::App& app, const std::string& name) {
+  for (const CLI::Option* opt : app.get_options()) {
+    for (const std::string& l : opt->get_lnames())
+      if (name == "--" + l) return opt;
+    for (const std::string& s : opt->get_snames())
+      if (name == "-" + s) return opt;
+  }
+  return nullptr;
+}
+
+bool looks_like_flag(const std::string& arg) {
+  return arg.size() >= 2 && arg[0] == '-' &&
+         (std::isalpha(static_cast<unsigned char>(arg[1])) || (arg[1] == '-' && arg.size() > 2));
+}
+
+}  // namespace
+
+std::string command_list(const CLI::App& app) {
+  std::string names;
+  for (const CLI::App* s : subcommands_of(app))
+    names += (names.empty() ? "" : ", ") + s->get_name();
+  return names;
+}
+
+std::string unknown_argument_line(const CLI::App& root, int argc, const char* const* argv) {
+  const CLI::App* app = &root;
+  std::string path = "moet";     // (CLI11 names the root after argv[0], a path)
+  bool positional_seen = false;  // a command's own argument: no subcommand can follow
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--") break;  // the rest are values
+    if (looks_like_flag(arg)) {
+      const std::string name = arg.substr(0, arg.find('='));
+      const CLI::Option* opt = find_flag(*app, name);
+      if (!opt) {
+        const std::string near = nearest_name(name, flag_names(*app));
+        return "unknown flag " + name +
+               (near.empty() ? " (see " + path + " --help)" : " (did you mean " + near + "?)");
+      }
+      if (name.size() < arg.size() || opt->get_type_size_max() == 0) continue;  // --x=v, a flag
+      // the option's values: one, or (a list) every following argument that is no flag
+      if (opt->get_expected_max() <= 1) {
+        ++i;
+      } else {
+        while (i + 1 < argc && !looks_like_flag(argv[i + 1])) ++i;
+      }
+      continue;
+    }
+    const std::vector<const CLI::App*> subs = subcommands_of(*app);
+    const auto sub = std::find_if(subs.begin(), subs.end(),
+                                  [&](const CLI::App* s) { return s->get_name() == arg; });
+    if (sub != subs.end() && !positional_seen) {
+      app = *sub;
+      path += " " + arg;
+      continue;
+    }
+    if (!subs.empty() && !positional_seen &&
+        app->get_options([](const CLI::Option* o) { return o->get_positional(); }).empty()) {
+      std::vector<std::string> names;
+      for (const CLI::App* s : subs) names.push_back(s->get_name());
+      const std::string near = nearest_name(arg, names);
+      const std::string in = path == "moet" ? "" : path.substr(5) + " ";
+      return "unknown command '" + in + arg + "' (" +
+             (near.empty() ? "" : "did you mean '" + in + near + "'? ") +
+             "commands: " + command_list(*app) + "; see " + path + " --help)";
+    }
+    positional_seen = true;
+  }
+  return "";
+}
+
+}  // namespace moet::cli
