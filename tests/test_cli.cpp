@@ -9,7 +9,11 @@
 #include <fstream>
 #include <map>
 
+#include "cli/suggest.h"
+#include "core/error.h"
+#include "parallel/local_communicator.h"
 #include "temp_dir.h"
+#include "train/setup_agreement.h"
 
 namespace {
 
@@ -195,6 +199,38 @@ TEST(Cli, WritesATraceAndNeverOverwritesOne) {
   EXPECT_NE(content.find("\"step\""), std::string::npos);
   expect_one_line_error(args, "already exists");
   std::filesystem::remove(path);
+}
+
+// The edit distance behind "did you mean": insertions, deletions, substitutions and a swap of
+// two neighbours each count 1.
+TEST(CliSuggest, EditDistance) {
+  EXPECT_EQ(moet::cli::edit_distance("--stpes", "--steps"), 1u);  // a swap
+  EXPECT_EQ(moet::cli::edit_distance("--ste", "--steps"), 2u);
+  EXPECT_EQ(moet::cli::edit_distance("kitten", "sitting"), 3u);
+  EXPECT_EQ(moet::cli::edit_distance("", "abc"), 3u);
+  EXPECT_EQ(moet::cli::edit_distance("same", "same"), 0u);
+}
+
+TEST(CliSuggest, NearestNameOrNone) {
+  const std::vector<std::string> flags = {"--seq", "--seed", "--steps", "--split"};
+  EXPECT_EQ(moet::cli::nearest_name("--stpes", flags), "--steps");
+  EXPECT_EQ(moet::cli::nearest_name("--sed", flags), "--seq");  // "--seed" is as near: first wins
+  EXPECT_EQ(moet::cli::nearest_name("--x", flags), "");
+  EXPECT_EQ(moet::cli::nearest_name("--completely-else", flags), "");
+}
+
+// One process: a refusal is reported by itself; agreement passes.
+TEST(SetupAgreement, OneProcess) {
+  moet::LocalCommunicator one;
+  moet::SetupAgreement ok(&one);
+  EXPECT_TRUE(ok.pending());
+  ok.agree();
+  EXPECT_FALSE(ok.pending());
+  EXPECT_FALSE(ok.refused());
+  moet::SetupAgreement bad(nullptr);
+  bad.refuse();
+  EXPECT_TRUE(bad.refused());
+  EXPECT_TRUE(bad.reports());
 }
 
 }  // namespace

@@ -197,7 +197,9 @@ double run_training(const TrainOptions& o, Communicator* world, SetupAgreement* 
       MetricsWriter::keep_steps_up_to(o.metrics_path, checkpoints.resume_step());
       metrics = std::make_unique<MetricsWriter>(o.metrics_path, MetricsWriter::Mode::kAppend);
     } else {
-      metrics = std::make_unique<MetricsWriter>(o.metrics_path, true);  // checked above
+      // replaces only what the check above allowed: --overwrite, or an empty file
+      metrics = std::make_unique<MetricsWriter>(
+          o.metrics_path, o.overwrite || std::filesystem::exists(o.metrics_path));
     }
   }
   std::unique_ptr<TensorBoardWriter> tensorboard;
