@@ -216,6 +216,7 @@ TEST(CliSuggest, NearestNameOrNone) {
   EXPECT_EQ(moet::cli::nearest_name("--stpes", flags), "--steps");
   EXPECT_EQ(moet::cli::nearest_name("--sed", flags), "--seq");  // "--seed" is as near: first wins
   EXPECT_EQ(moet::cli::nearest_name("--x", flags), "");
+  EXPECT_EQ(moet::cli::nearest_name("-s", {"-h", "--seq"}), "");
   EXPECT_EQ(moet::cli::nearest_name("--completely-else", flags), "");
 }
 

@@ -25,6 +25,7 @@ size_t edit_distance(std::string_view a, std::string_view b) {
 
 std::string nearest_name(std::string_view word, const std::vector<std::string>& candidates) {
   std::string best;
+  if (word.size() <= 2) return best;        // "-s": one letter is near every other one
   size_t best_d = 1 + word.size() / 3 + 1;  // one more than the farthest accepted
   for (const std::string& c : candidates) {
     const size_t d = edit_distance(word, c);

@@ -12,7 +12,8 @@ namespace moet::cli {
 size_t edit_distance(std::string_view a, std::string_view b);
 
 // The candidate nearest to `word`, or "" when none is close (distance at most 1 + a third of the
-// word's length, so "--stpes" finds "--steps" but "--x" finds nothing).
+// word's length, so "--stpes" finds "--steps" but "--x" finds nothing; a one-letter "-s" finds
+// nothing either).
 std::string nearest_name(std::string_view word, const std::vector<std::string>& candidates);
 
 // The command names of `app` (its subcommands), as "a, b, c".
