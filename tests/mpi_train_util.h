@@ -48,6 +48,8 @@ struct TrainRun {
   int64_t moment_bytes = 0;        // AdamW moments on this rank
   int64_t dispatchers = 0;         // expert-exchange dispatchers (MoE layers × lanes)
   int64_t bytes = 0, routing = 0;  // this rank's bytes_sent() over the run, its routing part
+  int64_t grad_sync_bytes = 0;     // DataParallel::take_sync_bytes() over the run
+  int64_t dense_numel = 0, expert_numel = 0;  // trainable elements this rank holds
 };
 
 // The parameters after the last step, whole and by name.
@@ -111,7 +113,10 @@ inline TrainRun train_tiny(const TrainSetup& o) {
     StepResult r = runner.run(s, o.grad_accum, [&](int64_t a) { return tok.data() + a * per; });
     out.losses.push_back(r.losses.loss);
     out.norms.push_back(r.grad_norm);
+    out.grad_sync_bytes += dp.take_sync_bytes();
   }
+  for (const Weight& w : m.params().weights())
+    if (w.trainable) (w.expert ? out.expert_numel : out.dense_numel) += w.value.numel();
   keep_parameters(m.params(), out);
   out.has_moments = runner.optimizer().has_moments();
   out.moment_bytes =

@@ -50,6 +50,7 @@ TAGS = {
     "a2a-exposed-time": "a2a_exposed_s",
     "grad-sync-time": "grad_sync_s",
     "comm-bytes": "comm_bytes",
+    "grad-sync-bytes": "grad_sync_bytes",
     "ep-load-imbalance": "ep_load_imbalance",
     "mem-max-rss-mb": "peak_rss_mb",
     "save-time": "save_s",

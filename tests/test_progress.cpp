@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -63,6 +64,58 @@ TEST(Progress, LineHasTheFields) {
   EXPECT_NE(b.find("step 1"), std::string::npos) << b;
   EXPECT_EQ(b.find("ETA"), std::string::npos) << b;
   EXPECT_EQ(b.find("tok/s"), std::string::npos) << b;
+}
+
+TEST(Progress, LabelsGlobalAndPerRankRatesUnderMpi) {
+  StepMetrics m = sample(12);
+  m.ranks = 2;
+  m.a2a_s = 0.1, m.exposed_comm_s = 0.05, m.grad_sync_s = 0.02;
+  m.comm_bytes = 3.5e6, m.grad_sync_bytes = 1.5e6;
+  const std::string line = format_progress_line(m);
+  for (const char* want :
+       {"12.3k tok/s (global)", "0.152 TFLOP/s/rank", "3.5 MB sent", "(1.5 MB gradients)"})
+    EXPECT_NE(line.find(want), std::string::npos) << "missing '" << want << "' in: " << line;
+  EXPECT_EQ(format_progress_line(sample(12)).find("(global)"), std::string::npos);
+}
+
+TEST(Progress, IntervalMeansAreTheStepsMeansAndRatesOverTheInterval) {
+  IntervalMeans interval;
+  const double loss[3] = {6.0, 5.0, 4.0}, secs[3] = {1.0, 2.0, 3.0}, tps[3] = {300, 150, 100};
+  StepMetrics m;
+  for (int i = 0; i < 3; ++i) {
+    m = sample(10 + i);
+    m.loss = loss[i], m.lm_loss = loss[i] - 0.5, m.mtp_loss = StepMetrics::kNone;
+    m.step_time_s = secs[i], m.tokens_per_s = tps[i];
+    m.tflops = tps[i] * 1e-3, m.mfu = tps[i] * 1e-4;
+    interval.add(m);
+  }
+  EXPECT_EQ(interval.steps(), 3);
+  interval.fill(m);
+  EXPECT_EQ(interval.steps(), 0);  // a new interval starts
+  EXPECT_EQ(m.interval_steps, 3);
+  EXPECT_DOUBLE_EQ(m.interval_loss, 5.0);
+  EXPECT_DOUBLE_EQ(m.interval_lm_loss, 4.5);
+  EXPECT_TRUE(std::isnan(m.interval_mtp_loss));  // no MTP: left out
+  EXPECT_DOUBLE_EQ(m.interval_step_time_s, 2.0);
+  // 300 + 300 + 300 tokens in 6 s
+  EXPECT_DOUBLE_EQ(m.interval_tokens_per_s, 150.0);
+  EXPECT_DOUBLE_EQ(m.interval_tflops, 0.15);
+  EXPECT_DOUBLE_EQ(m.interval_mfu, 0.015);
+  const std::string line = format_progress_line(m);
+  for (const char* want : {"mean of 3 steps: loss 5.0000 (lm 4.5000)", "150 tok/s", "0.150 TFLOP/s",
+                           "MFU 1.5%", "2.00 s/step", "step 12: loss 4.0000"})
+    EXPECT_NE(line.find(want), std::string::npos) << "missing '" << want << "' in: " << line;
+  const nlohmann::json j = nlohmann::json::parse(metrics_json_line(m));
+  EXPECT_EQ(j["interval_steps"], 3);
+  EXPECT_DOUBLE_EQ(j["interval_loss"].get<double>(), 5.0);
+  EXPECT_DOUBLE_EQ(j["interval_tokens_per_s"].get<double>(), 150.0);
+  EXPECT_FALSE(j.contains("interval_mtp_loss"));
+  EXPECT_DOUBLE_EQ(j["step_time_s"].get<double>(), 3.0);  // the step's own values stay
+  // a step that prints nothing carries no interval fields
+  EXPECT_FALSE(nlohmann::json::parse(metrics_json_line(sample(1))).contains("interval_steps"));
+  StepMetrics none = sample(1);
+  interval.fill(none);  // nothing added since the last fill
+  EXPECT_EQ(none.interval_steps, 0);
 }
 
 TEST(Progress, Hms) {

@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "kernels/ops.h"
 #include "measure/best_of.h"
+#include "measure/gemm_peak.h"
 
 namespace moet {
 
@@ -106,7 +107,13 @@ SystemSpec calibrate_local(int threads, std::FILE* log) {
   s.eff.gemm_max["fp32"] = g;
   s.eff.gemm_half_dim["fp32"] = d;
   say(str("fp32 GEMM peak (forward + both gradients) ", peak * 1e3, " GFLOP/s over ", pts.size(),
-          " shapes; efficiency fit ", g, " * prod x/(x+", d, ")"));
+          " shapes; efficiency fit ", g, " * prod x/(x+", d, ") (the simulator's peak)"));
+  // The peak MFU divides by, measured as moet train measures it at start-up (same function,
+  // same thread count): fp32, and bf16 where the CPU multiplies bf16.
+  say("MFU's peak, as moet train measures it: " + describe_gemm_peak(measure_gemm_peak()));
+  if (ops::gemm_operand_dtype() == DType::BF16)
+    say("MFU's peak, as moet train measures it: " +
+        describe_gemm_peak(measure_gemm_peak(ops::Format::BF16)));
 
   // Causal attention (moet's kernel: flash attention, backward recomputes the probabilities).
   {

@@ -49,31 +49,83 @@ std::string format_progress_line(const StepMetrics& m) {
   } else {
     s += std::to_string(m.step);
   }
-  s += " | loss " + (has(m.loss) ? fmt("%.4f", m.loss) : std::string("nan"));
-  std::string parts;
-  if (has(m.lm_loss) && m.lm_loss != m.loss) parts += "lm " + fmt("%.4f", m.lm_loss);
-  if (has(m.mtp_loss)) parts += (parts.empty() ? "" : " ") + ("mtp " + fmt("%.4f", m.mtp_loss));
-  if (!parts.empty()) s += " (" + parts + ")";
+  const bool mpi = m.ranks > 1;
+  const char* tok_unit = mpi ? " tok/s (global)" : " tok/s";
+  const char* tflop_unit = mpi ? " TFLOP/s/rank" : " TFLOP/s";
+  auto loss_text = [](double loss, double lm, double mtp) {
+    std::string t = "loss " + (has(loss) ? fmt("%.4f", loss) : std::string("nan"));
+    std::string parts;
+    if (has(lm) && lm != loss) parts += "lm " + fmt("%.4f", lm);
+    if (has(mtp)) parts += (parts.empty() ? "" : " ") + ("mtp " + fmt("%.4f", mtp));
+    return parts.empty() ? t : t + " (" + parts + ")";
+  };
+  auto tflops_text = [&](double v) { return fmt(v < 10 ? "%.3f" : "%.1f", v) + tflop_unit; };
+  const bool interval = m.interval_steps > 0;
+  if (interval) {
+    // the interval's means first, then what belongs to the logged step alone
+    s += " | mean of " + std::to_string(m.interval_steps) +
+         (m.interval_steps == 1 ? " step: " : " steps: ") +
+         loss_text(m.interval_loss, m.interval_lm_loss, m.interval_mtp_loss);
+    if (has(m.interval_tokens_per_s)) s += ", " + format_rate(m.interval_tokens_per_s) + tok_unit;
+    if (has(m.interval_tflops)) s += ", " + tflops_text(m.interval_tflops);
+    if (has(m.interval_mfu)) s += ", MFU " + fmt("%.1f", 100.0 * m.interval_mfu) + "%";
+    if (has(m.interval_step_time_s)) s += ", " + fmt("%.2f", m.interval_step_time_s) + " s/step";
+    s += " | step " + std::to_string(m.step) + ": " + loss_text(m.loss, m.lm_loss, m.mtp_loss);
+  } else {
+    s += " | " + loss_text(m.loss, m.lm_loss, m.mtp_loss);
+  }
   if (has(m.eval_loss)) s += " | eval " + fmt("%.4f", m.eval_loss);
   if (has(m.lr)) s += " | lr " + fmt("%.2e", m.lr);
   if (has(m.grad_norm)) s += " | gnorm " + fmt("%.3f", m.grad_norm);
-  if (has(m.tokens_per_s)) s += " | " + format_rate(m.tokens_per_s) + " tok/s";
-  if (has(m.tflops)) s += " | " + fmt(m.tflops < 10 ? "%.3f" : "%.1f", m.tflops) + " TFLOP/s";
-  if (has(m.mfu)) s += " | MFU " + fmt("%.1f", 100.0 * m.mfu) + "%";
+  if (!interval) {
+    if (has(m.tokens_per_s)) s += " | " + format_rate(m.tokens_per_s) + tok_unit;
+    if (has(m.tflops)) s += " | " + tflops_text(m.tflops);
+    if (has(m.mfu)) s += " | MFU " + fmt("%.1f", 100.0 * m.mfu) + "%";
+  }
   if (has(m.max_expert_load)) s += " | load max/mean " + fmt("%.2f", m.max_expert_load);
-  if (has(m.step_time_s)) s += " | " + fmt("%.2f", m.step_time_s) + " s/step";
+  if (!interval && has(m.step_time_s)) s += " | " + fmt("%.2f", m.step_time_s) + " s/step";
   // The data wait only where it shows (>= 1 ms): a step that waited for its batch.
   if (has(m.data_wait_s) && m.data_wait_s >= 1e-3)
-    s += " (data wait " + fmt("%.3f", m.data_wait_s) + " s)";
-  if (has(m.a2a_s))
+    s += (interval ? " | " : " (") + ("data wait " + fmt("%.3f", m.data_wait_s) + " s") +
+         (interval ? "" : ")");
+  if (has(m.a2a_s)) {
     s += " | a2a " + fmt("%.3f", m.a2a_s) + " s, exposed comm " + fmt("%.3f", m.exposed_comm_s) +
          " s, grad sync " + fmt("%.3f", m.grad_sync_s) + " s, " + fmt("%.1f", m.comm_bytes / 1e6) +
          " MB sent";
+    if (has(m.grad_sync_bytes)) s += " (" + fmt("%.1f", m.grad_sync_bytes / 1e6) + " MB gradients)";
+  }
   if (has(m.ep_load_imbalance)) s += ", rank load max/mean " + fmt("%.2f", m.ep_load_imbalance);
   if (has(m.comm_bytes_other_nodes))
     s += " (" + fmt("%.1f", m.comm_bytes_other_nodes / 1e6) + " MB across nodes)";
   if (has(m.eta_s)) s += " | ETA " + format_hms(m.eta_s);
   return s;
+}
+
+void IntervalMeans::add(const StepMetrics& m) {
+  ++n_;
+  loss_ += m.loss;
+  lm_ += m.lm_loss;
+  mtp_ += m.mtp_loss;  // NaN throughout for a model without MTP: the mean stays NaN (left out)
+  seconds_ += m.step_time_s;
+  tokens_ += m.tokens_per_s * m.step_time_s;
+  tflop_ += m.tflops * m.step_time_s;
+  mfu_s_ += m.mfu * m.step_time_s;
+}
+
+void IntervalMeans::fill(StepMetrics& m) {
+  if (n_ == 0) return;
+  const double n = double(n_);
+  m.interval_steps = n_;
+  m.interval_loss = loss_ / n;
+  m.interval_lm_loss = lm_ / n;
+  m.interval_mtp_loss = mtp_ / n;
+  m.interval_step_time_s = seconds_ / n;
+  if (seconds_ > 0) {
+    m.interval_tokens_per_s = tokens_ / seconds_;
+    m.interval_tflops = tflop_ / seconds_;
+    m.interval_mfu = mfu_s_ / seconds_;
+  }
+  *this = IntervalMeans{};
 }
 
 double expert_load_imbalance(const std::vector<int64_t>& load_E) {
@@ -114,6 +166,7 @@ std::string metrics_json_line(const StepMetrics& m) {
   optional("a2a_exposed_s", m.a2a_exposed_s);
   optional("grad_sync_s", m.grad_sync_s);
   optional("comm_bytes", m.comm_bytes);
+  optional("grad_sync_bytes", m.grad_sync_bytes);
   optional("comm_bytes_other_nodes", m.comm_bytes_other_nodes);
   optional("ep_load_imbalance", m.ep_load_imbalance);
   optional("elapsed_s", m.elapsed_s);
@@ -123,6 +176,16 @@ std::string metrics_json_line(const StepMetrics& m) {
   optional("pp_run_s", m.pp_run_s);
   optional("pp_bubble", m.pp_bubble);
   optional("pp_schedule_s", m.pp_schedule_s);
+  if (m.interval_steps > 0) {
+    j["interval_steps"] = m.interval_steps;
+    optional("interval_loss", m.interval_loss);
+    optional("interval_lm_loss", m.interval_lm_loss);
+    optional("interval_mtp_loss", m.interval_mtp_loss);
+    optional("interval_step_time_s", m.interval_step_time_s);
+    optional("interval_tokens_per_s", m.interval_tokens_per_s);
+    optional("interval_tflops", m.interval_tflops);
+    optional("interval_mfu", m.interval_mfu);
+  }
   if (!m.expert_load.empty()) {
     j["expert_load_layers"] = m.expert_load_layers;
     j["expert_load"] = m.expert_load;

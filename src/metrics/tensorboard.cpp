@@ -100,6 +100,7 @@ constexpr ScalarTag kScalarTags[] = {
     {"a2a-exposed-time", &StepMetrics::a2a_exposed_s},
     {"grad-sync-time", &StepMetrics::grad_sync_s},
     {"comm-bytes", &StepMetrics::comm_bytes},
+    {"grad-sync-bytes", &StepMetrics::grad_sync_bytes},
     {"ep-load-imbalance", &StepMetrics::ep_load_imbalance},
     {"mem-max-rss-mb", &StepMetrics::peak_rss_mb},
     {"save-time", &StepMetrics::save_s},

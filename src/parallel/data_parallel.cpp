@@ -38,8 +38,21 @@ DataParallel::DataParallel(ParallelLayout& layout, ParamStore& params, CommStrea
   }
 }
 
+void DataParallel::count_bucket_bytes(size_t i) {
+  const Bucket& b = buckets_[i];
+  Communicator& c = b.expert ? *layout_.edp_group : *layout_.world;
+  const int64_t P = c.size(), r = c.rank();
+  if (P == 1) return;
+  // the all-reduce's slices (MpiCommunicator::allreduce_tree), or ZeRO-1's ranges
+  const int64_t mine = zero1_ ? zero1_->end(i) - zero1_->begin(i) : b.n * (r + 1) / P - b.n * r / P;
+  // reduce-scatter: every slice but its own; with ZeRO-1 the all-gather follows the optimizer
+  sync_bytes_ += int64_t(sizeof(float)) * (b.n - mine);
+  if (!zero1_) sync_bytes_ += int64_t(sizeof(float)) * (P - 1) * mine;  // all-gather
+}
+
 void DataParallel::issue(Bucket& b) {
   b.issued = true;
+  count_bucket_bytes(size_t(&b - buckets_.data()));
   auto op = [this, &b] {
     auto t0 = std::chrono::steady_clock::now();
     Communicator& c = b.expert ? *layout_.edp_group : *layout_.world;
@@ -108,6 +121,12 @@ double DataParallel::take_sync_seconds(double* exposed) {
   return s;
 }
 
+int64_t DataParallel::take_sync_bytes() {
+  const int64_t bytes = sync_bytes_;
+  sync_bytes_ = 0;
+  return bytes;
+}
+
 double DataParallel::global_grad_norm(const AdamW& optimizer) {
   if (zero1_) {
     zero1_->grad_square_sums(sums_);
@@ -128,7 +147,13 @@ double DataParallel::global_grad_norm(const AdamW& optimizer) {
 
 double DataParallel::optimizer_step(AdamW& optimizer, double lr) {
   const double norm = global_grad_norm(optimizer);
-  if (zero1_) return zero1_->step(optimizer, lr, norm);
+  if (zero1_) {
+    for (size_t i = 0; i < buckets_.size(); ++i) {  // the parameters' all-gather
+      const int64_t P = zero1_->group(i).size();
+      sync_bytes_ += int64_t(sizeof(float)) * (P - 1) * (zero1_->end(i) - zero1_->begin(i));
+    }
+    return zero1_->step(optimizer, lr, norm);
+  }
   return optimizer.step(lr, norm);
 }
 

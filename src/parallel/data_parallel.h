@@ -42,6 +42,11 @@ class DataParallel {
   void reduce_gradient_range(int64_t begin, int64_t end, double scale);
   // Seconds the reductions took, and seconds the step waited for them, since the last call.
   double take_sync_seconds(double* exposed);
+  // Bytes this rank sent to other ranks for the gradient reductions (and ZeRO-1's parameter
+  // all-gather) since the last call: moet's all-reduce is a reduce-scatter then an all-gather,
+  // so a bucket of n floats over a group of P ranks, in which this rank owns a slice of s,
+  // sends 4·(n − s) + 4·(P − 1)·s bytes (≈ 2(P−1)/P × 4n; exactly 4n at P = 2).
+  int64_t take_sync_bytes();
   // sqrt(Σ g²) over all parameters of the model (expert shards of the whole ep group counted
   // once); the same on every rank.
   double global_grad_norm(const AdamW& optimizer);
@@ -77,6 +82,8 @@ class DataParallel {
     int64_t offset;  // in the parameter arena
   };
   void issue(Bucket& b);
+  // Adds what one reduction of bucket i sends (sync_bytes_).
+  void count_bucket_bytes(size_t i);
   // Waits for the issued buckets, scales this rank's part of each and marks them done.
   void finish_issued(double scale, double sync_before);
 
@@ -90,6 +97,7 @@ class DataParallel {
   // with a stream) while the step's thread may read it (found by ThreadSanitizer).
   std::atomic<double> sync_s_{0};
   double exposed_s_ = 0;
+  int64_t sync_bytes_ = 0;  // counted on the step's thread when a bucket is issued
   std::vector<double> scratch_, expert_sums_;
   SquareSums sums_;
   std::function<double(const SquareSums&)> combine_norm_;

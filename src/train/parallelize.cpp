@@ -13,20 +13,20 @@
 
 namespace moet {
 
-namespace {
-
 // "auto": a communication thread only pays when it has a core of its own; a thread spinning
 // in MPI on a core that compute needs slows the step (docs/benchmarks.md).
-bool use_overlap(const std::string& mode, int threads_per_rank) {
-  if (mode == "on") return true;
-  if (mode == "off") return false;
+OverlapChoice choose_overlap(const std::string& mode, int threads_per_rank) {
+  if (mode == "on") return {true, "--overlap on"};
+  if (mode == "off") return {false, "--overlap off"};
   MOET_CHECK(mode == "auto", "--overlap '", mode, "' is not one of auto, on, off");
   const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
   const int ranks_here = local ? std::max(1, std::atoi(local)) : 1;
-  return int(std::thread::hardware_concurrency()) >= ranks_here * (threads_per_rank + 1);
+  const int cores = int(std::thread::hardware_concurrency());
+  const bool on = cores >= ranks_here * (threads_per_rank + 1);
+  return {on, "--overlap auto: " + std::to_string(cores) + " cores" + (on ? " >= " : " < ") +
+                  std::to_string(ranks_here) + " ranks here x (" +
+                  std::to_string(threads_per_rank) + " compute threads + 1)"};
 }
-
-}  // namespace
 
 std::vector<ModelPart> pipeline_parts(const ModelConfig& cfg, const std::string& layout,
                                       int64_t S) {
@@ -108,7 +108,7 @@ std::unique_ptr<ParallelRun> parallelize(const TrainOptions& o, const ModelConfi
       stage_world = r.dp_group.get();
     }
     r.layout = make_parallel_layout(*stage_world, int(o.ep));
-    if (use_overlap(o.overlap, threads) && stage_world->size() > 1) {
+    if (choose_overlap(o.overlap, threads).on && stage_world->size() > 1) {
       r.stream = std::make_unique<CommStream>();
       r.stream->set_trace(trace);
     }

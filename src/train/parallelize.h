@@ -60,6 +60,14 @@ struct ParallelRun {
   int64_t activation_bytes() const;
 };
 
+// --overlap: whether the collectives run on a communication thread, and why ("auto": when the
+// node's cores hold every rank's compute threads and one more each).
+struct OverlapChoice {
+  bool on = false;
+  std::string why;
+};
+OverlapChoice choose_overlap(const std::string& mode, int threads_per_rank);
+
 // threads: compute threads per rank (the communication stream runs when a core is left).
 std::unique_ptr<ParallelRun> parallelize(const TrainOptions& o, const ModelConfig& cfg,
                                          Communicator* world, const PrecisionPolicy& precision,

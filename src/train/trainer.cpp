@@ -34,6 +34,7 @@
 #include "train/checkpointing.h"
 #include "train/evaluation.h"
 #include "train/parallelize.h"
+#include "train/run_header.h"
 #include "train/run_info.h"
 #include "train/setup_agreement.h"
 #include "train/stop_signal.h"
@@ -123,6 +124,7 @@ double run_training(const TrainOptions& o, Communicator* world, SetupAgreement* 
   int threads = o.threads;
   if (threads == 0) threads = std::max(1, int(std::thread::hardware_concurrency()) / W);
   ops::set_num_threads(threads);
+  startup_note(verbose, "reading the data");
   const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(o.tokenizer);
   std::unique_ptr<TokenDataset> ds = open_token_dataset(
       o.data, *tokenizer, cfg.vocab_size, o.seed, o.split, parse_doc_boundary(o.doc_boundary));
@@ -151,6 +153,7 @@ double run_training(const TrainOptions& o, Communicator* world, SetupAgreement* 
   checkpoints.note("precision", recipe_name(precision.recipe));
   const int64_t rss_before_model = current_rss_bytes();
   if (setup) setup->agree();  // every rank's setup succeeded: the collectives may start
+  startup_note(verbose, "building the model");
   std::unique_ptr<ParallelRun> par = parallelize(o, cfg, world, precision, threads, trace.get());
   Model& model = par->model();
   DataParallel* dp = par->dp_sync ? &*par->dp_sync : nullptr;
@@ -181,8 +184,10 @@ double run_training(const TrainOptions& o, Communicator* world, SetupAgreement* 
   ds->plan(SampleLayout{A, int64_t(DP) * B, o.steps, T});
   int64_t first_step = 0;
   if (resuming) {
+    startup_note(verbose, "restoring " + checkpoints.resume_dir());
     first_step = checkpoints.restore(state, runner.optimizer(), data_shape);
   } else if (!o.init_from.empty()) {
+    startup_note(verbose, "loading the weights of " + o.init_from);
     if (is_hf_directory(o.init_from))
       load_hf_weights(o.init_from, cfg, model.params());
     else
@@ -226,7 +231,12 @@ double run_training(const TrainOptions& o, Communicator* world, SetupAgreement* 
   // MFU divides by the measured peak of the GEMMs the recipe runs (its main linear layers)
   const ops::Format main_format =
       precision.decoder(cfg.num_hidden_layers / 2, cfg.num_hidden_layers).fprop;
-  const double peak = o.peak_tflops ? *o.peak_tflops : measure_gemm_peak_tflops(main_format);
+  GemmPeak measured;
+  if (!o.peak_tflops) {
+    startup_note(verbose, "measuring the GEMM peak that MFU divides by");
+    measured = measure_gemm_peak(main_format);
+  }
+  const double peak = o.peak_tflops ? *o.peak_tflops : measured.tflops;
   const double fpt = flops_per_token(cfg, T, cfg.num_nextn_predict_layers > 0);
   const int64_t tokens_per_step = int64_t(DP) * A * B * T;  // global batch
   // --log-expert-load: the decoder layer index of each MoE layer, in moe_layers() order
@@ -236,60 +246,10 @@ double run_training(const TrainOptions& o, Communicator* world, SetupAgreement* 
   if (cfg.mtp_is_moe())
     for (int64_t k = 0; k < cfg.num_nextn_predict_layers; ++k)
       moe_layer_index.push_back(cfg.num_hidden_layers + k);
-  if (verbose) {
-    std::printf("moet train: %s, %.1fM parameters, %.1f MFLOP/token, %d threads",
-                o.model_path.c_str(), double(count_parameters(cfg)) / 1e6, fpt / 1e6,
-                ops::num_threads());
-    if (world)
-      std::printf(" x %d ranks (pp %lld x vpp %lld, ep %lld, data-parallel %d)", W, (long long)o.pp,
-                  (long long)o.vpp, (long long)o.ep, DP);
-    std::printf("\n");
-    std::printf("precision: %s", recipe_name(precision.recipe));
-    if (ops::is_fp8(main_format))
-      std::printf(" (first and last %lld layers bf16)", (long long)o.bf16_layers);
-    std::printf(" | %s\n", ops::kernel_description(main_format).c_str());
-    std::printf("data: %s | batch %lld x %lld tokens x %lld accum | peak (%s GEMM) %.3f TFLOP/s\n",
-                ds->describe().c_str(), (long long)B, (long long)T, (long long)A,
-                ops::gemm_operand_dtype() == DType::BF16 && main_format != ops::Format::F32
-                    ? "bf16"
-                    : "fp32",
-                peak);
-    std::printf("memory: %s (process before the model: %.0f MB)\n", need.describe().c_str(),
-                double(rss_before_model) / 1048576.0);
-    if (par->pipeline) {
-      const PipelineScheduleSpec& spec = par->pipeline->spec();
-      std::printf(
-          "pipeline: %lld stages x %lld chunks, %lld micro-batches; bubble (P-1)/(V*M) "
-          "= %.3f; activations (micro-batches in flight per chunk):",
-          (long long)spec.stages, (long long)spec.chunks, (long long)spec.microbatches,
-          double(spec.stages - 1) / double(spec.chunks * spec.microbatches));
-      for (int64_t r = 0; r < spec.stages; ++r) {
-        std::printf(" stage %lld %.1f MB (", (long long)r,
-                    double(activations_per_rank[size_t(r * DP)]) / 1048576.0);
-        const std::vector<int64_t> slots = PipelineExecutor::slots_per_chunk(spec, r);
-        for (size_t c = 0; c < slots.size(); ++c)
-          std::printf("%s%lld", c ? "," : "", (long long)slots[c]);
-        std::printf(")%s", r + 1 < spec.stages ? ";" : "\n");
-      }
-      if (spec.ep_overlap)
-        std::printf(
-            "combined 1F1B: %lld of rank 0's %lld backward passes run combined with a "
-            "forward\n",
-            (long long)par->pipeline->combined_pairs(),
-            (long long)(spec.microbatches * spec.chunks));
-    }
-    if (resuming)
-      std::printf("resumed from %s at step %lld\n", checkpoints.resume_dir().c_str(),
-                  (long long)first_step);
-    else if (!o.init_from.empty())
-      std::printf("weights from %s\n", o.init_from.c_str());
-    if (checkpoints.saving())
-      std::printf(
-          "checkpoints: %s, %s%s at the end and on SIGTERM/SIGINT (%s)\n", o.out_dir.c_str(),
-          o.save_every > 0 ? ("every " + std::to_string(o.save_every) + " steps").c_str() : "",
-          o.save_every > 0 ? "," : "", o.sync_save ? "written synchronously" : "async");
-    std::fflush(stdout);
-  }
+  if (verbose)
+    print_run_header(RunHeader{&o, &cfg, par.get(), W, fpt, precision, main_format, ds->describe(),
+                               measured, peak, need, rss_before_model, activations_per_rank,
+                               checkpoints.resume_dir(), first_step, checkpoints.saving()});
 
   std::vector<int32_t> tokens(A * B * (T + 1));
   // made once: a std::function built per step would allocate
@@ -303,6 +263,7 @@ double run_training(const TrainOptions& o, Communicator* world, SetupAgreement* 
   int64_t skipped = 0, steps_done = first_step;
   double best_eval = StepMetrics::kNone;
   int64_t best_eval_step = 0;
+  IntervalMeans interval;  // --log-every > 1: the progress line's means
   if (first_step >= o.steps && verbose)
     std::printf("the checkpoint has done %lld of --steps %lld: nothing to train\n",
                 (long long)first_step, (long long)o.steps);
@@ -345,6 +306,7 @@ double run_training(const TrainOptions& o, Communicator* world, SetupAgreement* 
     StepMetrics m;
     m.step = step + 1;
     m.total_steps = o.steps;
+    m.ranks = W;
     m.loss = r.losses.loss;
     m.lm_loss = r.losses.lm_loss;
     if (cfg.num_nextn_predict_layers > 0)
@@ -386,7 +348,8 @@ double run_training(const TrainOptions& o, Communicator* world, SetupAgreement* 
       m.a2a_s = a2a_s;
       m.exposed_comm_s = a2a_exposed + grad_exposed;
       m.a2a_exposed_s = a2a_exposed;
-      m.comm_bytes = bytes;
+      m.grad_sync_bytes = double(dp->take_sync_bytes());
+      m.comm_bytes = bytes + m.grad_sync_bytes;
       if (rows_mean > 0) m.ep_load_imbalance = rows_max / rows_mean;
     }
     if (par->pipeline) pipeline_metrics(*par, *world, m);
@@ -412,9 +375,11 @@ double run_training(const TrainOptions& o, Communicator* world, SetupAgreement* 
     }
     if (checkpoints.due(step + 1, last) || (stop && checkpoints.saving()))
       m.save_s = checkpoints.save(step + 1, state, runner.optimizer(), data_shape);
+    const bool log_now = (step + 1) % o.log_every == 0 || last || stop;
+    interval.add(m);
+    if (log_now && o.log_every > 1) interval.fill(m);
     if (metrics) metrics->write(m);
     if (tensorboard) tensorboard->write(m);
-    const bool log_now = (step + 1) % o.log_every == 0 || last || stop;
     if (tensorboard && log_now) tensorboard->flush();
     if (verbose && log_now) {
       std::printf("%s\n", format_progress_line(m).c_str());

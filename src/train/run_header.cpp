@@ -1,0 +1,107 @@
+#include "train/run_header.h"
+
+#include <cstdio>
+
+#include "kernels/ops.h"
+#include "metrics/flops.h"
+#include "model/params.h"
+
+namespace moet {
+
+void startup_note(bool verbose, const std::string& what) {
+  if (!verbose) return;
+  std::printf("moet train: %s ...\n", what.c_str());
+  std::fflush(stdout);
+}
+
+namespace {
+
+// Under mpirun: the ranks' layout, the global batch it makes, and how communication runs.
+void print_layout(const RunHeader& h, int64_t DP) {
+  const TrainOptions& o = *h.options;
+  const ParallelRun& par = *h.run;
+  const int64_t W = h.world_size, ep = o.ep;
+  std::printf("layout: %lld ranks = pp %lld x dp %lld", (long long)W, (long long)o.pp,
+              (long long)DP);
+  if (o.vpp > 1) std::printf(" (vpp %lld chunks per stage)", (long long)o.vpp);
+  std::printf("; experts over ep %lld ranks, each expert's replicas over edp %lld", (long long)ep,
+              (long long)(DP / ep));
+  if (o.zero1) std::printf("; ZeRO-1 (AdamW moments sharded over dp)");
+  std::printf("\n");
+  const OverlapChoice overlap = choose_overlap(o.overlap, ops::num_threads());
+  const bool on = par.stream != nullptr;
+  std::printf("communication: %s (%s)%s\n",
+              on ? "on a communication thread, overlapping compute"
+                 : "on the compute thread, not overlapped",
+              overlap.why.c_str(),
+              on || !overlap.on ? "" : "; one data-parallel rank: nothing to overlap");
+  if (ep > 1)
+    std::printf("expert exchange: %s over %lld ranks%s\n", o.dispatcher.c_str(), (long long)ep,
+                o.a2a_overlap ? ", two lanes interleaved (--a2a-overlap)" : "");
+}
+
+}  // namespace
+
+void print_run_header(const RunHeader& h) {
+  const TrainOptions& o = *h.options;
+  const ModelConfig& cfg = *h.config;
+  ParallelRun& par = *h.run;
+  const int64_t DP = par.dp, B = o.micro_batch, T = o.seq, A = o.grad_accum;
+  std::printf("moet train: %s, %.1fM parameters, %.1f MFLOP/token, %d threads",
+              o.model_path.c_str(), double(count_parameters(cfg)) / 1e6, h.flops_per_token / 1e6,
+              ops::num_threads());
+  if (h.world_size > 1) std::printf(" per rank x %d ranks", h.world_size);
+  std::printf("\n");
+  if (h.world_size > 1) print_layout(h, DP);
+  std::printf("precision: %s", recipe_name(h.precision.recipe));
+  if (ops::is_fp8(h.main_format))
+    std::printf(" (first and last %lld layers bf16)", (long long)o.bf16_layers);
+  std::printf(" | %s\n", ops::kernel_description(h.main_format).c_str());
+  std::printf("data: %s\n", h.data.c_str());
+  const int64_t seqs = DP * A * B;
+  std::printf("global batch: micro-batch %lld x grad-accum %lld", (long long)B, (long long)A);
+  if (h.world_size > 1) std::printf(" x dp %lld", (long long)DP);
+  std::printf(" = %lld sequences of %lld tokens = %lld tokens per step\n", (long long)seqs,
+              (long long)T, (long long)(seqs * T));
+  if (h.peak.tflops > 0)
+    std::printf("MFU divides by the %s%s\n", describe_gemm_peak(h.peak).c_str(),
+                h.world_size > 1 ? " per rank" : "");
+  else
+    std::printf("MFU divides by --peak-tflops %.3f TFLOP/s%s\n", h.peak_tflops,
+                h.world_size > 1 ? " per rank" : "");
+  std::printf("memory: %s (process before the model: %.0f MB)\n", h.memory.describe().c_str(),
+              double(h.rss_before_model) / 1048576.0);
+  if (par.pipeline) {
+    const PipelineScheduleSpec& spec = par.pipeline->spec();
+    std::printf(
+        "pipeline: %lld stages x %lld chunks, %lld micro-batches; bubble (P-1)/(V*M) "
+        "= %.3f; activations (micro-batches in flight per chunk):",
+        (long long)spec.stages, (long long)spec.chunks, (long long)spec.microbatches,
+        double(spec.stages - 1) / double(spec.chunks * spec.microbatches));
+    for (int64_t r = 0; r < spec.stages; ++r) {
+      std::printf(" stage %lld %.1f MB (", (long long)r,
+                  double(h.activations_per_rank[size_t(r * DP)]) / 1048576.0);
+      const std::vector<int64_t> slots = PipelineExecutor::slots_per_chunk(spec, r);
+      for (size_t c = 0; c < slots.size(); ++c)
+        std::printf("%s%lld", c ? "," : "", (long long)slots[c]);
+      std::printf(")%s", r + 1 < spec.stages ? ";" : "\n");
+    }
+    if (spec.ep_overlap)
+      std::printf(
+          "combined 1F1B: %lld of rank 0's %lld backward passes run combined with a "
+          "forward\n",
+          (long long)par.pipeline->combined_pairs(), (long long)(spec.microbatches * spec.chunks));
+  }
+  if (!h.resume_dir.empty())
+    std::printf("resumed from %s at step %lld\n", h.resume_dir.c_str(), (long long)h.first_step);
+  else if (!o.init_from.empty())
+    std::printf("weights from %s\n", o.init_from.c_str());
+  if (h.saving)
+    std::printf(
+        "checkpoints: %s, %s%s at the end and on SIGTERM/SIGINT (%s)\n", o.out_dir.c_str(),
+        o.save_every > 0 ? ("every " + std::to_string(o.save_every) + " steps").c_str() : "",
+        o.save_every > 0 ? "," : "", o.sync_save ? "written synchronously" : "async");
+  std::fflush(stdout);
+}
+
+}  // namespace moet

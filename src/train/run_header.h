@@ -1,0 +1,44 @@
+// What `moet train` prints on rank 0 before step 1: short notes while it starts up (what it is
+// doing, so several seconds are not silent) and the header that describes the run — model,
+// precision, data, the batch (under mpirun: the layout, micro-batch x grad-accum x DP = global
+// batch, the communication mode --overlap chose), the peak MFU divides by, memory, pipeline,
+// resume and checkpoints. All on stdout; nothing with --quiet or on other ranks.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "measure/gemm_peak.h"
+#include "metrics/memory.h"
+#include "model/precision.h"
+#include "train/parallelize.h"
+#include "train/trainer.h"
+
+namespace moet {
+
+// "moet train: building the model ..." (and a flush), when `verbose`.
+void startup_note(bool verbose, const std::string& what);
+
+struct RunHeader {
+  const TrainOptions* options = nullptr;
+  const ModelConfig* config = nullptr;
+  ParallelRun* run = nullptr;
+  int world_size = 1;
+  double flops_per_token = 0;
+  PrecisionPolicy precision;
+  ops::Format main_format = ops::Format::F32;
+  std::string data;        // the dataset's description
+  GemmPeak peak;           // measured at start-up (tflops 0: --peak-tflops gave it)
+  double peak_tflops = 0;  // what MFU divides by
+  MemoryNeed memory;
+  int64_t rss_before_model = 0;
+  std::vector<int64_t> activations_per_rank;  // --pp: every rank's activation bytes
+  std::string resume_dir;                     // "" unless resuming
+  int64_t first_step = 0;
+  bool saving = false;  // checkpoints are written
+};
+
+// The header lines (the caller checks that this is the verbose rank 0).
+void print_run_header(const RunHeader& h);
+
+}  // namespace moet
