@@ -22,7 +22,6 @@ has() { grep -qF -- "$2" "$1" || fail "no '$2' in: $(cat "$1")"; }
 
 if [ ${#mpi[@]} -eq 0 ]; then
   "$moet" "${common[@]}" --steps 7 --log-every 3 --metrics "$tmp/m.jsonl" >"$tmp/out.txt"
-  has "$tmp/out.txt" "moet train: reading the data ..."
   has "$tmp/out.txt" "moet train: building the model ..."
   has "$tmp/out.txt" "moet train: measuring the GEMM peak that MFU divides by ..."
   has "$tmp/out.txt" "global batch: micro-batch 2 x grad-accum 1 = 2 sequences of 32 tokens = 64 tokens per step"

@@ -124,7 +124,6 @@ double run_training(const TrainOptions& o, Communicator* world, SetupAgreement* 
   int threads = o.threads;
   if (threads == 0) threads = std::max(1, int(std::thread::hardware_concurrency()) / W);
   ops::set_num_threads(threads);
-  startup_note(verbose, "reading the data");
   const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(o.tokenizer);
   std::unique_ptr<TokenDataset> ds = open_token_dataset(
       o.data, *tokenizer, cfg.vocab_size, o.seed, o.split, parse_doc_boundary(o.doc_boundary));
@@ -152,14 +151,19 @@ double run_training(const TrainOptions& o, Communicator* world, SetupAgreement* 
   const PrecisionPolicy precision = resolve_precision(o.precision, o.bf16_layers);
   checkpoints.note("precision", recipe_name(precision.recipe));
   const int64_t rss_before_model = current_rss_bytes();
+  const int64_t B = o.micro_batch, T = o.seq, A = o.grad_accum;
+  const int DP = W / int(o.pp);  // data-parallel ranks per stage: the global batch is DP x A x B
+  // Sample-indexed data number the global batch's sequences consecutively (the cursor is the
+  // step: a resumed run reads what the uninterrupted one would have). Planned before the model
+  // is built, so that data too small is refused before the start-up note.
+  ds->plan(SampleLayout{A, int64_t(DP) * B, o.steps, T});
   if (setup) setup->agree();  // every rank's setup succeeded: the collectives may start
   startup_note(verbose, "building the model");
   std::unique_ptr<ParallelRun> par = parallelize(o, cfg, world, precision, threads, trace.get());
   Model& model = par->model();
   DataParallel* dp = par->dp_sync ? &*par->dp_sync : nullptr;
   const std::vector<ExpertExchangeDispatcher*>& exchanges = par->exchanges;
-  const int64_t B = o.micro_batch, T = o.seq, A = o.grad_accum;
-  const int DP = par->dp;  // data-parallel ranks per stage: the global batch is DP x A x B
+  MOET_ASSERT(DP == par->dp);
   const int step_lane = trace ? trace->lane(trace::kStepsLane) : 0;
   AdamWConfig oc;
   oc.weight_decay = o.weight_decay;
@@ -179,15 +183,10 @@ double run_training(const TrainOptions& o, Communicator* world, SetupAgreement* 
   state.ep = int(o.ep);
   state.pipeline_stage = par->pipeline != nullptr;
   const DataShape data_shape{o.seed, T, A, int64_t(DP) * A * B};
-  // Sample-indexed data number the global batch's sequences consecutively (the cursor is the
-  // step: a resumed run reads what the uninterrupted one would have).
-  ds->plan(SampleLayout{A, int64_t(DP) * B, o.steps, T});
   int64_t first_step = 0;
   if (resuming) {
-    startup_note(verbose, "restoring " + checkpoints.resume_dir());
     first_step = checkpoints.restore(state, runner.optimizer(), data_shape);
   } else if (!o.init_from.empty()) {
-    startup_note(verbose, "loading the weights of " + o.init_from);
     if (is_hf_directory(o.init_from))
       load_hf_weights(o.init_from, cfg, model.params());
     else
