@@ -33,7 +33,7 @@ def run(a, mode):
         rows = [json.loads(l) for l in open(m)][a.warmup:]
     mean = lambda k: statistics.mean(r[k] for r in rows)
     return {k: mean(k) for k in ("step_time_s", "a2a_s", "exposed_comm_s", "a2a_exposed_s",
-                                 "grad_sync_s", "comm_bytes")}
+                                 "grad_sync_s", "comm_bytes", "grad_sync_bytes")}
 
 
 def main():
@@ -62,7 +62,7 @@ def main():
         a2a_hidden = max(0.0, 1 - r["a2a_exposed_s"] / r["a2a_s"])
         print(f"| {names[ov]} | {r['step_time_s']:.3f} | {r['a2a_s']:.3f} | "
               f"{r['exposed_comm_s']:.3f} ({r['a2a_exposed_s']:.3f}) | {r['grad_sync_s']:.3f} | "
-              f"{r['comm_bytes'] / 1e6:.1f} | {100 * a2a_hidden:.0f}% | {100 * hidden:.0f}% |")
+              f"{(r['comm_bytes'] - r['grad_sync_bytes']) / 1e6:.1f} | {100 * a2a_hidden:.0f}% | {100 * hidden:.0f}% |")
     print(f"\nmpirun -np {a.np} --ep {a.ep}, {os.path.basename(a.model)}, micro-batch "
           f"{a.micro_batch} x {a.seq}, 1 thread per rank, median of {a.rounds} rounds of "
           f"{a.steps - a.warmup} steps")
