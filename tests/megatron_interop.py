@@ -148,7 +148,8 @@ def check_packing(moet, config, wd, env, prefix):
                    "--seq", str(seq), "--micro-batch", "4", "--threads", "1", "--peak-tflops", "1",
                    "--eval-batches", "0", "--split", "100,0", "--log-every", "1000"],
                   env=env).stdout
-        path = out.split(" written ")[1].split(" |")[0].strip()
+        # the header's data line: "data: ... sample index ... written PATH"
+        path = out.split(" written ")[1].splitlines()[0].split(" |")[0].strip()
         epochs, doc_idx, ours = read_sampleidx(path)
         ds = IndexedDataset(prefix)
         sizes = ds.sequence_lengths.astype(np.int32)
