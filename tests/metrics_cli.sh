@@ -79,9 +79,9 @@ has "$tmp/mpi.txt" "expert exchange: alltoall over 2 ranks"
 # --overlap auto: a communication thread when the node's cores hold 2 x (1 compute thread + 1)
 cores=$(getconf _NPROCESSORS_ONLN)
 if [ "$cores" -ge 4 ]; then
-  has "$tmp/mpi.txt" "communication: on a communication thread, overlapping compute (--overlap auto: $cores cores >= 2 ranks here x (1 compute threads + 1))"
+  has "$tmp/mpi.txt" "communication: on a communication thread, overlapping compute (--overlap auto: $cores cores >= 2 ranks here x (1 compute thread + 1))"
 else
-  has "$tmp/mpi.txt" "communication: on the compute thread, not overlapped (--overlap auto: $cores cores < 2 ranks here x (1 compute threads + 1))"
+  has "$tmp/mpi.txt" "communication: on the compute thread, not overlapped (--overlap auto: $cores cores < 2 ranks here x (1 compute thread + 1))"
 fi
 has "$tmp/mpi.txt" "MFU divides by the"
 has "$tmp/mpi.txt" "per rank"

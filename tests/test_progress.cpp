@@ -29,7 +29,6 @@ StepMetrics sample(int64_t step) {
   m.tflops = 0.152;
   m.mfu = 0.123;
   m.max_expert_load = 1.42;
-  m.min_expert_load = 0.61;
   m.tokens = 4096 * step;
   m.step_time_s = 0.52;
   m.eta_s = 3723;

@@ -81,7 +81,8 @@ CLI::App* add_eval_command(CLI::App& app, EvalArgs& a) {
   c->add_option(
        "--tokenizer", a.tokenizer,
        "tokenizer of text data and of bits per byte: 'byte' or a Hugging Face tokenizer.json "
-       "(default: the tokenizer.json moet train kept in the run directory, else 'byte')")
+       "(default: a tokenizer.json in the checkpoint's step directory, else the one moet train "
+       "kept in the run directory, else 'byte')")
       ->capture_default_str();
   c->add_option("--split", a.split,
                 "train,validation shares of the documents; the held-out part is evaluated "

@@ -157,7 +157,6 @@ std::string metrics_json_line(const StepMetrics& m) {
   required("tflops", m.tflops);
   required("mfu", m.mfu);
   required("max_expert_load", m.max_expert_load);
-  optional("min_expert_load", m.min_expert_load);
   j["tokens"] = m.tokens;
   optional("step_time_s", m.step_time_s);
   optional("data_wait_s", m.data_wait_s);

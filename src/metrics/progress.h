@@ -29,7 +29,6 @@ struct StepMetrics {
   double tflops = kNone;           // model TFLOP/s (Megatron's formula) per device (rank)
   double mfu = kNone;              // fraction (0..1) of the device peak
   double max_expert_load = kNone;  // max over experts of load / mean load (1 = balanced)
-  double min_expert_load = kNone;  // min over experts of load / mean load
   int64_t tokens = 0;              // tokens trained on so far
   double step_time_s = kNone;
   double data_wait_s = kNone;  // seconds the step waited for its batch (0 when data keep up)

@@ -25,7 +25,8 @@ OverlapChoice choose_overlap(const std::string& mode, int threads_per_rank) {
   const bool on = cores >= ranks_here * (threads_per_rank + 1);
   return {on, "--overlap auto: " + std::to_string(cores) + " cores" + (on ? " >= " : " < ") +
                   std::to_string(ranks_here) + " ranks here x (" +
-                  std::to_string(threads_per_rank) + " compute threads + 1)"};
+                  std::to_string(threads_per_rank) + " compute thread" +
+                  (threads_per_rank == 1 ? "" : "s") + " + 1)"};
 }
 
 std::vector<ModelPart> pipeline_parts(const ModelConfig& cfg, const std::string& layout,

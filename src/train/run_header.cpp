@@ -47,9 +47,10 @@ void print_run_header(const RunHeader& h) {
   const ModelConfig& cfg = *h.config;
   ParallelRun& par = *h.run;
   const int64_t DP = par.dp, B = o.micro_batch, T = o.seq, A = o.grad_accum;
-  std::printf("moet train: %s, %.1fM parameters, %.1f MFLOP/token, %d threads",
+  const int threads = ops::num_threads();
+  std::printf("moet train: %s, %.1fM parameters, %.1f MFLOP/token, %d thread%s",
               o.model_path.c_str(), double(count_parameters(cfg)) / 1e6, h.flops_per_token / 1e6,
-              ops::num_threads());
+              threads, threads == 1 ? "" : "s");
   if (h.world_size > 1) std::printf(" per rank x %d ranks", h.world_size);
   std::printf("\n");
   if (h.world_size > 1) print_layout(h, DP);
