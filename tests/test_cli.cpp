@@ -8,11 +8,13 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <thread>
 
 #include "cli/suggest.h"
 #include "core/error.h"
 #include "parallel/local_communicator.h"
 #include "temp_dir.h"
+#include "train/run_header.h"
 #include "train/setup_agreement.h"
 
 namespace {
@@ -235,3 +237,18 @@ TEST(SetupAgreement, OneProcess) {
 }
 
 }  // namespace
+
+// "reading the data ..." appears only when the reading is still running after the delay (a
+// refused or instant read says nothing), and only once.
+TEST(StartupNote, DelayedNoteOnlyForSlowWork) {
+  testing::internal::CaptureStdout();
+  { moet::DelayedNote note(true, "reading the data", 0.05); }  // instant: cancelled
+  { moet::DelayedNote quiet(false, "reading the data", 0.0); }
+  EXPECT_EQ(testing::internal::GetCapturedStdout(), "");
+  testing::internal::CaptureStdout();
+  {
+    moet::DelayedNote note(true, "reading the data", 0.05);
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  }
+  EXPECT_EQ(testing::internal::GetCapturedStdout(), "moet train: reading the data ...\n");
+}

@@ -1,5 +1,6 @@
 #include "train/run_header.h"
 
+#include <chrono>
 #include <cstdio>
 
 #include "kernels/ops.h"
@@ -12,6 +13,25 @@ void startup_note(bool verbose, const std::string& what) {
   if (!verbose) return;
   std::printf("moet train: %s ...\n", what.c_str());
   std::fflush(stdout);
+}
+
+DelayedNote::DelayedNote(bool verbose, std::string what, double delay_s) {
+  if (!verbose) return;
+  waiter_ = std::thread([this, what = std::move(what), delay_s] {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!cv_.wait_for(lock, std::chrono::duration<double>(delay_s), [this] { return done_; }))
+      startup_note(true, what);
+  });
+}
+
+DelayedNote::~DelayedNote() {
+  if (!waiter_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    done_ = true;
+  }
+  cv_.notify_one();
+  waiter_.join();
 }
 
 namespace {

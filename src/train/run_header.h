@@ -4,8 +4,11 @@
 // batch, the communication mode --overlap chose), the peak MFU divides by, memory, pipeline,
 // resume and checkpoints. All on stdout; nothing with --quiet or on other ranks.
 #pragma once
+#include <condition_variable>
 #include <cstdint>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "measure/gemm_peak.h"
@@ -18,6 +21,24 @@ namespace moet {
 
 // "moet train: building the model ..." (and a flush), when `verbose`.
 void startup_note(bool verbose, const std::string& what);
+
+// The same note, but only if the work it names is still running after `delay_s`: reading data
+// is usually instant (and then says nothing, so that a refused --data stays one line), but a
+// large text corpus takes seconds to tokenize. The note is printed by a waiting thread; the
+// destructor (the work is done) cancels it.
+class DelayedNote {
+ public:
+  DelayedNote(bool verbose, std::string what, double delay_s = 1.0);
+  ~DelayedNote();
+  DelayedNote(const DelayedNote&) = delete;
+  DelayedNote& operator=(const DelayedNote&) = delete;
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread waiter_;
+};
 
 struct RunHeader {
   const TrainOptions* options = nullptr;

@@ -124,6 +124,7 @@ double run_training(const TrainOptions& o, Communicator* world, SetupAgreement* 
   int threads = o.threads;
   if (threads == 0) threads = std::max(1, int(std::thread::hardware_concurrency()) / W);
   ops::set_num_threads(threads);
+  std::optional<DelayedNote> reading(std::in_place, verbose, "reading the data");
   const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(o.tokenizer);
   std::unique_ptr<TokenDataset> ds = open_token_dataset(
       o.data, *tokenizer, cfg.vocab_size, o.seed, o.split, parse_doc_boundary(o.doc_boundary));
@@ -157,6 +158,7 @@ double run_training(const TrainOptions& o, Communicator* world, SetupAgreement* 
   // step: a resumed run reads what the uninterrupted one would have). Planned before the model
   // is built, so that data too small is refused before the start-up note.
   ds->plan(SampleLayout{A, int64_t(DP) * B, o.steps, T});
+  reading.reset();
   if (setup) setup->agree();  // every rank's setup succeeded: the collectives may start
   startup_note(verbose, "building the model");
   std::unique_ptr<ParallelRun> par = parallelize(o, cfg, world, precision, threads, trace.get());
