@@ -43,7 +43,12 @@ for f in "$root"/tests/test_*.cpp; do
   t="$(basename "$f" .cpp)"
   [ "$t" = test_golden ] || unit_tests+=("$t")
 done
-mpi_tests=(mpi_communicator mpi_p2p mpi_expert_parallel mpi_zero1 mpi_allgather_dispatcher)
+# The GoogleTest binaries run under mpirun (mpi_main.cpp and mpi_fault_main.cpp are their mains).
+mpi_tests=()
+for f in "$root"/tests/mpi_*.cpp; do
+  t="$(basename "$f" .cpp)"
+  [[ "$t" == *_main ]] || mpi_tests+=("$t")
+done
 
 status=0
 start=$SECONDS
