@@ -4,10 +4,12 @@
 // Amax ignores NaN (as fmaxf does); a NaN element stays NaN.
 #include <cfloat>
 #include <cstring>
+#include <type_traits>
 
 #include "core/bf16.h"
 #include "core/float8.h"
 #include "kernels/cpu/common.h"
+#include "kernels/cpu/convert.h"
 #include "kernels/ops.h"
 #include "kernels/profile.h"
 
@@ -243,12 +245,12 @@ void quantize_cols(const float* x, int64_t R, int64_t C, int64_t b, bool square,
 template <typename Q>
 void round_or_copy(const float* x, int64_t n, Format f, Q* q) {
   parallel_ranges(n, [&](int64_t i0, int64_t i1) {
-    if (f == Format::BF16) {
-#pragma omp simd
-      for (int64_t i = i0; i < i1; ++i) q[i] = store_value(round_bf16(x[i]), q);
+    if constexpr (std::is_same_v<Q, uint16_t>) {
+      f32_to_bf16(x + i0, q + i0, i1 - i0);  // bf16_bits of a bf16 value is exact: F32 too
+    } else if (f == Format::BF16) {
+      round_bf16_f32(x + i0, q + i0, i1 - i0);
     } else {
-#pragma omp simd
-      for (int64_t i = i0; i < i1; ++i) q[i] = store_value(x[i], q);
+      std::copy(x + i0, x + i1, q + i0);
     }
   });
 }
@@ -380,10 +382,7 @@ void encode_rows(const Tensor& x_RD, Format fmt, void* out) {
           const float* xr = x + r * D;
           unsigned char* w = o + r * rb;
           if (fmt == Format::BF16) {
-            for (int64_t j = 0; j < D; ++j) {
-              const uint16_t b = bf16_bits(xr[j]);
-              std::memcpy(w + 2 * j, &b, 2);
-            }
+            f32_to_bf16(xr, reinterpret_cast<uint16_t*>(w), D);  // rows are 2·D bytes: aligned
             continue;
           }
           const int64_t b = format_block(fmt), nb = (D + b - 1) / b;
@@ -414,11 +413,7 @@ void decode_rows(const void* in, Format fmt, Tensor& x_RD) {
                           const unsigned char* w = w0 + r * rb;
                           float* xr = x + r * D;
                           if (fmt == Format::BF16) {
-                            for (int64_t j = 0; j < D; ++j) {
-                              uint16_t b;
-                              std::memcpy(&b, w + 2 * j, 2);
-                              xr[j] = bf16_to_float(b);
-                            }
+                            bf16_to_f32(reinterpret_cast<const uint16_t*>(w), xr, D);
                             continue;
                           }
                           const int64_t b = format_block(fmt);
