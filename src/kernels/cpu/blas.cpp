@@ -7,6 +7,9 @@
 #include <climits>
 
 #include "core/error.h"
+#include "kernels/cpu/common.h"
+#include "kernels/cpu/convert.h"
+#include "kernels/ops.h"
 
 // Exported by libdnnl (the BLAS-like bf16 entry next to dnnl_sgemm) but not declared in its
 // public headers; row-major like dnnl_sgemm. bfloat16_t is a 16-bit bit pattern.
@@ -43,6 +46,17 @@ void blas_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
                int64_t ldc) {
   if (M == 0 || N == 0) return;
   if (K == 0) return scale_c(M, N, beta, C, ldc);
+  if (!bf16_gemm_native()) {
+    // bf16 operands without bf16 instructions (MOET_BF16_OPERANDS=1): the operands widened to
+    // fp32 (exact) and multiplied by sgemm, so the bf16 storage paths run on every CPU
+    const int64_t ra = trans_a ? K : M, ca = trans_a ? M : K, rb = trans_b ? N : K,
+                  cb = trans_b ? K : N;
+    float* a = scratch<float>(size_t(ra * ca), 8);
+    float* b = scratch<float>(size_t(rb * cb), 9);
+    for (int64_t i = 0; i < ra; ++i) bf16_to_f32(A + i * lda, a + i * ca, ca);
+    for (int64_t i = 0; i < rb; ++i) bf16_to_f32(B + i * ldb, b + i * cb, cb);
+    return blas_gemm(trans_a, trans_b, M, N, K, alpha, a, ca, b, cb, beta, C, ldc);
+  }
   const dnnl_status_t st = dnnl_gemm_bf16bf16f32(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K,
                                                  alpha, A, lda, B, ldb, beta, C, ldc);
   MOET_CHECK(st == dnnl_success, "dnnl_gemm_bf16bf16f32 failed with status ", int(st), " (M=", M,

@@ -13,7 +13,8 @@ void blas_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
                const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
                int64_t ldc);
 // BF16 operands (bf16 bit patterns), F32 result: oneDNN's gemm_bf16bf16f32 (AMX or AVX512_BF16
-// kernels where the CPU has them; only reached there, see gemm_operand_dtype()).
+// kernels) where the CPU has them; elsewhere (MOET_BF16_OPERANDS=1, gemm_operand_dtype()) the
+// operands are widened to fp32 and multiplied by the F32 path — bit for bit its result.
 void blas_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C,
                int64_t ldc);

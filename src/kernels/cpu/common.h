@@ -13,6 +13,9 @@
 
 namespace moet::ops::cpu {
 
+// Whether blas_gemm's BF16 overload runs on bf16 instructions (else it widens to fp32).
+bool bf16_gemm_native();
+
 // Loops over less work than this (elements touched) run on the calling thread: a parallel
 // region costs microseconds, more when the cores are busy. Results do not depend on it.
 constexpr int64_t kParallelMin = 1 << 14;
@@ -76,10 +79,11 @@ inline int64_t rows_of(const Tensor& t) {
   return w == 0 ? 0 : t.numel() / w;
 }
 
-// Grow-only scratch, one per thread and element type: no allocation once warmed up.
+// Grow-only scratch, one per thread and element type: no allocation once warmed up. Slots 0..3
+// belong to the kernels, 4..7 to the GEMM operand temporaries (operands.h), 8..9 to blas.cpp.
 template <typename T>
 T* scratch(size_t n, int slot = 0) {
-  static thread_local std::vector<T> buf[8];
+  static thread_local std::vector<T> buf[10];
   if (buf[slot].size() < n) buf[slot].resize(n);
   return buf[slot].data();
 }

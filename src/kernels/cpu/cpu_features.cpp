@@ -28,18 +28,29 @@ const char* isa_name(dnnl_cpu_isa_t isa) {
   return "SSE4.1";
 }
 
+bool env_flag(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v && std::strcmp(v, "0") != 0;
+}
+
 }  // namespace
 
 bool cpu_has_bf16() {
   // MOET_NO_BF16_GEMM=1 takes the fp32 path on any CPU (tests of the fallback).
-  static const bool no = [] {
-    const char* v = std::getenv("MOET_NO_BF16_GEMM");
-    return v && std::strcmp(v, "0") != 0;
-  }();
+  static const bool no = env_flag("MOET_NO_BF16_GEMM");
   return !no && has(effective_isa(), dnnl_cpu_isa_avx512_core_bf16);
 }
 
-DType gemm_operand_dtype() { return cpu_has_bf16() ? DType::BF16 : DType::F32; }
+namespace cpu {
+bool bf16_gemm_native() { return cpu_has_bf16(); }
+}  // namespace cpu
+
+DType gemm_operand_dtype() {
+  // MOET_BF16_OPERANDS=1 stores low-precision operands as bf16 on any CPU (blas.cpp widens them
+  // where the CPU has no bf16 GEMM): the bf16 storage paths then run, and are tested, everywhere.
+  static const bool forced = env_flag("MOET_BF16_OPERANDS");
+  return cpu_has_bf16() || forced ? DType::BF16 : DType::F32;
+}
 
 std::string kernel_description(Format fmt) {
   std::string isa = isa_name(effective_isa());
@@ -48,6 +59,10 @@ std::string kernel_description(Format fmt) {
       fmt == Format::BF16 ? "bf16" : std::string(format_name(fmt)) + " as bf16";
   if (cpu_has_bf16())
     return isa + ", " + what + " GEMMs (oneDNN gemm_bf16bf16f32, fp32 accumulation)";
+  if (gemm_operand_dtype() == DType::BF16)
+    return isa + ", " + what +
+           " operands stored as bf16, widened into fp32 GEMMs (no bf16 instructions: exact "
+           "products, fp32 accumulation)";
   return isa + ", " + what +
          " values in fp32 GEMMs (no bf16 instructions: exact products, fp32 accumulation)";
 }
