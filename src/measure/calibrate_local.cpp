@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "kernels/ops.h"
 #include "measure/best_of.h"
+#include "measure/stream.h"
 #include "measure/gemm_peak.h"
 
 namespace moet {
@@ -169,6 +170,8 @@ SystemSpec calibrate_local(int threads, std::FILE* log) {
     s.eff.op_overhead_us = t_op * 1e6;
     say(str("per-op overhead ", t_op * 1e6, " us"));
   }
+
+  say(describe_stream(measure_stream(stream_array_bytes()), used));
 
   // Messages between ranks of this machine travel through shared memory: copied in and out.
   {

@@ -51,6 +51,8 @@ OpProfile profile_training_step(const OpProfileOptions& o) {
   ops::set_op_profiler(nullptr);
 
   OpProfile p;
+  p.stream = measure_stream(stream_array_bytes());
+  p.stream_activation = measure_stream(B * T * cfg.hidden_size * int64_t(sizeof(float)));
   p.model = o.model_path;
   p.precision = recipe_name(precision.recipe);
   const ops::Format main =
@@ -93,13 +95,21 @@ std::string op_profile_table(const OpProfile& p) {
                 p.model.c_str(), p.precision.c_str(), (long long)p.micro_batch, (long long)p.seq,
                 (long long)p.threads, p.kernels.c_str(), p.step_s, p.tokens_per_s, p.model_tflops);
   s += line;
-  s += "| op | calls/step | ms/step | share | GFLOP/s | GB/s |\n|---|---|---|---|---|---|\n";
+  s += "memory: " + describe_stream(p.stream, int(p.threads)) +
+       "; on one activation's size: " + describe_stream(p.stream_activation, int(p.threads)) +
+       "\n\n";
+  s += "| op | calls/step | ms/step | share | GFLOP/s | GB/s | % of STREAM triad |\n"
+       "|---|---|---|---|---|---|---|\n";
   for (const OpProfileRow& r : p.rows) {
-    char g[32] = "", b[32] = "";
+    char g[32] = "", b[32] = "", t[32] = "";
     if (r.gflops > 0) std::snprintf(g, sizeof g, "%.0f", r.gflops);
-    if (r.gbps > 0 && r.gflops == 0) std::snprintf(b, sizeof b, "%.1f", r.gbps);
-    std::snprintf(line, sizeof line, "| %s | %.0f | %.1f | %.1f%% | %s | %s |\n", r.op.c_str(),
-                  r.calls_per_step, r.ms_per_step, 100 * r.share, g, b);
+    if (r.memory_bound()) {
+      std::snprintf(b, sizeof b, "%.1f", r.gbps);
+      if (p.stream.triad_gbps > 0)
+        std::snprintf(t, sizeof t, "%.0f%%", 100 * r.gbps / p.stream.triad_gbps);
+    }
+    std::snprintf(line, sizeof line, "| %s | %.0f | %.1f | %.1f%% | %s | %s | %s |\n", r.op.c_str(),
+                  r.calls_per_step, r.ms_per_step, 100 * r.share, g, b, t);
     s += line;
   }
   return s;
@@ -116,6 +126,12 @@ std::string op_profile_json(const OpProfile& p) {
   j["step_s"] = p.step_s;
   j["tokens_per_s"] = p.tokens_per_s;
   j["model_tflops"] = p.model_tflops;
+  const auto stream_json = [](const StreamBandwidth& b) {
+    return nlohmann::json{
+        {"array_bytes", b.array_bytes}, {"copy_gbps", b.copy_gbps}, {"triad_gbps", b.triad_gbps}};
+  };
+  j["stream"] = stream_json(p.stream);
+  j["stream_activation"] = stream_json(p.stream_activation);
   for (const OpProfileRow& r : p.rows)
     j["ops"].push_back({{"op", r.op},
                         {"calls_per_step", r.calls_per_step},

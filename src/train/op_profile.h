@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "measure/stream.h"
+
 namespace moet {
 
 struct OpProfileOptions {
@@ -21,6 +23,7 @@ struct OpProfileRow {
   std::string op;
   double calls_per_step = 0, ms_per_step = 0, share = 0;
   double gflops = 0, gbps = 0;  // per second of the op's own time; 0 when not counted
+  bool memory_bound() const { return gbps > 0 && gflops == 0; }
 };
 
 struct OpProfile {
@@ -28,6 +31,9 @@ struct OpProfile {
   int64_t micro_batch = 0, seq = 0, threads = 0;
   double step_s = 0, tokens_per_s = 0, model_tflops = 0;  // Megatron FLOPs
   std::vector<OpProfileRow> rows;  // by time, largest first; "other" = step − Σ ops
+  // The machine's copy bandwidth: STREAM (arrays 4× the L3) and the same kernels on arrays of one
+  // activation (micro-batch tokens × hidden floats), the size the step's memory-bound ops touch.
+  StreamBandwidth stream, stream_activation;
 };
 
 OpProfile profile_training_step(const OpProfileOptions& o);
