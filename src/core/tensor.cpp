@@ -55,7 +55,8 @@ Tensor Tensor::rows(int64_t begin, int64_t end) const {
   MOET_ASSERT(ndim >= 1 && 0 <= begin && begin <= end && end <= shape[0]);
   Tensor v = *this;
   v.shape[0] = end - begin;
-  v.ptr = static_cast<char*>(ptr) + begin * (numel() / shape[0]) * dtype_size(dtype);
+  // a tensor without memory (a planned shape) stays without memory
+  if (ptr) v.ptr = static_cast<char*>(ptr) + begin * (numel() / shape[0]) * dtype_size(dtype);
   return v;
 }
 

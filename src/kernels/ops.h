@@ -34,12 +34,39 @@ DType gemm_operand_dtype();
 std::string kernel_description(Format fmt);
 
 // ---------------------------------------------------------------- elementwise / reductions
-void copy(const Tensor& src, Tensor& dst);                     // dst = src (same numel)
-void fill(Tensor& x, double value);                            // x = value
+void copy(const Tensor& src, Tensor& dst);  // dst = src (same numel; F32 <-> BF16 converts)
+void fill(Tensor& x, double value);         // x = value
 void add(const Tensor& a, const Tensor& b, Tensor& out);       // out = a + b (out may alias)
 void add_inplace(Tensor& acc, const Tensor& x, double alpha);  // acc += alpha * x
 void scale_inplace(Tensor& x, double alpha);                   // x *= alpha
 double sum_squares(const Tensor& x);                           // Σ x², fixed-order
+
+// ---------------------------------------------------------------- operands written by producers
+// An activation's GEMM operands in a low-precision format, written by the op that produces the
+// activation while its rows are still in cache, so no GEMM quantizes it in a pass of its own
+// (docs/kernels.md, "Operands"):
+// - rows: the values in `fmt` with 1×b blocks along each row — what fprop (x) and dgrad (dy) read;
+// - cols: the values with b×1 blocks down each column (FP8 formats only: what wgrad reads of x
+//   and dy), the blocks starting at row 0, or at each segment's first row when `segments` (I32
+//   offsets, G+1 entries, as the grouped GEMMs take them) is set.
+// rows and cols have the activation's shape, in gemm_operand_dtype() (rows may also be F32 where
+// a consumer wants fp32 values, and may be the activation's own memory when its fp32 values are
+// not needed: the producer then rounds in place). An empty tensor is not written. In
+// element-wise formats (bf16) `rows` serves every GEMM. An empty Operand asks for nothing.
+struct Operand {
+  Format fmt = Format::F32;
+  Tensor rows, cols;
+  Tensor segments;
+  bool empty() const { return rows.empty() && cols.empty(); }
+  // What a wgrad GEMM reads: cols in FP8 formats, rows in element-wise ones.
+  const Tensor& wgrad() const { return is_fp8(fmt) ? cols : rows; }
+  // Rows [r0, r1) (element-wise formats, or no cols: cols blocks do not split).
+  Operand row_range(int64_t r0, int64_t r1) const;
+};
+// Writes q's tensors from x in one pass over x: the quantize-and-transpose of a GPU stack, for an
+// activation whose producer could not write them (kernels/cpu/emit.h does the same inside
+// producers).
+void quantize_operand(const Tensor& x_RC, const Operand& q);
 
 // ---------------------------------------------------------------- matrix products (BLAS)
 // c = alpha * op(a) · op(b) + beta * c, 2-D tensors, op = transpose when the flag is set.
@@ -63,14 +90,19 @@ void prepare_weight(const Tensor& w_EOD, const LinearPrecision& p, WeightOperand
 // y_NO = x_ND · w_ODᵀ (Hugging Face weight layout [out, in]), or y += when accumulate. With a
 // low-precision p.fprop, x is quantized along D (1×b blocks) and w comes from wq (or is quantized
 // on the fly when wq is null); fp32 accumulation.
+// xq: x's operands made by its producer (xq->rows is used, in p.fprop; null or empty: x is
+// quantized here).
 void linear_forward(const Tensor& x_ND, const Tensor& w_OD, Tensor& y_NO,
                     const LinearPrecision& p = {}, const WeightOperands* wq = nullptr,
-                    bool accumulate = false);
+                    bool accumulate = false, const Operand* xq = nullptr);
 // dx_ND = dy_NO · w_OD (+= when accumulate_dx; skipped when dx is empty); dw_OD += dy_NOᵀ · x_ND.
 // Low precision: dgrad quantizes dy along O (1×b); wgrad quantizes dy and x along N (b×1).
+// dyq, xq: operands made by their producers (dgrad reads dyq->rows, wgrad dyq->wgrad() and
+// xq->wgrad(); null or empty: quantized here).
 void linear_backward(const Tensor& dy_NO, const Tensor& x_ND, const Tensor& w_OD, Tensor& dx_ND,
                      bool accumulate_dx, Tensor& dw_OD, const LinearPrecision& p = {},
-                     const WeightOperands* wq = nullptr);
+                     const WeightOperands* wq = nullptr, const Operand* dyq = nullptr,
+                     const Operand* xq = nullptr);
 
 // Grouped GEMM over experts. Rows are in E*S segments, S per expert (expert-major; under expert
 // parallelism segment s of an expert holds the rows from source rank s); rows
@@ -78,21 +110,27 @@ void linear_backward(const Tensor& dy_NO, const Tensor& x_ND, const Tensor& w_OD
 // entries); w_EOD holds the experts' [O, D] weights back to back.
 // y[rows of g] = x[rows of g] · w[g / S]ᵀ, one GEMM per non-empty segment. Precision as
 // linear_forward; x_in_format: x already holds p.fprop's values (quantized along D before the
-// dispatch), so it is used as it is.
+// dispatch; F32, or BF16 bits), so it is used as it is; xq: x's operands made by its producer
+// (used instead of x). y_format BF16: each segment's output is rounded to bf16 as its GEMM ends
+// (the epilogue of the experts' down projection, whose outputs travel back in bf16).
 void grouped_linear_forward(const Tensor& x_MD, const Tensor& offsets_E1, const Tensor& w_EOD,
                             Tensor& y_MO, int64_t segments_per_expert = 1,
                             const LinearPrecision& p = {}, const WeightOperands* wq = nullptr,
-                            bool x_in_format = false);
+                            bool x_in_format = false, const Operand* xq = nullptr,
+                            Format y_format = Format::F32);
 // dx = dy · w[e] per segment (overwrite); dw[e] += Σ_s dy[rows of s]ᵀ · x[rows of s], the S
 // segment gradients summed in the canonical tree order (core/tree_sum.h).
 // A 4-D dw [S, E, O, D] keeps them apart instead: dw[s, e] += dy[rows of segment (e, s)]ᵀ ·
 // x[those rows], computed exactly as with one segment per expert.
 // Low-precision wgrad blocks run along the rows of each segment, starting at its first row, so
 // they hold the same tokens whatever the expert-parallel layout.
+// dyq, xq as in linear_backward (their cols blocks restart at each segment's first row). x may be
+// BF16 bits holding p.wgrad's values (an element-wise format) when xq is not given.
 void grouped_linear_backward(const Tensor& dy_MO, const Tensor& x_MD, const Tensor& offsets_E1,
                              const Tensor& w_EOD, Tensor& dx_MD, Tensor& dw_EOD,
                              int64_t segments_per_expert = 1, const LinearPrecision& p = {},
-                             const WeightOperands* wq = nullptr);
+                             const WeightOperands* wq = nullptr, const Operand* dyq = nullptr,
+                             const Operand* xq = nullptr);
 
 // ---------------------------------------------------------------- low precision (precision.h)
 // q = the values of x in `fmt` with its blocks along `axis`: each element quantized to E4M3
@@ -122,15 +160,19 @@ void decode_rows(const void* in, Format fmt, Tensor& x_RD);
 
 // ---------------------------------------------------------------- normalisation / activation
 // y = x / sqrt(mean(x²) + eps) * w per row; rstd_N = 1/sqrt(mean(x²) + eps) saved for backward.
+// Producers of GEMM inputs take an Operand `q` to write as they go (empty: none).
 void rmsnorm_forward(const Tensor& x_ND, const Tensor& w_D, double eps, Tensor& y_ND,
-                     Tensor& rstd_N);
-// dx (= or += when accumulate_dx), dw_D +=.
+                     Tensor& rstd_N, const Operand& yq = {});
+// dx (= or += when accumulate_dx), dw_D +=; dxq: the operands of the final dx.
 void rmsnorm_backward(const Tensor& dy_ND, const Tensor& x_ND, const Tensor& w_D,
-                      const Tensor& rstd_N, Tensor& dx_ND, bool accumulate_dx, Tensor& dw_D);
+                      const Tensor& rstd_N, Tensor& dx_ND, bool accumulate_dx, Tensor& dw_D,
+                      const Operand& dxq = {});
 
-// gu_N2F = [gate | up] (gate in columns [0, F), up in [F, 2F)); h = silu(gate) * up.
-void swiglu_forward(const Tensor& gu_N2F, Tensor& h_NF);
-void swiglu_backward(const Tensor& dh_NF, const Tensor& gu_N2F, Tensor& dgu_N2F);
+// gu_N2F = [gate | up] (gate in columns [0, F), up in [F, 2F)); h = silu(gate) * up. h may be
+// empty when hq is not: only the operands are written (the down projection is h's only reader).
+void swiglu_forward(const Tensor& gu_N2F, Tensor& h_NF, const Operand& hq = {});
+void swiglu_backward(const Tensor& dh_NF, const Tensor& gu_N2F, Tensor& dgu_N2F,
+                     const Operand& dguq = {});
 
 // ---------------------------------------------------------------- embedding and loss
 // out[n] = table[tokens[n]]; tokens_N is I32.
@@ -149,23 +191,26 @@ double cross_entropy(const Tensor& logits_NV, const Tensor& targets_N, double gr
 // no second max or sum.
 double cross_entropy_forward(const Tensor& logits_NV, const Tensor& targets_N, Tensor& lse_N);
 void cross_entropy_backward(Tensor& logits_NV, const Tensor& targets_N, const Tensor& lse_N,
-                            double grad_scale);
+                            double grad_scale, const Operand& dq = {});
 
 // ---------------------------------------------------------------- attention
 // RoPE in place on x viewed [N, H, W]: dims [off, off+R) of every head, interleaved pairs
 // (x[2i], x[2i+1]) rotated by the angle whose cos/sin are cos_TR2[t][i], sin_TR2[t][i], where
 // t = n % T (position within the sequence) and R2 = R/2.
 void rope_forward(Tensor& x_NHW, int64_t off, const Tensor& cos_TR2, const Tensor& sin_TR2);
-// The transpose (inverse rotation), in place on the gradient.
-void rope_backward(Tensor& dx_NHW, int64_t off, const Tensor& cos_TR2, const Tensor& sin_TR2);
+// The transpose (inverse rotation), in place on the gradient; dxq: the operands of the rows
+// [N, H·W] after it.
+void rope_backward(Tensor& dx_NHW, int64_t off, const Tensor& cos_TR2, const Tensor& sin_TR2,
+                   const Operand& dxq = {});
 
 // Causal softmax attention for each (b, h): o = softmax(scale · q kᵀ over s <= t) v, in tiles
 // with an online softmax (no T×T buffer); lse_BHT receives each row's log-sum-exp for backward.
 // q, k: [B, T, H, Kd]; v, o: [B, T, H, Vd]. operands BF16: both products take bf16-rounded
 // operands (q, k, v, the probabilities), fp32 accumulation and softmax.
+// oq: the operands of o viewed [B·T, H·V] (element-wise formats: each head writes its part).
 void attention_forward(const Tensor& q_BTHK, const Tensor& k_BTHK, const Tensor& v_BTHV,
-                       double scale, Tensor& lse_BHT, Tensor& o_BTHV,
-                       Format operands = Format::F32);
+                       double scale, Tensor& lse_BHT, Tensor& o_BTHV, Format operands = Format::F32,
+                       const Operand& oq = {});
 // dq, dk, dv overwritten; the probabilities are recomputed from q, k and lse. operands BF16:
 // every product's operands (q, k, v, dO, P, dS) rounded to bf16.
 void attention_backward(const Tensor& do_BTHV, const Tensor& q_BTHK, const Tensor& k_BTHK,
@@ -181,7 +226,7 @@ void causal_softmax_rows(Tensor& s_RS, int64_t n, int64_t first, double scale);
 
 // ---------------------------------------------------------------- layout
 // out_N(A+B)[n] = [a[n] | b[n]].
-void concat_cols(const Tensor& a_NA, const Tensor& b_NB, Tensor& out_NC);
+void concat_cols(const Tensor& a_NA, const Tensor& b_NB, Tensor& out_NC, const Operand& q = {});
 // Backward: da[n] = d[n, :A], db[n] = d[n, A:]. Overwrites.
 void split_cols(const Tensor& d_NC, Tensor& da_NA, Tensor& db_NB);
 // MLA head assembly: kv_NHW holds per head [k_nope (P) | v (U)], kr_NR the rope key shared by
@@ -189,7 +234,7 @@ void split_cols(const Tensor& d_NC, Tensor& da_NA, Tensor& db_NB);
 void mla_split_kv(const Tensor& kv_NHW, const Tensor& kr_NR, Tensor& k_NHK, Tensor& v_NHU);
 // Backward: dkv[n,h] = [dk[n,h,:P] | dv[n,h]], dkr[n] = Σ_h dk[n,h,P:] (h in order). Overwrites.
 void mla_split_kv_backward(const Tensor& dk_NHK, const Tensor& dv_NHU, Tensor& dkv_NHW,
-                           Tensor& dkr_NR);
+                           Tensor& dkr_NR, const Operand& dkvq = {});
 
 // ---------------------------------------------------------------- mixture of experts
 struct RouterSpec {
@@ -224,16 +269,21 @@ double z_loss(const Tensor& logits_NE, double coef, Tensor& dlogits_NE);
 // row of assignment (n, k), token_M[m] = source token of permuted row m. All I32.
 void moe_permute_plan(const Tensor& idx_NK, int64_t n_experts, Tensor& offsets_E1, Tensor& slot_NK,
                       Tensor& token_M);
-// xp[m] = x[token[m]].
-void gather_rows(const Tensor& x_ND, const Tensor& token_M, Tensor& xp_MD);
+// xp[m] = x[token[m]]. x and xp are F32 or BF16 bits (BF16 x into F32 xp widens; F32 x into
+// BF16 xp rounds, exact when x holds bf16 values); xpq: xp's operands (rows ignored, cols
+// blocks from its segments).
+void gather_rows(const Tensor& x_ND, const Tensor& token_M, Tensor& xp_MD, const Operand& xpq = {});
 // dx[n] += Σ_k dxp[slot[n,k]], k in order.
 void gather_rows_backward(const Tensor& dxp_MD, const Tensor& slot_NK, Tensor& dx_ND);
 // y[n] (= or += when accumulate) Σ_k gates[n,k] * yp[slot[n,k]], k in order.
 void unpermute_forward(const Tensor& yp_MD, const Tensor& slot_NK, const Tensor& gates_NK,
                        Tensor& y_ND, bool accumulate);
 // dyp[slot[n,k]] = gates[n,k] * dy[n]; dgates[n,k] = dy[n] · yp[slot[n,k]]. Overwrites both.
+// token_M (the plan's): row m's token, so dyp can be written in row order with its operands dypq
+// (empty token_M: no operands).
 void unpermute_backward(const Tensor& dy_ND, const Tensor& yp_MD, const Tensor& slot_NK,
-                        const Tensor& gates_NK, Tensor& dyp_MD, Tensor& dgates_NK);
+                        const Tensor& gates_NK, Tensor& dyp_MD, Tensor& dgates_NK,
+                        const Tensor& token_M = {}, const Operand& dypq = {});
 
 // ---------------------------------------------------------------- optimizer
 struct AdamWSpec {

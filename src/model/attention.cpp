@@ -5,6 +5,7 @@
 
 #include "kernels/ops.h"
 #include "model/kv_cache.h"
+#include "model/operands.h"
 
 namespace moet {
 
@@ -36,61 +37,76 @@ void MlaAttention::plan(Workspace& ws) {
   const int64_t N = ws.N(), K = P_ + R_, W = P_ + U_;
   Arena& a = ws.act;
   cq_raw_NQ_ = a.alloc_f32({N, Q_});
-  cq_NQ_ = a.alloc_f32({N, Q_});
   cq_rstd_N_ = a.alloc_f32({N});
   ckv_NC_ = a.alloc_f32({N, C_});
-  ckvn_NC_ = a.alloc_f32({N, C_});
   ckv_rstd_N_ = a.alloc_f32({N});
   q_NHK_ = a.alloc_f32({N, H_, K});
   k_NHK_ = a.alloc_f32({N, H_, K});
   v_NHU_ = a.alloc_f32({N, H_, U_});
   lse_BHT_ = a.alloc_f32({B_, H_, T_});
   o_NHU_ = a.alloc_f32({N, H_, U_});
+  // the normalised latents are read only by q_b and kv_b; o also by attention's backward
+  const GemmInput cq = plan_gemm_input(a, N, Q_, lin_), ckvn = plan_gemm_input(a, N, C_, lin_);
+  cq_NQ_ = cq.values, cq_q_ = cq.q;
+  ckvn_NC_ = ckvn.values, ckvn_q_ = ckvn.q;
+  o_q_ = plan_input_operand(a, N, H_ * U_, lin_);
   Arena& s = ws.scratch;
   kva_NA_ = s.alloc_f32({N, C_ + R_});
   kr_NR_ = s.alloc_f32({N, R_});
   kv_NHW_ = s.alloc_f32({N, H_, W});
   do_NHU_ = s.alloc_f32({N, H_, U_});
-  dq_NHK_ = s.alloc_f32({N, H_, K});
   dk_NHK_ = s.alloc_f32({N, H_, K});
   dv_NHU_ = s.alloc_f32({N, H_, U_});
-  dkv_NHW_ = s.alloc_f32({N, H_, W});
   dkr_NR_ = s.alloc_f32({N, R_});
   dckvn_NC_ = s.alloc_f32({N, C_});
   dckv_NC_ = s.alloc_f32({N, C_});
-  dkva_NA_ = s.alloc_f32({N, C_ + R_});
   dcq_NQ_ = s.alloc_f32({N, Q_});
-  dcq_raw_NQ_ = s.alloc_f32({N, Q_});
+  // gradients read only by the projections' backward (dq also written by attention first)
+  const GemmInput dkv = plan_gemm_input(s, N, H_ * W, lin_, true),
+                  dkva = plan_gemm_input(s, N, C_ + R_, lin_, true),
+                  dq = plan_gemm_input(s, N, H_ * K, lin_, true, true),
+                  dcq_raw = plan_gemm_input(s, N, Q_, lin_, true);
+  dkv_NHW_ = dkv.values.view({N, H_, W}), dkv_q_ = dkv.q;
+  dkva_NA_ = dkva.values, dkva_q_ = dkva.q;
+  dq_NHK_ = dq.values.view({N, H_, K}), dq_q_ = dq.q;
+  dcq_raw_NQ_ = dcq_raw.values, dcq_raw_q_ = dcq_raw.q;
 }
 
-void MlaAttention::project_queries(const Tensor& x_ND, const RopeCache& rope) {
+void MlaAttention::project_queries(const Tensor& x_ND, const ops::Operand& xq,
+                                   const RopeCache& rope) {
   const int64_t N = x_ND.size(0), K = P_ + R_;
   // queries: q = q_b(norm(q_a(x))), rope on the last R dims of each head
-  ops::linear_forward(x_ND, q_a_->value, cq_raw_NQ_, lin_, q_a_->operands());
-  ops::rmsnorm_forward(cq_raw_NQ_, q_a_norm_->value, eps_, cq_NQ_, cq_rstd_N_);
+  ops::linear_forward(x_ND, q_a_->value, cq_raw_NQ_, lin_, q_a_->operands(), false, &xq);
+  ops::rmsnorm_forward(cq_raw_NQ_, q_a_norm_->value, eps_, cq_NQ_, cq_rstd_N_, cq_q_);
   Tensor q2 = q_NHK_.view({N, H_ * K});
-  ops::linear_forward(cq_NQ_, q_b_->value, q2, lin_, q_b_->operands());
+  ops::linear_forward(cq_NQ_, q_b_->value, q2, lin_, q_b_->operands(), false, &cq_q_);
   ops::rope_forward(q_NHK_, P_, rope.cos_TR2, rope.sin_TR2);
 }
 
-void MlaAttention::forward(const Tensor& x_ND, Tensor& y_ND, const RopeCache& rope) {
+void MlaAttention::forward(const Tensor& x_ND, Tensor& y_ND, const RopeCache& rope,
+                           const ops::Operand& xq) {
   const int64_t N = x_ND.size(0), K = P_ + R_;
-  project_queries(x_ND, rope);
+  project_queries(x_ND, xq, rope);
   // keys and values: one projection to the compressed kv (first C outputs) and the shared rope
   // key (last R)
-  ops::linear_forward(x_ND, kv_a_->value, kva_NA_, lin_, kv_a_->operands());
+  ops::linear_forward(x_ND, kv_a_->value, kva_NA_, lin_, kv_a_->operands(), false, &xq);
   ops::split_cols(kva_NA_, ckv_NC_, kr_NR_);
   Tensor kr = kr_NR_.view({N, 1, R_});
   ops::rope_forward(kr, 0, rope.cos_TR2, rope.sin_TR2);
-  ops::rmsnorm_forward(ckv_NC_, kv_a_norm_->value, eps_, ckvn_NC_, ckv_rstd_N_);
+  ops::rmsnorm_forward(ckv_NC_, kv_a_norm_->value, eps_, ckvn_NC_, ckv_rstd_N_, ckvn_q_);
   Tensor kv2 = kv_NHW_.view({N, H_ * (P_ + U_)});
-  ops::linear_forward(ckvn_NC_, kv_b_->value, kv2, lin_, kv_b_->operands());
+  ops::linear_forward(ckvn_NC_, kv_b_->value, kv2, lin_, kv_b_->operands(), false, &ckvn_q_);
   ops::mla_split_kv(kv_NHW_, kr_NR_, k_NHK_, v_NHU_);
-  // causal softmax attention, then the output projection
+  // causal softmax attention (writing o_proj's operands as it goes where their blocks lie within
+  // a head: element-wise formats), then the output projection
   Tensor o4 = o_NHU_.view({B_, T_, H_, U_});
+  const Tensor o2 = o_NHU_.view({N, H_ * U_});
+  const bool heads_write = !ops::is_fp8(o_q_.fmt);
   ops::attention_forward(q_NHK_.view({B_, T_, H_, K}), k_NHK_.view({B_, T_, H_, K}),
-                         v_NHU_.view({B_, T_, H_, U_}), rope.softmax_scale, lse_BHT_, o4, attn_);
-  ops::linear_forward(o_NHU_.view({N, H_ * U_}), o_->value, y_ND, lin_, o_->operands());
+                         v_NHU_.view({B_, T_, H_, U_}), rope.softmax_scale, lse_BHT_, o4, attn_,
+                         heads_write ? o_q_ : ops::Operand{});
+  if (!heads_write) ops::quantize_operand(o2, o_q_);  // FP8 blocks span heads: one pass, both ways
+  ops::linear_forward(o2, o_->value, y_ND, lin_, o_->operands(), false, &o_q_);
 }
 
 namespace {
@@ -106,13 +122,13 @@ Tensor scratch_tensor(std::vector<float>& v, int64_t rows, int64_t cols) {
 // output o = W_UV[h]·(Σ_s p_s c_kv[s]) — the same products as forward, associated differently.
 // Heads are outermost in the temporaries, so each head's rows are one contiguous block.
 void MlaAttention::forward_cached(const Tensor& x_ND, Tensor& y_ND, const RopeCache& rope,
-                                  LatentCache& cache, int64_t pos) {
+                                  LatentCache& cache, int64_t pos, const ops::Operand& xq) {
   const int64_t N = x_ND.size(0), K = P_ + R_, W = P_ + U_, S = pos + N;
   MOET_ASSERT(N == B_ * T_ && S <= cache.ckv_SC.size(0) && cache.scratch);
-  project_queries(x_ND, rope);
+  project_queries(x_ND, xq, rope);
   // the tokens' latents go into the cache: normalised c_kv and the rotated rope key
   Tensor ckv = cache.ckv_SC.rows(pos, S), kr = cache.kpe_SR.rows(pos, S);
-  ops::linear_forward(x_ND, kv_a_->value, kva_NA_, lin_, kv_a_->operands());
+  ops::linear_forward(x_ND, kv_a_->value, kva_NA_, lin_, kv_a_->operands(), false, &xq);
   ops::split_cols(kva_NA_, ckv_NC_, kr);
   Tensor kr3 = kr.view({N, 1, R_});
   ops::rope_forward(kr3, 0, rope.cos_TR2, rope.sin_TR2);
@@ -150,11 +166,12 @@ void MlaAttention::forward_cached(const Tensor& x_ND, Tensor& y_ND, const RopeCa
 }
 
 void MlaAttention::backward(const Tensor& dy_ND, const Tensor& x_ND, Tensor& dx_ND,
-                            const RopeCache& rope) {
+                            const RopeCache& rope, const ops::Operand& dyq,
+                            const ops::Operand& xq) {
   const int64_t N = x_ND.size(0), K = P_ + R_;
   Tensor do2 = do_NHU_.view({N, H_ * U_});
   ops::linear_backward(dy_ND, o_NHU_.view({N, H_ * U_}), o_->value, do2, false, o_->grad, lin_,
-                       o_->operands());
+                       o_->operands(), &dyq, &o_q_);
   Tensor dq4 = dq_NHK_.view({B_, T_, H_, K}), dk4 = dk_NHK_.view({B_, T_, H_, K}),
          dv4 = dv_NHU_.view({B_, T_, H_, U_});
   ops::attention_backward(do_NHU_.view({B_, T_, H_, U_}), q_NHK_.view({B_, T_, H_, K}),
@@ -162,24 +179,24 @@ void MlaAttention::backward(const Tensor& dy_ND, const Tensor& x_ND, Tensor& dx_
                           o_NHU_.view({B_, T_, H_, U_}), lse_BHT_, rope.softmax_scale, dq4, dk4,
                           dv4, attn_);
   // keys/values path
-  ops::mla_split_kv_backward(dk_NHK_, dv_NHU_, dkv_NHW_, dkr_NR_);
+  ops::mla_split_kv_backward(dk_NHK_, dv_NHU_, dkv_NHW_, dkr_NR_, dkv_q_);
   ops::linear_backward(dkv_NHW_.view({N, H_ * (P_ + U_)}), ckvn_NC_, kv_b_->value, dckvn_NC_, false,
-                       kv_b_->grad, lin_, kv_b_->operands());
+                       kv_b_->grad, lin_, kv_b_->operands(), &dkv_q_, &ckvn_q_);
   ops::rmsnorm_backward(dckvn_NC_, ckv_NC_, kv_a_norm_->value, ckv_rstd_N_, dckv_NC_, false,
                         kv_a_norm_->grad);
   Tensor dkr = dkr_NR_.view({N, 1, R_});
   ops::rope_backward(dkr, 0, rope.cos_TR2, rope.sin_TR2);
-  ops::concat_cols(dckv_NC_, dkr_NR_, dkva_NA_);
+  ops::concat_cols(dckv_NC_, dkr_NR_, dkva_NA_, dkva_q_);
   ops::linear_backward(dkva_NA_, x_ND, kv_a_->value, dx_ND, false, kv_a_->grad, lin_,
-                       kv_a_->operands());
+                       kv_a_->operands(), &dkva_q_, &xq);
   // query path
-  ops::rope_backward(dq_NHK_, P_, rope.cos_TR2, rope.sin_TR2);
+  ops::rope_backward(dq_NHK_, P_, rope.cos_TR2, rope.sin_TR2, dq_q_);
   ops::linear_backward(dq_NHK_.view({N, H_ * K}), cq_NQ_, q_b_->value, dcq_NQ_, false, q_b_->grad,
-                       lin_, q_b_->operands());
+                       lin_, q_b_->operands(), &dq_q_, &cq_q_);
   ops::rmsnorm_backward(dcq_NQ_, cq_raw_NQ_, q_a_norm_->value, cq_rstd_N_, dcq_raw_NQ_, false,
-                        q_a_norm_->grad);
+                        q_a_norm_->grad, dcq_raw_q_);
   ops::linear_backward(dcq_raw_NQ_, x_ND, q_a_->value, dx_ND, true, q_a_->grad, lin_,
-                       q_a_->operands());
+                       q_a_->operands(), &dcq_raw_q_, &xq);
 }
 
 }  // namespace moet

@@ -24,20 +24,24 @@ class MlaAttention {
   MlaAttention(const ModelConfig& c, ParamStore& ps, const std::string& prefix,
                const ops::LinearPrecision& lin = {}, ops::Format attn = ops::Format::F32);
   void plan(Workspace& ws);
-  // y_ND = attention(x_ND); x must stay unchanged until backward.
-  void forward(const Tensor& x_ND, Tensor& y_ND, const RopeCache& rope);
-  // dx_ND = d/dx (overwritten); weight gradients accumulate.
-  void backward(const Tensor& dy_ND, const Tensor& x_ND, Tensor& dx_ND, const RopeCache& rope);
+  // y_ND = attention(x_ND); x (and xq) must stay unchanged until backward. xq: x's operands in
+  // the projections' formats (plan_input_operand), written by x's producer; empty: none.
+  void forward(const Tensor& x_ND, Tensor& y_ND, const RopeCache& rope,
+               const ops::Operand& xq = {});
+  // dx_ND = d/dx (overwritten); weight gradients accumulate. dyq: dy's operands
+  // (plan_grad_operand), written by dy's producer; xq as forward's.
+  void backward(const Tensor& dy_ND, const Tensor& x_ND, Tensor& dx_ND, const RopeCache& rope,
+                const ops::Operand& dyq = {}, const ops::Operand& xq = {});
   // Inference with a KV cache (the one decode-only path of the model, docs/generate.md): the
   // N = x_ND.size(0) tokens at positions [pos, pos + N) (rope: their tables, from position pos)
   // write their latents into the cache's rows and attend over rows [0, pos + N), kv_b_proj
   // absorbed into the queries and the outputs. Needs a plan for exactly N tokens.
   void forward_cached(const Tensor& x_ND, Tensor& y_ND, const RopeCache& rope, LatentCache& cache,
-                      int64_t pos);
+                      int64_t pos, const ops::Operand& xq = {});
 
  private:
   // q_NHK_ = the rotated queries of x (both forward paths).
-  void project_queries(const Tensor& x_ND, const RopeCache& rope);
+  void project_queries(const Tensor& x_ND, const ops::Operand& xq, const RopeCache& rope);
 
   int64_t H_, P_, R_, U_, Q_, C_;
   double eps_;
@@ -50,6 +54,10 @@ class MlaAttention {
   // temporaries
   Tensor kva_NA_, kr_NR_, kv_NHW_, do_NHU_, dq_NHK_, dk_NHK_, dv_NHU_, dkv_NHW_, dkr_NR_, dckvn_NC_,
       dckv_NC_, dkva_NA_, dcq_NQ_, dcq_raw_NQ_;
+  // operands written by their producers (model/operands.h): kept (GEMM inputs of forward), then
+  // temporaries (gradients)
+  ops::Operand cq_q_, ckvn_q_, o_q_;
+  ops::Operand dkv_q_, dkva_q_, dq_q_, dcq_raw_q_;
   int64_t B_ = 0, T_ = 0;
 };
 

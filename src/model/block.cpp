@@ -2,6 +2,7 @@
 
 #include "core/trace.h"
 #include "kernels/ops.h"
+#include "model/operands.h"
 
 namespace moet {
 
@@ -9,6 +10,7 @@ DecoderBlock::DecoderBlock(const ModelConfig& c, ParamStore& ps, const std::stri
                            std::unique_ptr<TokenDispatcher> dispatcher,
                            const PrecisionPolicy& precision, int64_t layer)
     : eps_(c.rms_norm_eps),
+      lin_(precision.decoder(layer, c.num_hidden_layers)),
       in_norm_(ps.declare(p + "input_layernorm.weight", {c.hidden_size}, Init::Ones, false)),
       post_norm_(
           ps.declare(p + "post_attention_layernorm.weight", {c.hidden_size}, Init::Ones, false)),
@@ -30,13 +32,24 @@ void DecoderBlock::set_trace(TraceRecorder* rec, int lane) {
 
 void DecoderBlock::plan(Workspace& ws) {
   const int64_t N = ws.N(), D = in_norm_->value.size(0);
-  xn_ND_ = ws.act.alloc_f32({N, D});
+  // the input norm's output is read only by attention's projections; the post-attention norm's
+  // also by the router of an MoE layer (fp32)
+  const GemmInput xn = plan_gemm_input(ws.act, N, D, lin_);
+  xn_ND_ = xn.values, xn_q_ = xn.q;
   rstd1_N_ = ws.act.alloc_f32({N});
   a_ND_ = ws.act.alloc_f32({N, D});
-  an_ND_ = ws.act.alloc_f32({N, D});
+  if (moe_) {
+    an_ND_ = ws.act.alloc_f32({N, D});
+    an_q_ = plan_input_operand(ws.act, N, D, lin_);
+    if (!moe_->has_shared_expert()) an_q_.cols = {};  // only the shared expert's wgrad reads it
+  } else {
+    const GemmInput an = plan_gemm_input(ws.act, N, D, lin_);
+    an_ND_ = an.values, an_q_ = an.q;
+  }
   rstd2_N_ = ws.act.alloc_f32({N});
   da_ND_ = ws.scratch.alloc_f32({N, D});
   dxn_ND_ = ws.scratch.alloc_f32({N, D});
+  da_q_ = plan_grad_operand(ws.scratch, N, D, lin_);  // da is also the residual's gradient
   attn_.plan(ws);
   if (moe_)
     moe_->plan(ws);
@@ -52,34 +65,34 @@ void DecoderBlock::forward_stage(int stage, const Tensor& in_ND, Tensor& out_ND,
                                  const RopeCache& rope) {
   if (stage == 0) attention_part(in_ND, rope, nullptr, 0);
   if (moe_) {
-    moe_->forward_stage(stage, an_ND_, out_ND);
+    moe_->forward_stage(stage, an_ND_, out_ND, an_q_);
   } else if (stage == 0) {
     TraceRecorder::Span span(trace_, trace_lane_, "mlp fwd", trace::kMlp);
-    mlp_->forward(an_ND_, out_ND, false);
+    mlp_->forward(an_ND_, out_ND, false, an_q_);
   }
   if (stage == kStages - 1) ops::add(out_ND, a_ND_, out_ND);
 }
 
 void DecoderBlock::attention_part(const Tensor& in_ND, const RopeCache& rope, LatentCache* cache,
                                   int64_t pos) {
-  ops::rmsnorm_forward(in_ND, in_norm_->value, eps_, xn_ND_, rstd1_N_);
+  ops::rmsnorm_forward(in_ND, in_norm_->value, eps_, xn_ND_, rstd1_N_, xn_q_);
   TraceRecorder::Span span(trace_, trace_lane_, "attention fwd", trace::kAttention);
   if (cache)
-    attn_.forward_cached(xn_ND_, a_ND_, rope, *cache, pos);
+    attn_.forward_cached(xn_ND_, a_ND_, rope, *cache, pos, xn_q_);
   else
-    attn_.forward(xn_ND_, a_ND_, rope);
+    attn_.forward(xn_ND_, a_ND_, rope, xn_q_);
   span.end();
   ops::add(a_ND_, in_ND, a_ND_);
-  ops::rmsnorm_forward(a_ND_, post_norm_->value, eps_, an_ND_, rstd2_N_);
+  ops::rmsnorm_forward(a_ND_, post_norm_->value, eps_, an_ND_, rstd2_N_, an_q_);
 }
 
 void DecoderBlock::forward_cached(const Tensor& in_ND, Tensor& out_ND, const RopeCache& rope,
                                   LatentCache& cache, int64_t pos) {
   attention_part(in_ND, rope, &cache, pos);
   if (moe_)
-    moe_->forward(an_ND_, out_ND);  // routing exactly as in training: same gates, bias, groups
+    moe_->forward(an_ND_, out_ND, an_q_);  // routing exactly as in training: same gates, bias
   else
-    mlp_->forward(an_ND_, out_ND, false);
+    mlp_->forward(an_ND_, out_ND, false, an_q_);
   ops::add(out_ND, a_ND_, out_ND);
 }
 
@@ -94,19 +107,19 @@ void DecoderBlock::backward_stage(int stage, const Tensor& dout_ND, const Tensor
                                   const LossScales& ls) {
   // out = a + ffn(norm(a)): da = dout + norm'ᵀ ffn'ᵀ dout
   if (moe_) {
-    moe_->backward_stage(stage, dout_ND, an_ND_, dxn_ND_, ls);
+    moe_->backward_stage(stage, dout_ND, an_ND_, dxn_ND_, ls, an_q_);
   } else if (stage == kStages - 1) {
     TraceRecorder::Span span(trace_, trace_lane_, "mlp bwd", trace::kMlp);
-    mlp_->backward(dout_ND, an_ND_, dxn_ND_, false);
+    mlp_->backward(dout_ND, an_ND_, dxn_ND_, false, an_q_);
   }
   if (stage != kStages - 1) return;
   ops::copy(dout_ND, da_ND_);
-  ops::rmsnorm_backward(dxn_ND_, a_ND_, post_norm_->value, rstd2_N_, da_ND_, true,
-                        post_norm_->grad);
+  ops::rmsnorm_backward(dxn_ND_, a_ND_, post_norm_->value, rstd2_N_, da_ND_, true, post_norm_->grad,
+                        da_q_);
   // a = in + attn(norm(in))
   {
     TraceRecorder::Span span(trace_, trace_lane_, "attention bwd", trace::kAttention);
-    attn_.backward(da_ND_, xn_ND_, dxn_ND_, rope);
+    attn_.backward(da_ND_, xn_ND_, dxn_ND_, rope, da_q_, xn_q_);
   }
   if (accumulate_din)
     ops::add_inplace(din_ND, da_ND_, 1.0);

@@ -43,14 +43,17 @@ class DecoderBlock {
   void attention_part(const Tensor& in_ND, const RopeCache& rope, LatentCache* cache, int64_t pos);
 
   double eps_;
+  ops::LinearPrecision lin_;  // the formats of its attention and FFN GEMMs
   Weight *in_norm_, *post_norm_;
   MlaAttention attn_;
   std::unique_ptr<SwiGluMlp> mlp_;
   std::unique_ptr<MoeLayer> moe_;
   // kept
   Tensor xn_ND_, rstd1_N_, a_ND_, an_ND_, rstd2_N_;
+  ops::Operand xn_q_, an_q_;  // the norms' outputs as attention's and the FFN's GEMMs read them
   // temporaries
   Tensor da_ND_, dxn_ND_;
+  ops::Operand da_q_;  // o_proj's dy, written by the post-attention norm's backward
   TraceRecorder* trace_ = nullptr;
   int trace_lane_ = 0;
 };

@@ -6,7 +6,7 @@
 // dispatchers of src/parallel/ implement the same interface.
 #pragma once
 #include "core/tensor.h"
-#include "kernels/precision.h"
+#include "kernels/ops.h"
 #include "model/workspace.h"
 
 namespace moet {
@@ -34,6 +34,19 @@ class TokenDispatcher {
     dispatch_format_ = dispatch;
     combine_format_ = combine;
   }
+
+  // Whether dispatch takes x as bf16 bits (the MoE layer's operand rows where operands are
+  // stored as bf16) and hands the experts bf16 rows; otherwise x is F32.
+  virtual bool takes_bf16_rows() const { return false; }
+  // The operands of expert-side rows that a dispatcher writes as it produces those rows, where it
+  // can (writes_expert_operands()): the cols copy of expert_rows() (its rows copy is the rows
+  // themselves) and the operands of combine_backward's dyp, cols blocks restarting at each
+  // expert_offsets() segment. For a dispatcher that does not, the MoE layer quantizes them.
+  void set_expert_operands(const ops::Operand& xp, const ops::Operand& dyp) {
+    xp_operand_ = xp;
+    dyp_operand_ = dyp;
+  }
+  virtual bool writes_expert_operands() const { return false; }
 
   // x_ND, idx_NK (global expert ids) -> expert_rows(): rows grouped by local expert, then by
   // source rank, then in token order; expert_offsets() gives the segment boundaries.
@@ -76,6 +89,7 @@ class TokenDispatcher {
 
  protected:
   ops::Format dispatch_format_ = ops::Format::F32, combine_format_ = ops::Format::F32;
+  ops::Operand xp_operand_, dyp_operand_;
 
  private:
   Tensor pending_, pending_dy_, pending_gates_, pending_dgates_;  // views held between phases

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "kernels/ops.h"
+#include "model/operands.h"
 
 namespace moet {
 
@@ -24,11 +25,14 @@ void LmHead::plan(Workspace& ws) {
   rstd_N_ = ws.act.alloc_f32({N});
   lse_N_ = ws.act.alloc_f32({N});
   dfn_ND_ = ws.act.alloc_f32({N, D});
-  logits_CV_ = ws.scratch.alloc_f32({chunk_, V});
+  fn_q_ = plan_input_operand(ws.act, N, D, lin_);
+  // a chunk's logits become their gradient in place, read then only by the projection's backward
+  const GemmInput lg = plan_gemm_input(ws.scratch, chunk_, V, lin_, true, true);
+  logits_CV_ = lg.values, dlogits_q_ = lg.q;
 }
 
 double LmHead::forward(const Tensor& h_ND, const Tensor& targets_N, double grad_scale) {
-  ops::rmsnorm_forward(h_ND, norm_->value, eps_, fn_ND_, rstd_N_);
+  ops::rmsnorm_forward(h_ND, norm_->value, eps_, fn_ND_, rstd_N_, fn_q_);
   const int64_t N = fn_ND_.size(0);
   valid_ = 0;
   const int32_t* t = targets_N.i32();
@@ -39,12 +43,14 @@ double LmHead::forward(const Tensor& h_ND, const Tensor& targets_N, double grad_
   for (int64_t r0 = 0; r0 < N; r0 += chunk_) {
     const int64_t r1 = std::min(N, r0 + chunk_);
     Tensor lg = logits_CV_.rows(0, r1 - r0), lse = lse_N_.rows(r0, r1), fn = fn_ND_.rows(r0, r1);
-    ops::linear_forward(fn, proj_->value, lg, lin_, proj_->operands());
+    const ops::Operand fnq = fn_q_.row_range(r0, r1), dlq = dlogits_q_.row_range(0, r1 - r0);
+    ops::linear_forward(fn, proj_->value, lg, lin_, proj_->operands(), false, &fnq);
     sum += ops::cross_entropy_forward(lg, targets_N.rows(r0, r1), lse);
     if (grad_scale == 0) continue;
-    ops::cross_entropy_backward(lg, targets_N.rows(r0, r1), lse, scale);
+    ops::cross_entropy_backward(lg, targets_N.rows(r0, r1), lse, scale, dlq);
     Tensor dfn = dfn_ND_.rows(r0, r1);
-    ops::linear_backward(lg, fn, proj_->value, dfn, false, proj_->grad, lin_, proj_->operands());
+    ops::linear_backward(lg, fn, proj_->value, dfn, false, proj_->grad, lin_, proj_->operands(),
+                         &dlq, &fnq);
   }
   return valid_ ? sum / double(valid_) : 0.0;
 }
@@ -58,24 +64,27 @@ void LmHead::backward(const Tensor& h_ND, const Tensor& targets_N, double grad_s
   for (int64_t r0 = 0; r0 < N && fused_scale_ == 0; r0 += chunk_) {
     const int64_t r1 = std::min(N, r0 + chunk_);
     Tensor lg = logits_CV_.rows(0, r1 - r0), fn = fn_ND_.rows(r0, r1), dfn = dfn_ND_.rows(r0, r1);
-    ops::linear_forward(fn, proj_->value, lg, lin_, proj_->operands());  // recomputed
-    ops::cross_entropy_backward(lg, targets_N.rows(r0, r1), lse_N_.rows(r0, r1), scale);
-    ops::linear_backward(lg, fn, proj_->value, dfn, false, proj_->grad, lin_, proj_->operands());
+    const ops::Operand fnq = fn_q_.row_range(r0, r1), dlq = dlogits_q_.row_range(0, r1 - r0);
+    ops::linear_forward(fn, proj_->value, lg, lin_, proj_->operands(), false, &fnq);  // again
+    ops::cross_entropy_backward(lg, targets_N.rows(r0, r1), lse_N_.rows(r0, r1), scale, dlq);
+    ops::linear_backward(lg, fn, proj_->value, dfn, false, proj_->grad, lin_, proj_->operands(),
+                         &dlq, &fnq);
   }
   ops::rmsnorm_backward(dfn_ND_, h_ND, norm_->value, rstd_N_, dh_ND, accumulate, norm_->grad);
   fused_scale_ = 0;
 }
 
 void LmHead::logits(Tensor& logits_NV) {
-  ops::linear_forward(fn_ND_, proj_->value, logits_NV, lin_, proj_->operands());
+  ops::linear_forward(fn_ND_, proj_->value, logits_NV, lin_, proj_->operands(), false, &fn_q_);
 }
 
 void LmHead::logits_of(const Tensor& h_RD, Tensor& logits_RV) {
   const int64_t R = h_RD.size(0);
   MOET_ASSERT(R <= fn_ND_.size(0));
   Tensor fn = fn_ND_.rows(0, R), rstd = rstd_N_.rows(0, R);
-  ops::rmsnorm_forward(h_RD, norm_->value, eps_, fn, rstd);
-  ops::linear_forward(fn, proj_->value, logits_RV, lin_, proj_->operands());
+  const ops::Operand fnq = fn_q_.row_range(0, R);
+  ops::rmsnorm_forward(h_RD, norm_->value, eps_, fn, rstd, fnq);
+  ops::linear_forward(fn, proj_->value, logits_RV, lin_, proj_->operands(), false, &fnq);
 }
 
 }  // namespace moet

@@ -9,12 +9,16 @@ void LocalDispatcher::plan(Workspace& ws, int64_t D, int64_t K) {
   offsets_E1_ = ws.act.alloc_i32({E_ + 1});
   slot_NK_ = ws.act.alloc_i32({N, K});
   token_M_ = ws.act.alloc_i32({M});
-  xp_MD_ = ws.act.alloc_f32({M, D});
+  // the experts' rows in the dtype their GEMMs read: bf16 bits where operands are stored so
+  // (the dispatched values are the fprop format's, exact in bf16)
+  const bool bits =
+      dispatch_format_ != ops::Format::F32 && ops::gemm_operand_dtype() == DType::BF16;
+  xp_MD_ = ws.act.alloc(bits ? DType::BF16 : DType::F32, {M, D});
 }
 
 void LocalDispatcher::dispatch(const Tensor& x_ND, const Tensor& idx_NK) {
   ops::moe_permute_plan(idx_NK, E_, offsets_E1_, slot_NK_, token_M_);
-  ops::gather_rows(x_ND, token_M_, xp_MD_);
+  ops::gather_rows(x_ND, token_M_, xp_MD_, xp_operand_);
 }
 
 void LocalDispatcher::combine(const Tensor& yp_MD, const Tensor& gates_NK, Tensor& y_ND,
@@ -24,7 +28,8 @@ void LocalDispatcher::combine(const Tensor& yp_MD, const Tensor& gates_NK, Tenso
 
 void LocalDispatcher::combine_backward(const Tensor& dy_ND, const Tensor& yp_MD,
                                        const Tensor& gates_NK, Tensor& dyp_MD, Tensor& dgates_NK) {
-  ops::unpermute_backward(dy_ND, yp_MD, slot_NK_, gates_NK, dyp_MD, dgates_NK);
+  ops::unpermute_backward(dy_ND, yp_MD, slot_NK_, gates_NK, dyp_MD, dgates_NK, token_M_,
+                          dyp_operand_);
 }
 
 void LocalDispatcher::dispatch_backward(const Tensor& dxp_MD, Tensor& dx_ND) {

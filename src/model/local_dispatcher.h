@@ -13,6 +13,8 @@ class LocalDispatcher final : public TokenDispatcher {
   int64_t first_local_expert() const override { return 0; }
   int64_t num_local_experts() const override { return E_; }
   int64_t segments_per_expert() const override { return 1; }
+  bool takes_bf16_rows() const override { return true; }
+  bool writes_expert_operands() const override { return true; }
   void dispatch(const Tensor& x_ND, const Tensor& idx_NK) override;
   Tensor expert_rows() const override { return xp_MD_; }
   Tensor expert_offsets() const override { return offsets_E1_; }

@@ -1,6 +1,7 @@
 #include "model/mlp.h"
 
 #include "kernels/ops.h"
+#include "model/operands.h"
 
 namespace moet {
 
@@ -18,24 +19,27 @@ SwiGluMlp::SwiGluMlp(int64_t D, int64_t F, ParamStore& ps, const std::string& p,
 void SwiGluMlp::plan(Workspace& ws) {
   const int64_t N = ws.N();
   gu_N2F_ = ws.act.alloc_f32({N, 2 * F_});
-  h_NF_ = ws.act.alloc_f32({N, F_});
+  // h and dgu are read only by the projections
+  const GemmInput h = plan_gemm_input(ws.act, N, F_, lin_);
+  h_NF_ = h.values, h_q_ = h.q;
   dh_NF_ = ws.scratch.alloc_f32({N, F_});
-  dgu_N2F_ = ws.scratch.alloc_f32({N, 2 * F_});
+  const GemmInput dgu = plan_gemm_input(ws.scratch, N, 2 * F_, lin_, true);
+  dgu_N2F_ = dgu.values, dgu_q_ = dgu.q;
 }
 
-void SwiGluMlp::forward(const Tensor& x_ND, Tensor& y_ND, bool accumulate) {
-  ops::linear_forward(x_ND, gate_up_->value, gu_N2F_, lin_, gate_up_->operands());
-  ops::swiglu_forward(gu_N2F_, h_NF_);
-  ops::linear_forward(h_NF_, down_->value, y_ND, lin_, down_->operands(), accumulate);
+void SwiGluMlp::forward(const Tensor& x_ND, Tensor& y_ND, bool accumulate, const ops::Operand& xq) {
+  ops::linear_forward(x_ND, gate_up_->value, gu_N2F_, lin_, gate_up_->operands(), false, &xq);
+  ops::swiglu_forward(gu_N2F_, h_NF_, h_q_);
+  ops::linear_forward(h_NF_, down_->value, y_ND, lin_, down_->operands(), accumulate, &h_q_);
 }
 
-void SwiGluMlp::backward(const Tensor& dy_ND, const Tensor& x_ND, Tensor& dx_ND,
-                         bool accumulate_dx) {
+void SwiGluMlp::backward(const Tensor& dy_ND, const Tensor& x_ND, Tensor& dx_ND, bool accumulate_dx,
+                         const ops::Operand& xq) {
   ops::linear_backward(dy_ND, h_NF_, down_->value, dh_NF_, false, down_->grad, lin_,
-                       down_->operands());
-  ops::swiglu_backward(dh_NF_, gu_N2F_, dgu_N2F_);
+                       down_->operands(), nullptr, &h_q_);
+  ops::swiglu_backward(dh_NF_, gu_N2F_, dgu_N2F_, dgu_q_);
   ops::linear_backward(dgu_N2F_, x_ND, gate_up_->value, dx_ND, accumulate_dx, gate_up_->grad, lin_,
-                       gate_up_->operands());
+                       gate_up_->operands(), &dgu_q_, &xq);
 }
 
 }  // namespace moet

@@ -4,6 +4,7 @@
 #pragma once
 #include <string>
 
+#include "kernels/ops.h"
 #include "model/params.h"
 #include "model/workspace.h"
 
@@ -15,17 +16,23 @@ class SwiGluMlp {
   SwiGluMlp(int64_t D, int64_t F, ParamStore& ps, const std::string& prefix,
             const ops::LinearPrecision& lin = {});
   void plan(Workspace& ws);
-  // y_ND = mlp(x_ND), or y += mlp(x) when accumulate.
-  void forward(const Tensor& x_ND, Tensor& y_ND, bool accumulate);
+  // y_ND = mlp(x_ND), or y += mlp(x) when accumulate. xq: x's operands in the MLP's formats
+  // (plan_input_operand), written by x's producer; empty: none.
+  void forward(const Tensor& x_ND, Tensor& y_ND, bool accumulate, const ops::Operand& xq = {});
   // dx_ND = d/dx, or dx += when accumulate_dx; weight gradients accumulate.
-  void backward(const Tensor& dy_ND, const Tensor& x_ND, Tensor& dx_ND, bool accumulate_dx);
+  void backward(const Tensor& dy_ND, const Tensor& x_ND, Tensor& dx_ND, bool accumulate_dx,
+                const ops::Operand& xq = {});
+  const ops::LinearPrecision& precision() const { return lin_; }
 
  private:
   int64_t D_, F_;
   ops::LinearPrecision lin_;
   Weight *gate_up_, *down_;
-  Tensor gu_N2F_, h_NF_;    // kept
+  // kept (h: model/operands.h's GemmInput)
+  Tensor gu_N2F_, h_NF_;
+  ops::Operand h_q_;
   Tensor dh_NF_, dgu_N2F_;  // temporaries
+  ops::Operand dgu_q_;
 };
 
 }  // namespace moet

@@ -1,6 +1,7 @@
 #include "model/moe_layer.h"
 
 #include "core/trace.h"
+#include "model/operands.h"
 
 namespace moet {
 
@@ -57,23 +58,49 @@ void MoeLayer::plan(Workspace& ws) {
   idx_NK_ = a.alloc_i32({N, K});
   gates_NK_ = a.alloc_f32({N, K});
   gu_M2F_ = a.alloc_f32({M, 2 * F_});
-  h_MF_ = a.alloc_f32({M, F_});
+  const GemmInput h = plan_gemm_input(a, M, F_, lin_);  // read only by the down projection
+  h_MF_ = h.values, h_q_ = h.q;
   yp_MD_ = a.alloc_f32({M, D_});
+  // the expert rows are their own rows copy; FP8 wgrads read a cols copy of them
+  xp_q_.fmt = lin_.wgrad;
+  if (ops::is_fp8(lin_.wgrad) && lin_.fprop == lin_.wgrad)
+    xp_q_.cols = a.alloc(ops::gemm_operand_dtype(), {M, D_});
   if (shared_) shared_->plan(ws);
   Arena& s = ws.scratch;
   if (lin_.fprop != ops::Format::F32) xq_ND_ = s.alloc_f32({N, D_});
-  dyp_MD_ = s.alloc_f32({M, D_});
   dgates_NK_ = s.alloc_f32({N, K});
   dh_MF_ = s.alloc_f32({M, F_});
-  dgu_M2F_ = s.alloc_f32({M, 2 * F_});
   dxp_MD_ = s.alloc_f32({M, D_});
   dlogits_NE_ = s.alloc_f32({N, E});
+  // read only by the experts' backward (dyp written by the dispatcher first)
+  const GemmInput dyp = plan_gemm_input(s, M, D_, lin_, true, true),
+                  dgu = plan_gemm_input(s, M, 2 * F_, lin_, true);
+  dyp_MD_ = dyp.values, dyp_q_ = dyp.q;
+  dgu_M2F_ = dgu.values, dgu_q_ = dgu.q;
+  // blocks of the expert side restart at every (expert, source) segment
+  for (ops::Operand* q : {&xp_q_, &h_q_, &dyp_q_, &dgu_q_})
+    q->segments = dispatcher_->expert_offsets();
+  dispatcher_->set_expert_operands(xp_q_, dyp_q_);
 }
 
-void MoeLayer::forward(const Tensor& x_ND, Tensor& y_ND) {
-  forward_stage(0, x_ND, y_ND);
-  forward_stage(1, x_ND, y_ND);
-  forward_stage(2, x_ND, y_ND);
+Tensor MoeLayer::h_rows(int64_t M) const { return h_MF_.rows(0, M); }
+
+ops::Operand MoeLayer::expert_operand(const ops::Operand& q, int64_t M) const {
+  ops::Operand o = operand_rows(q, M);
+  o.segments = dispatcher_->expert_offsets();
+  if (&q == &xp_q_ && !ops::is_fp8(q.fmt) && q.fmt != ops::Format::F32) {
+    // element-wise formats: the expert rows hold the values, and are the operand where they are
+    // in the operand dtype
+    const Tensor xp = dispatcher_->expert_rows();
+    if (xp.dtype == ops::gemm_operand_dtype()) o.rows = xp;
+  }
+  return o;
+}
+
+void MoeLayer::forward(const Tensor& x_ND, Tensor& y_ND, const ops::Operand& xq) {
+  forward_stage(0, x_ND, y_ND, xq);
+  forward_stage(1, x_ND, y_ND, xq);
+  forward_stage(2, x_ND, y_ND, xq);
 }
 
 void MoeLayer::route(const Tensor& x_ND) {
@@ -88,21 +115,27 @@ void MoeLayer::route(const Tensor& x_ND) {
   for (int64_t i = 0; i < idx_NK_.numel(); ++i) ++stats_.load_E[idx[i]];
 }
 
-void MoeLayer::forward_stage(int stage, const Tensor& x_ND, Tensor& y_ND) {
+void MoeLayer::forward_stage(int stage, const Tensor& x_ND, Tensor& y_ND, const ops::Operand& xq) {
   if (stage == 0) {
     // route, dispatch (the shared expert computes while the tokens travel)
     route(x_ND);
-    // The tokens travel in the experts' fprop format: quantized along D here, so every
-    // dispatcher (and every expert-parallel layout) hands the experts the same values.
-    if (lin_.fprop != ops::Format::F32) {
+    // The tokens travel in the experts' fprop format: quantized along D by x's producer (xq's
+    // rows) or here, so every dispatcher (and every expert-parallel layout) hands the experts the
+    // same values.
+    if (lin_.fprop == ops::Format::F32) {
+      dispatcher_->dispatch_start(x_ND, idx_NK_);
+    } else if (xq.rows.empty()) {
       ops::quantize(x_ND, lin_.fprop, ops::BlockAxis::Rows, xq_ND_);
       dispatcher_->dispatch_start(xq_ND_, idx_NK_);
+    } else if (xq.rows.dtype == DType::BF16 && !dispatcher_->takes_bf16_rows()) {
+      ops::copy(xq.rows, xq_ND_);  // widened for a dispatcher that sends fp32 values
+      dispatcher_->dispatch_start(xq_ND_, idx_NK_);
     } else {
-      dispatcher_->dispatch_start(x_ND, idx_NK_);
+      dispatcher_->dispatch_start(xq.rows, idx_NK_);
     }
     if (shared_) {
       TraceRecorder::Span span(trace_, trace_lane_, "shared expert fwd", trace::kExperts);
-      shared_->forward(x_ND, y_ND, false);
+      shared_->forward(x_ND, y_ND, false, xq);
     }
     return;
   }
@@ -110,16 +143,20 @@ void MoeLayer::forward_stage(int stage, const Tensor& x_ND, Tensor& y_ND) {
     dispatcher_->dispatch_finish();
     Tensor xp = dispatcher_->expert_rows(), off = dispatcher_->expert_offsets();
     const int64_t M = xp.size(0);
-    Tensor gu = gu_M2F_.rows(0, M), h = h_MF_.rows(0, M), yp = yp_MD_.rows(0, M);
+    Tensor gu = gu_M2F_.rows(0, M), h = h_rows(M), yp = yp_MD_.rows(0, M);
+    const ops::Operand xpq = expert_operand(xp_q_, M), hq = expert_operand(h_q_, M);
+    if (!xpq.cols.empty() && !dispatcher_->writes_expert_operands())
+      ops::quantize_operand(xp, xpq);  // the wgrad copy, for a dispatcher that cannot write it
     const int64_t S = dispatcher_->segments_per_expert();
     TraceRecorder::Span span(trace_, trace_lane_, "experts fwd", trace::kExperts);
     ops::grouped_linear_forward(xp, off, w_gate_up_->value, gu, S, lin_, w_gate_up_->operands(),
                                 true);
-    ops::swiglu_forward(gu, h);
-    ops::grouped_linear_forward(h, off, w_down_->value, yp, S, lin_, w_down_->operands());
+    ops::swiglu_forward(gu, h, hq);
+    // outputs travel back (and are summed) in the combine format: rounded as each expert's GEMM
+    // ends
+    ops::grouped_linear_forward(h, off, w_down_->value, yp, S, lin_, w_down_->operands(), false,
+                                &hq, combine_);
     span.end();
-    // outputs travel back (and are summed) in the combine format
-    if (combine_ != ops::Format::F32) ops::quantize(yp, combine_, ops::BlockAxis::Rows, yp);
     dispatcher_->combine_start(yp);
     return;
   }
@@ -132,15 +169,15 @@ void MoeLayer::set_expert_grad_parts(Tensor gate_up_SEOD, Tensor down_SEOD) {
 }
 
 void MoeLayer::backward(const Tensor& dy_ND, const Tensor& x_ND, Tensor& dx_ND,
-                        const LossScales& ls) {
-  for (int stage = 0; stage < 3; ++stage) backward_stage(stage, dy_ND, x_ND, dx_ND, ls);
+                        const LossScales& ls, const ops::Operand& xq) {
+  for (int stage = 0; stage < 3; ++stage) backward_stage(stage, dy_ND, x_ND, dx_ND, ls, xq);
 }
 
 void MoeLayer::backward_stage(int stage, const Tensor& dy_ND, const Tensor& x_ND, Tensor& dx_ND,
-                              const LossScales& ls) {
+                              const LossScales& ls, const ops::Operand& xq) {
   Tensor xp = dispatcher_->expert_rows(), off = dispatcher_->expert_offsets();
   const int64_t M = xp.size(0);
-  Tensor gu = gu_M2F_.rows(0, M), h = h_MF_.rows(0, M), yp = yp_MD_.rows(0, M);
+  Tensor gu = gu_M2F_.rows(0, M), h = h_rows(M), yp = yp_MD_.rows(0, M);
   Tensor dyp = dyp_MD_.rows(0, M), dh = dh_MF_.rows(0, M), dgu = dgu_M2F_.rows(0, M),
          dxp = dxp_MD_.rows(0, M);
   if (stage == 0) {
@@ -148,7 +185,7 @@ void MoeLayer::backward_stage(int stage, const Tensor& dy_ND, const Tensor& x_ND
     dispatcher_->combine_backward_start(dy_ND, yp, gates_NK_, dgates_NK_);
     if (shared_) {
       TraceRecorder::Span span(trace_, trace_lane_, "shared expert bwd", trace::kExperts);
-      shared_->backward(dy_ND, x_ND, dx_ND, false);
+      shared_->backward(dy_ND, x_ND, dx_ND, false, xq);
     } else {
       ops::fill(dx_ND, 0.0);
     }
@@ -156,16 +193,19 @@ void MoeLayer::backward_stage(int stage, const Tensor& dy_ND, const Tensor& x_ND
   }
   if (stage == 1) {
     dispatcher_->combine_backward_finish(dyp);
+    const ops::Operand dypq = expert_operand(dyp_q_, M), dguq = expert_operand(dgu_q_, M),
+                       xpq = expert_operand(xp_q_, M), hq = expert_operand(h_q_, M);
+    if (!dypq.empty() && !dispatcher_->writes_expert_operands()) ops::quantize_operand(dyp, dypq);
     const int64_t S = dispatcher_->segments_per_expert();
     // the experts' weight gradients: summed into the weights', or kept apart per source
     Tensor& dw_down = down_parts_.empty() ? w_down_->grad : down_parts_;
     Tensor& dw_gate_up = gate_up_parts_.empty() ? w_gate_up_->grad : gate_up_parts_;
     TraceRecorder::Span experts(trace_, trace_lane_, "experts bwd", trace::kExperts);
     ops::grouped_linear_backward(dyp, h, off, w_down_->value, dh, dw_down, S, lin_,
-                                 w_down_->operands());
-    ops::swiglu_backward(dh, gu, dgu);
+                                 w_down_->operands(), &dypq, &hq);
+    ops::swiglu_backward(dh, gu, dgu, dguq);
     ops::grouped_linear_backward(dgu, xp, off, w_gate_up_->value, dxp, dw_gate_up, S, lin_,
-                                 w_gate_up_->operands());
+                                 w_gate_up_->operands(), &dguq, &xpq);
     experts.end();
     // input gradients travel back while the router's backward runs: gates, then the auxiliary
     // losses, then the gate projection

@@ -30,18 +30,24 @@ class MoeLayer {
            std::unique_ptr<TokenDispatcher> dispatcher, const ops::LinearPrecision& experts = {},
            ops::Format combine = ops::Format::F32);
   void plan(Workspace& ws);
-  void forward(const Tensor& x_ND, Tensor& y_ND);
+  // xq (every call below): x's operands in the experts' formats (plan_input_operand), written by
+  // x's producer — its rows are the tokens dispatched, its cols the shared expert's wgrad
+  // operand; empty: the layer quantizes.
+  void forward(const Tensor& x_ND, Tensor& y_ND, const ops::Operand& xq = {});
   // dx_ND overwritten; the balance and z-loss gradients enter the router here.
-  void backward(const Tensor& dy_ND, const Tensor& x_ND, Tensor& dx_ND, const LossScales& ls);
+  void backward(const Tensor& dy_ND, const Tensor& x_ND, Tensor& dx_ND, const LossScales& ls,
+                const ops::Operand& xq = {});
 
   // The same in three stages each, split where the dispatcher's exchanges are in flight, so
   // another micro-batch's stages can run while they travel (forward() and backward() run the
   // three in a row). Forward: route + dispatch issued + shared expert; dispatch completed +
   // experts + combine issued; combine completed. Backward: combine's backward issued + shared
   // expert; experts + dispatch's backward issued + router; dispatch's backward completed.
-  void forward_stage(int stage, const Tensor& x_ND, Tensor& y_ND);
+  void forward_stage(int stage, const Tensor& x_ND, Tensor& y_ND, const ops::Operand& xq = {});
   void backward_stage(int stage, const Tensor& dy_ND, const Tensor& x_ND, Tensor& dx_ND,
-                      const LossScales& ls);
+                      const LossScales& ls, const ops::Operand& xq = {});
+  const ops::LinearPrecision& precision() const { return lin_; }
+  bool has_shared_expert() const { return shared_ != nullptr; }
 
   // Losses of the last forward (unweighted).
   double last_balance_loss() const { return last_balance_; }
@@ -68,6 +74,10 @@ class MoeLayer {
 
  private:
   void route(const Tensor& x_ND);  // scores, choices, gates; losses and loads recorded
+  // The experts' rows this call (M of them) and the operands their producers wrote, over this
+  // call's segments.
+  Tensor h_rows(int64_t M) const;
+  ops::Operand expert_operand(const ops::Operand& q, int64_t M) const;
 
   ops::RouterSpec spec_;
   int64_t D_, F_;
@@ -77,10 +87,12 @@ class MoeLayer {
   std::unique_ptr<SwiGluMlp> shared_;  // null when n_shared_experts == 0
   std::unique_ptr<TokenDispatcher> dispatcher_;
   int64_t B_ = 0, T_ = 0;
-  // kept for backward
+  // kept for backward (h only as its operands h_q_ in low precision: h_MF_ has no memory then)
   Tensor logits_NE_, scores_NE_, idx_NK_, gates_NK_, gu_M2F_, h_MF_, yp_MD_;
+  ops::Operand xp_q_, h_q_;  // the expert rows' cols copy (wgrad), h's operands
   // temporaries
   Tensor xq_ND_, dyp_MD_, dgates_NK_, dh_MF_, dgu_M2F_, dxp_MD_, dlogits_NE_;
+  ops::Operand dyp_q_, dgu_q_;
   Tensor no_grad_;                     // empty: "don't compute"
   Tensor gate_up_parts_, down_parts_;  // set_expert_grad_parts (empty: the weights' gradients)
   double last_balance_ = 0, last_z_ = 0;

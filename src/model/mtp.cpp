@@ -1,6 +1,7 @@
 #include "model/mtp.h"
 
 #include "kernels/ops.h"
+#include "model/operands.h"
 
 namespace moet {
 
@@ -32,7 +33,8 @@ void MtpModule::plan(Workspace& ws) {
   e_rstd_N_ = a.alloc_f32({N});
   hn_ND_ = a.alloc_f32({N, D});
   h_rstd_N_ = a.alloc_f32({N});
-  cat_N2D_ = a.alloc_f32({N, 2 * D});
+  const GemmInput cat = plan_gemm_input(a, N, 2 * D, eh_lin_);  // read only by eh_proj
+  cat_N2D_ = cat.values, cat_q_ = cat.q;
   x_ND_ = a.alloc_f32({N, D});
   out_ND_ = a.alloc_f32({N, D});
   Arena& s = ws.scratch;
@@ -63,8 +65,9 @@ double MtpModule::forward(const Tensor& h_prev_ND, const int32_t* seq, const Rop
   ops::embedding_forward(in_tok_N_, embed_->value, e_ND_);
   ops::rmsnorm_forward(e_ND_, enorm_->value, eps_, en_ND_, e_rstd_N_);
   ops::rmsnorm_forward(h_prev_ND, hnorm_->value, eps_, hn_ND_, h_rstd_N_);
-  ops::concat_cols(en_ND_, hn_ND_, cat_N2D_);
-  ops::linear_forward(cat_N2D_, eh_proj_->value, x_ND_, eh_lin_, eh_proj_->operands());
+  ops::concat_cols(en_ND_, hn_ND_, cat_N2D_, cat_q_);
+  ops::linear_forward(cat_N2D_, eh_proj_->value, x_ND_, eh_lin_, eh_proj_->operands(), false,
+                      &cat_q_);
   block_.forward(x_ND_, out_ND_, rope);
   return head_.forward(out_ND_, tgt_N_, head_grad_scale);
 }
@@ -75,7 +78,7 @@ void MtpModule::backward(const Tensor& h_prev_ND, const Tensor& d_out_ND, double
   if (!d_out_ND.empty()) ops::add_inplace(dout_ND_, d_out_ND, 1.0);
   block_.backward(dout_ND_, x_ND_, dx_ND_, false, rope, ls);
   ops::linear_backward(dx_ND_, cat_N2D_, eh_proj_->value, dcat_N2D_, false, eh_proj_->grad, eh_lin_,
-                       eh_proj_->operands());
+                       eh_proj_->operands(), nullptr, &cat_q_);
   ops::split_cols(dcat_N2D_, den_ND_, dhn_ND_);
   ops::rmsnorm_backward(dhn_ND_, h_prev_ND, hnorm_->value, h_rstd_N_, dh_prev_ND, true,
                         hnorm_->grad);

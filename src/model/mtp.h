@@ -47,6 +47,7 @@ class MtpModule {
   // kept
   Tensor in_tok_N_, tgt_N_, e_ND_, en_ND_, e_rstd_N_, hn_ND_, h_rstd_N_, cat_N2D_, x_ND_, out_ND_;
   // temporaries
+  ops::Operand cat_q_;  // cat as eh_proj reads it (model/operands.h's GemmInput)
   Tensor dout_ND_, dx_ND_, dcat_N2D_, den_ND_, dhn_ND_, de_ND_;
   Tensor* de_out_ = nullptr;
 };

@@ -1,8 +1,13 @@
-// attention.cpp — RoPE (interleaved pairs) and causal softmax attention. Attention is flash
-// attention: for each (b, h) in parallel, tiles of 128 queries × 128 keys (the masked upper
-// triangle skipped), BLAS GEMMs on strided per-head slices (row stride H*Kd or H*Vd), an online
-// softmax, only each row's log-sum-exp kept for backward, which recomputes the probabilities.
-// Scratch per thread is a few tiles, whatever the sequence length.
+// attention.cpp — causal softmax attention, forward and backward, as flash attention on GEMM
+// calls: for each (b, h) in parallel, K and V are packed once (contiguous, in the operand type of
+// the products), then for each tile of 128 queries the scores against every key it can see come
+// from one GEMM (128 × keys × Kd), the softmax runs on those rows in fp32, and P·V is one more
+// GEMM (keys as the reduction). Only each row's log-sum-exp is kept for backward, which
+// recomputes the probabilities the same way. With bf16 operands (bf16 and FP8 recipes) every
+// product takes bf16 operands — q, k, v, the probabilities, dO, dS — packed as bf16 bits and
+// multiplied by the bf16 GEMM where operands are stored so (gemm_operand_dtype()), else as bf16
+// values in fp32; statistics and accumulation stay fp32. Scratch per thread: a few [128, T] rows
+// of scores and [T, Kd] packs.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -11,6 +16,7 @@
 #include "core/bf16.h"
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/common.h"
+#include "kernels/cpu/convert.h"
 #include "kernels/ops.h"
 #include "kernels/profile.h"
 
@@ -19,44 +25,7 @@ using namespace cpu;
 
 namespace {
 
-constexpr int64_t kTile = 128;  // attention tiles: kTile queries × kTile keys
-
-// x viewed [N, H, W] (2-D input is [N, W] with H = 1); rotates dims [off, off + 2*R2).
-template <bool kInverse>
-void rope_apply(Tensor& x, int64_t off, const Tensor& cos_TR2, const Tensor& sin_TR2) {
-  MOET_CHECK(x.ndim >= 2 && cos_TR2.ndim == 2 && sin_TR2.ndim == 2 &&
-                 cos_TR2.size(0) == sin_TR2.size(0) && cos_TR2.size(1) == sin_TR2.size(1),
-             "rope: x ", x.shape_str(), " cos ", cos_TR2.shape_str(), " sin ", sin_TR2.shape_str());
-  const int64_t W = x.size(-1), H = x.ndim == 2 ? 1 : x.size(-2), N = x.numel() / (H * W);
-  const int64_t T = cos_TR2.size(0), R2 = cos_TR2.size(1);
-  MOET_CHECK(off >= 0 && off + 2 * R2 <= W && T > 0 && N % T == 0, "rope: x ", x.shape_str(),
-             " off ", off, " R/2 ", R2, " T ", T);
-  check_dtype(x.dtype, {&cos_TR2, &sin_TR2});
-  dispatch_float(x.dtype, [&](auto t0) {
-    using T_ = decltype(t0);
-    T_* p = x.data<T_>();
-    const T_* cs = cos_TR2.data<T_>();
-    const T_* sn = sin_TR2.data<T_>();
-#pragma omp parallel for schedule(static) if (N * H * R2 > kParallelMin)
-    for (int64_t n = 0; n < N; ++n) {
-      const T_* c = cs + (n % T) * R2;
-      const T_* s = sn + (n % T) * R2;
-      for (int64_t h = 0; h < H; ++h) {
-        T_* v = p + (n * H + h) * W + off;
-        for (int64_t i = 0; i < R2; ++i) {
-          const T_ a = v[2 * i], b = v[2 * i + 1];
-          if constexpr (kInverse) {
-            v[2 * i] = a * c[i] + b * s[i];
-            v[2 * i + 1] = b * c[i] - a * s[i];
-          } else {
-            v[2 * i] = a * c[i] - b * s[i];
-            v[2 * i + 1] = b * c[i] + a * s[i];
-          }
-        }
-      }
-    }
-  });
-}
+constexpr int64_t kTile = 128;  // queries per tile
 
 // Causal attention FLOPs of q·kᵀ and p·v (half of the square), times mult (backward: 2.5).
 double attention_flops(const Tensor& q, const Tensor& v, double mult) {
@@ -84,183 +53,195 @@ AttnDims attn_dims(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   return d;
 }
 
-// Operands of the two products in bf16 (the bf16 recipe): rounded copies, fp32 arithmetic.
+// The operands of the products: element type P (T itself; float holding bf16 values; or bf16
+// bits), whether values are rounded to bf16, and the thread's scratch for them.
+template <typename T, typename P>
+struct Operands {
+  bool bf16;
+  // Writes n values of x into p: copied, or rounded to bf16 (as fp32 or as bits).
+  void pack(const T* x, int64_t n, P* p) const {
+    if constexpr (std::is_same_v<P, uint16_t>) {
+      f32_to_bf16(x, p, n);
+    } else {
+      if constexpr (std::is_same_v<T, float>)
+        if (bf16) return round_bf16_f32(x, p, n);
+      if (x != p) std::copy(x, x + n, p);
+    }
+  }
+  // rows × cols of x (row stride ld) packed contiguous into p.
+  void pack_rows(const T* x, int64_t rows, int64_t cols, int64_t ld, P* p) const {
+    for (int64_t i = 0; i < rows; ++i) pack(x + i * ld, cols, p + i * cols);
+  }
+  // The value a product sees of x.
+  T value(T x) const {
+    if constexpr (std::is_same_v<T, float>) return bf16 ? round_bf16(x) : x;
+    return x;
+  }
+  // Thread-local buffers of P: slots 4.. for float (0..3 hold the fp32 score rows), from 0 for
+  // bf16 bits.
+  P* buffer(size_t n, int i) const { return scratch<P>(n, (std::is_same_v<P, T> ? 4 : 0) + i); }
+};
+
+// A GEMM whose A and B are operands (P) and whose C accumulates in T.
+template <typename T, typename P>
+void mul(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const P* A, int64_t lda,
+         const P* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+  blas_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+// Writes n fp32 values into an operand copy (F32 rounded values or bf16 bits) at element `at`.
+inline void put_operand(const float* x, int64_t n, Format fmt, const Tensor& t, int64_t at) {
+  if (t.dtype == DType::BF16)
+    f32_to_bf16(x, t.bf16() + at, n);
+  else if (fmt == Format::BF16)
+    round_bf16_f32(x, t.f32() + at, n);
+  else
+    std::copy(x, x + n, t.f32() + at);
+}
+
+// Forward of one (b, h): rows of q/k/v/o at stride lq/lv from their first element. For each
+// query tile: S = scale·Q·K[0, i1)ᵀ (one GEMM), each row's max m and sum l of exp(S − m) over
+// the keys it sees (s <= t), lse = m + log l; then O = P·V[0, i1) (one GEMM) with
+// - fp32: P = exp(S − m), O scaled by 1/l;
+// - bf16: P = bf16(exp(S − lse)), the normalised probabilities, computed exactly as backward
+//   recomputes them (the same GEMM for S, the same lse), so both passes round the same P.
+// oq: o's operand copy (element-wise formats), this head's columns at row stride oq_ld.
+template <typename T, typename P>
+void attn_fwd_head(const AttnDims& d, const Operands<T, P>& op, const T* Q, const T* K, const T* V,
+                   T scale, T* L, T* O, const Operand& oq, int64_t oq_at, int64_t oq_ld) {
+  const int64_t Tn = d.T, Kd = d.Kd, Vd = d.Vd, lq = d.H * Kd, lv = d.H * Vd;
+  P* Kp = op.buffer(size_t(Tn * Kd), 0);
+  P* Vp = op.buffer(size_t(Tn * Vd), 1);
+  P* Qp = op.buffer(size_t(kTile * Kd), 2);
+  op.pack_rows(K, Tn, Kd, lq, Kp);
+  op.pack_rows(V, Tn, Vd, lv, Vp);
+  T* S = scratch<T>(size_t(kTile * Tn), 0);    // scores, then probabilities, of a query tile
+  T* acc = scratch<T>(size_t(kTile * Vd), 1);  // the tile's output rows
+  T* inv = scratch<T>(size_t(kTile), 2);
+  // as bf16 bits the probabilities need a buffer of their own; as T they stay in S
+  P* Pp = std::is_same_v<P, T> ? reinterpret_cast<P*>(S) : op.buffer(size_t(kTile * Tn), 3);
+  for (int64_t i0 = 0; i0 < Tn; i0 += kTile) {
+    const int64_t i1 = std::min(Tn, i0 + kTile), r = i1 - i0;
+    op.pack_rows(Q + i0 * lq, r, Kd, lq, Qp);
+    mul<T, P>(false, true, r, i1, Kd, scale, Qp, Kd, Kp, Kd, T(0), S, i1);
+    for (int64_t i = 0; i < r; ++i) {
+      T* row = S + i * i1;
+      const int64_t valid = i0 + i + 1;  // keys s <= t
+      const T mx = max_of(row, valid);
+      std::fill(row + valid, row + i1, T(0));
+      if (!op.bf16) {
+        exp_shifted(row, valid, mx);
+        const T sum = sum_of(row, valid);
+        L[i0 + i] = mx + std::log(sum);
+        inv[i] = T(1) / sum;
+        continue;
+      }
+      // the sum from a copy of the row, then P from the scores themselves
+      T* e = scratch<T>(size_t(i1), 3);
+      std::copy(row, row + valid, e);
+      exp_shifted(e, valid, mx);
+      const T li = mx + std::log(sum_of(e, valid));
+      L[i0 + i] = li;
+      exp_shifted(row, valid, li);
+      op.pack(row, i1, Pp + i * i1);
+    }
+    mul<T, P>(false, false, r, Vd, i1, T(1), Pp, i1, Vp, Vd, T(0), acc, Vd);
+    for (int64_t i = 0; i < r; ++i) {
+      T* orow = O + (i0 + i) * lv;
+      const T* a = acc + i * Vd;
+      if (op.bf16)
+        std::copy(a, a + Vd, orow);
+      else
+        for (int64_t j = 0; j < Vd; ++j) orow[j] = a[j] * inv[i];
+      if constexpr (std::is_same_v<T, float>)
+        if (!oq.rows.empty()) put_operand(orow, Vd, oq.fmt, oq.rows, oq_at + (i0 + i) * oq_ld);
+    }
+  }
+}
+
+// g = p ∘ (g − d), in place on g.
 template <typename T>
-inline void round_operands(T* p, int64_t n, bool bf16) {
+inline void ds_of(const T* __restrict p, T* __restrict g, int64_t n, T d) {
+#pragma omp simd
+  for (int64_t s = 0; s < n; ++s) g[s] = p[s] * (g[s] - d);
+}
+
+// Backward of one (b, h) (strides as forward; dq, dk, dv at the same offsets as q, k, v):
+// Dr = rowsum(dO ∘ O) (dO as the products see it); per query tile, over the keys it sees,
+// P = exp(scale·Q·Kᵀ − lse), dP = dO·Vᵀ, dS = P ∘ (dP − Dr) (fp32), then dV += Pᵀ·dO,
+// dQ = scale·dS·K, dK += scale·dSᵀ·Q — five GEMMs per tile, no T×T buffer. dq is written once
+// per tile; dk and dv accumulate over tiles in order, in this thread: deterministic.
+template <typename T, typename P>
+void attn_bwd_head(const AttnDims& d, const Operands<T, P>& op, const T* dO, const T* Q, const T* K,
+                   const T* V, const T* O, const T* L, T scale, T* dQ, T* dK, T* dV) {
+  const int64_t Tn = d.T, Kd = d.Kd, Vd = d.Vd, lq = d.H * Kd, lv = d.H * Vd;
+  P* Kp = op.buffer(size_t(Tn * Kd), 0);
+  P* Vp = op.buffer(size_t(Tn * Vd), 1);
+  P* Qp = op.buffer(size_t(kTile * Kd), 2);
+  P* dOp = op.buffer(size_t(Tn * Vd), 3);
+  op.pack_rows(K, Tn, Kd, lq, Kp);
+  op.pack_rows(V, Tn, Vd, lv, Vp);
+  op.pack_rows(dO, Tn, Vd, lv, dOp);
+  T* Sm = scratch<T>(size_t(kTile * Tn), 0);  // P of a query tile
+  T* dS = scratch<T>(size_t(kTile * Tn), 1);  // dP, then dS
+  T* Dr = scratch<T>(size_t(Tn), 2);
+  P* Pp = std::is_same_v<P, T> ? reinterpret_cast<P*>(Sm) : op.buffer(size_t(kTile * Tn), 4);
+  P* dSp = std::is_same_v<P, T> ? reinterpret_cast<P*>(dS) : op.buffer(size_t(kTile * Tn), 5);
+  for (int64_t t = 0; t < Tn; ++t) {
+    const T* a = dO + t * lv;
+    const T* b = O + t * lv;
+    T s = 0;
+    for (int64_t j = 0; j < Vd; ++j) s += op.value(a[j]) * b[j];
+    Dr[t] = s;
+  }
+  for (int64_t t = 0; t < Tn; ++t) {
+    std::fill_n(dK + t * lq, Kd, T(0));
+    std::fill_n(dV + t * lv, Vd, T(0));
+  }
+  for (int64_t i0 = 0; i0 < Tn; i0 += kTile) {
+    const int64_t i1 = std::min(Tn, i0 + kTile), r = i1 - i0;
+    op.pack_rows(Q + i0 * lq, r, Kd, lq, Qp);
+    mul<T, P>(false, true, r, i1, Kd, scale, Qp, Kd, Kp, Kd, T(0), Sm, i1);
+    mul<T, P>(false, true, r, i1, Vd, T(1), dOp + i0 * Vd, Vd, Vp, Vd, T(0), dS, i1);
+    for (int64_t i = 0; i < r; ++i) {
+      T* p = Sm + i * i1;
+      T* g = dS + i * i1;
+      const int64_t valid = i0 + i + 1;
+      const T li = L[i0 + i], di = Dr[i0 + i];
+      exp_shifted(p, valid, li);
+      ds_of(p, g, valid, di);
+      std::fill(p + valid, p + i1, T(0));
+      std::fill(g + valid, g + i1, T(0));
+      op.pack(p, i1, Pp + i * i1);
+      op.pack(g, i1, dSp + i * i1);
+    }
+    mul<T, P>(true, false, i1, Vd, r, T(1), Pp, i1, dOp + i0 * Vd, Vd, T(1), dV, lv);
+    mul<T, P>(false, false, r, Kd, i1, scale, dSp, i1, Kp, Kd, T(0), dQ + i0 * lq, lq);
+    mul<T, P>(true, false, i1, Kd, r, scale, dSp, i1, Qp, Kd, T(1), dK, lq);
+  }
+}
+
+// Runs fn(b, h, row offset of q/k, row offset of v/o) for each (b, h), one thread each.
+template <typename Fn>
+void for_each_head(const AttnDims& d, Fn&& fn) {
+#pragma omp parallel for schedule(static)
+  for (int64_t bh = 0; bh < d.B * d.H; ++bh) {
+    const int64_t b = bh / d.H, h = bh % d.H;
+    fn(bh, (b * d.T * d.H + h) * d.Kd, (b * d.T * d.H + h) * d.Vd);
+  }
+}
+
+// Calls fn(Operands<T, P>) with P the operand type of this call: bf16 bits where bf16 operands
+// are stored so, else T.
+template <typename T, typename Fn>
+void with_operands(bool bf16, Fn&& fn) {
   if constexpr (std::is_same_v<T, float>) {
-    if (bf16)
-      for (int64_t i = 0; i < n; ++i) p[i] = round_bf16(p[i]);
-  } else {
-    (void)p, (void)n, (void)bf16;
+    if (bf16 && gemm_operand_dtype() == DType::BF16) return fn(Operands<T, uint16_t>{true});
   }
-}
-
-// q, k, v, or q, k, v, dO, as the products see them: the tensors themselves, or their bf16
-// roundings in thread-shared scratch (slot 5).
-template <typename T>
-const T* operand_copy(const T* x, int64_t n, bool bf16, int which) {
-  if (!bf16) return x;
-  T* c = scratch<T>(size_t(n), 4 + which);  // slots 4..7 of this element type
-  std::copy(x, x + n, c);
-  round_operands(c, n, true);
-  return c;
-}
-
-// Flash attention forward (online softmax over key tiles): per (b, h) and query tile, running
-// row maxima m and sums l, the output accumulated in a tile buffer and rescaled as m grows; the
-// log-sum-exp of every row is kept for backward. No T×T buffer. With bf16 operands the
-// probabilities that meet v are rounded normalised — the very P of backward — so a first pass
-// over the key tiles finds each row's log-sum-exp and a second forms P = exp(S − lse) and P·v
-// (one more q·kᵀ; the rounding then does not depend on the tiling).
-template <typename T>
-void attn_fwd(const AttnDims& d, const T* q, const T* k, const T* v, T scale, T* lse, T* o,
-              bool bf16) {
-  const int64_t B = d.B, Tn = d.T, H = d.H, Kd = d.Kd, Vd = d.Vd, lq = H * Kd, lv = H * Vd;
-#pragma omp parallel for schedule(static)
-  for (int64_t bh = 0; bh < B * H; ++bh) {
-    const int64_t b = bh / H, h = bh % H;
-    const T* Q = q + (b * Tn * H + h) * Kd;
-    const T* K = k + (b * Tn * H + h) * Kd;
-    const T* V = v + (b * Tn * H + h) * Vd;
-    T* O = o + (b * Tn * H + h) * Vd;
-    T* L = lse + bh * Tn;
-    T* S = scratch<T>(size_t(kTile * kTile), 0);  // scores, then probabilities of a tile
-    T* acc = scratch<T>(size_t(kTile * Vd), 1);   // output rows of the query tile
-    T *m = scratch<T>(size_t(2 * kTile), 2), *l = m + kTile;
-    for (int64_t i0 = 0; i0 < Tn; i0 += kTile) {
-      const int64_t i1 = std::min(Tn, i0 + kTile), r = i1 - i0;
-      std::fill_n(m, r, -std::numeric_limits<T>::infinity());
-      std::fill_n(l, r, T(0));
-      std::fill_n(acc, r * Vd, T(0));
-      // one key tile: scores into S; with accumulate, S becomes exp(S − m) and acc += S·v with
-      // the running statistics, else only the statistics are updated (first bf16 pass)
-      auto key_tile = [&](int64_t j0, bool accumulate) {
-        const int64_t j1 = std::min(i1, j0 + kTile), c = j1 - j0;
-        blas_gemm(false, true, r, c, Kd, scale, Q + i0 * lq, lq, K + j0 * lq, lq, T(0), S, c);
-        for (int64_t i = 0; i < r; ++i) {
-          T* row = S + i * c;
-          const int64_t valid = std::min(c, i0 + i - j0 + 1);  // keys s <= t
-          T mx = m[i];
-          for (int64_t s = 0; s < valid; ++s) mx = std::max(mx, row[s]);
-          T sum = 0;
-#pragma omp simd reduction(+ : sum)
-          for (int64_t s = 0; s < valid; ++s) {
-            row[s] = exp_fast(row[s] - mx);
-            sum += row[s];
-          }
-          std::fill(row + std::max<int64_t>(valid, 0), row + c, T(0));
-          const T corr = exp_fast(m[i] - mx);  // 0 on the first tile (m = -inf)
-          l[i] = l[i] * corr + sum;
-          m[i] = mx;
-          if (!accumulate) continue;
-          T* a = acc + i * Vd;
-          for (int64_t j = 0; j < Vd; ++j) a[j] *= corr;
-        }
-        if (accumulate)
-          blas_gemm(false, false, r, Vd, c, T(1), S, c, V + j0 * lv, lv, T(1), acc, Vd);
-      };
-      // the normalised probabilities of one key tile, rounded, times v (second bf16 pass)
-      auto key_tile_normalised = [&](int64_t j0) {
-        const int64_t j1 = std::min(i1, j0 + kTile), c = j1 - j0;
-        blas_gemm(false, true, r, c, Kd, scale, Q + i0 * lq, lq, K + j0 * lq, lq, T(0), S, c);
-        for (int64_t i = 0; i < r; ++i) {
-          T* row = S + i * c;
-          const int64_t valid = std::min(c, i0 + i - j0 + 1);
-          const T li = L[i0 + i];
-#pragma omp simd
-          for (int64_t s = 0; s < valid; ++s) row[s] = exp_fast(row[s] - li);
-          std::fill(row + std::max<int64_t>(valid, 0), row + c, T(0));
-        }
-        round_operands(S, r * c, true);
-        blas_gemm(false, false, r, Vd, c, T(1), S, c, V + j0 * lv, lv, T(1), acc, Vd);
-      };
-      for (int64_t j0 = 0; j0 < i1; j0 += kTile) key_tile(j0, !bf16);
-      for (int64_t i = 0; i < r; ++i) L[i0 + i] = m[i] + std::log(l[i]);
-      if (bf16) {
-        for (int64_t j0 = 0; j0 < i1; j0 += kTile) key_tile_normalised(j0);
-        for (int64_t i = 0; i < r; ++i)
-          for (int64_t j = 0; j < Vd; ++j) O[(i0 + i) * lv + j] = acc[i * Vd + j];
-      } else {
-        for (int64_t i = 0; i < r; ++i) {
-          const T inv = T(1) / l[i];
-          for (int64_t j = 0; j < Vd; ++j) O[(i0 + i) * lv + j] = acc[i * Vd + j] * inv;
-        }
-      }
-    }
-  }
-}
-
-// Flash attention backward: P recomputed per tile from the saved log-sum-exp;
-// Dr = rowsum(dO ∘ O); dV += Pᵀ dO; dP = dO Vᵀ; dS = P ∘ (dP − Dr); dQ += scale dS K;
-// dK += scale dSᵀ Q. One thread per (b, h), tiles in a fixed order: deterministic.
-template <typename T>
-void attn_bwd(const AttnDims& d, const T* dout, const T* q, const T* k, const T* v, const T* o,
-              const T* lse, T scale, T* dq, T* dk, T* dv, bool bf16) {
-  const int64_t B = d.B, Tn = d.T, H = d.H, Kd = d.Kd, Vd = d.Vd, lq = H * Kd, lv = H * Vd;
-#pragma omp parallel for schedule(static)
-  for (int64_t bh = 0; bh < B * H; ++bh) {
-    const int64_t b = bh / H, h = bh % H, base_q = (b * Tn * H + h) * Kd,
-                  base_v = (b * Tn * H + h) * Vd;
-    const T* L = lse + bh * Tn;
-    T* P = scratch<T>(size_t(kTile * kTile), 0);
-    T* dS = scratch<T>(size_t(kTile * kTile), 1);
-    T* Dr = scratch<T>(size_t(Tn), 2);
-    for (int64_t t = 0; t < Tn; ++t) {
-      const T* a = dout + base_v + t * lv;
-      const T* b2 = o + base_v + t * lv;
-      T s = 0;
-      for (int64_t j = 0; j < Vd; ++j) s += a[j] * b2[j];
-      Dr[t] = s;
-    }
-    for (int64_t t = 0; t < Tn; ++t) {
-      std::fill_n(dq + base_q + t * lq, Kd, T(0));
-      std::fill_n(dk + base_q + t * lq, Kd, T(0));
-      std::fill_n(dv + base_v + t * lv, Vd, T(0));
-    }
-    for (int64_t i0 = 0; i0 < Tn; i0 += kTile) {
-      const int64_t i1 = std::min(Tn, i0 + kTile), r = i1 - i0;
-      for (int64_t j0 = 0; j0 < i1; j0 += kTile) {
-        const int64_t j1 = std::min(i1, j0 + kTile), c = j1 - j0;
-        blas_gemm(false, true, r, c, Kd, scale, q + base_q + i0 * lq, lq, k + base_q + j0 * lq, lq,
-                  T(0), P, c);
-        blas_gemm(false, true, r, c, Vd, T(1), dout + base_v + i0 * lv, lv, v + base_v + j0 * lv,
-                  lv, T(0), dS, c);
-        for (int64_t i = 0; i < r; ++i) {
-          T* p = P + i * c;
-          T* g = dS + i * c;
-          const int64_t valid = std::min(c, i0 + i - j0 + 1);
-          const T li = L[i0 + i], di = Dr[i0 + i];
-#pragma omp simd
-          for (int64_t s = 0; s < valid; ++s) {
-            p[s] = exp_fast(p[s] - li);
-            g[s] = p[s] * (g[s] - di);
-          }
-          for (int64_t s = std::max<int64_t>(valid, 0); s < c; ++s) p[s] = g[s] = T(0);
-        }
-        round_operands(P, r * c, bf16);
-        round_operands(dS, r * c, bf16);
-        blas_gemm(true, false, c, Vd, r, T(1), P, c, dout + base_v + i0 * lv, lv, T(1),
-                  dv + base_v + j0 * lv, lv);
-        blas_gemm(false, false, r, Kd, c, scale, dS, c, k + base_q + j0 * lq, lq, T(1),
-                  dq + base_q + i0 * lq, lq);
-        blas_gemm(true, false, c, Kd, r, scale, dS, c, q + base_q + i0 * lq, lq, T(1),
-                  dk + base_q + j0 * lq, lq);
-      }
-    }
-  }
+  fn(Operands<T, T>{bf16});
 }
 
 }  // namespace
-
-void rope_forward(Tensor& x_NHW, int64_t off, const Tensor& cos_TR2, const Tensor& sin_TR2) {
-  OpScope op_scope("rope", 0, 2.0 * double(x_NHW.bytes()));
-  rope_apply<false>(x_NHW, off, cos_TR2, sin_TR2);
-}
-
-void rope_backward(Tensor& dx_NHW, int64_t off, const Tensor& cos_TR2, const Tensor& sin_TR2) {
-  OpScope op_scope("rope", 0, 2.0 * double(dx_NHW.bytes()));
-  rope_apply<true>(dx_NHW, off, cos_TR2, sin_TR2);
-}
 
 void causal_softmax_rows(Tensor& s_RS, int64_t n, int64_t first, double scale) {
   OpScope op_scope("causal softmax", 0, 2.0 * double(s_RS.bytes()));
@@ -290,18 +271,26 @@ void causal_softmax_rows(Tensor& s_RS, int64_t n, int64_t first, double scale) {
 }
 
 void attention_forward(const Tensor& q_BTHK, const Tensor& k_BTHK, const Tensor& v_BTHV,
-                       double scale, Tensor& lse_BHT, Tensor& o_BTHV, Format operands) {
+                       double scale, Tensor& lse_BHT, Tensor& o_BTHV, Format operands,
+                       const Operand& oq) {
   OpScope op_scope("attention fwd", attention_flops(q_BTHK, v_BTHV, 1.0), 0);
   const AttnDims d = attn_dims(q_BTHK, k_BTHK, v_BTHV, lse_BHT, o_BTHV);
   const bool bf16 = operands == Format::BF16;
   MOET_CHECK(operands == Format::F32 || bf16, "attention operands must be fp32 or bf16, got ",
              format_name(operands));
+  MOET_CHECK(oq.empty() || (!is_fp8(oq.fmt) && oq.cols.empty() && o_BTHV.dtype == DType::F32 &&
+                            oq.rows.numel() == o_BTHV.numel()),
+             "attention: o's operands must be one element-wise copy of o");
   dispatch_float(q_BTHK.dtype, [&](auto t0) {
     using T = decltype(t0);
-    const T* q = operand_copy(q_BTHK.data<T>(), q_BTHK.numel(), bf16, 0);
-    const T* k = operand_copy(k_BTHK.data<T>(), k_BTHK.numel(), bf16, 1);
-    const T* v = operand_copy(v_BTHV.data<T>(), v_BTHV.numel(), bf16, 2);
-    attn_fwd<T>(d, q, k, v, T(scale), lse_BHT.data<T>(), o_BTHV.data<T>(), bf16);
+    const T *q = q_BTHK.data<T>(), *k = k_BTHK.data<T>(), *v = v_BTHV.data<T>();
+    T *lse = lse_BHT.data<T>(), *o = o_BTHV.data<T>();
+    with_operands<T>(bf16, [&](const auto& op) {
+      for_each_head(d, [&](int64_t bh, int64_t at_q, int64_t at_v) {
+        attn_fwd_head(d, op, q + at_q, k + at_q, v + at_v, T(scale), lse + bh * d.T, o + at_v, oq,
+                      at_v, d.H * d.Vd);
+      });
+    });
   });
 }
 
@@ -323,12 +312,15 @@ void attention_backward(const Tensor& do_BTHV, const Tensor& q_BTHK, const Tenso
              format_name(operands));
   dispatch_float(q_BTHK.dtype, [&](auto t0) {
     using T = decltype(t0);
-    const T* q = operand_copy(q_BTHK.data<T>(), q_BTHK.numel(), bf16, 0);
-    const T* k = operand_copy(k_BTHK.data<T>(), k_BTHK.numel(), bf16, 1);
-    const T* v = operand_copy(v_BTHV.data<T>(), v_BTHV.numel(), bf16, 2);
-    const T* dO = operand_copy(do_BTHV.data<T>(), do_BTHV.numel(), bf16, 3);
-    attn_bwd<T>(d, dO, q, k, v, o_BTHV.data<T>(), lse_BHT.data<T>(), T(scale), dq_BTHK.data<T>(),
-                dk_BTHK.data<T>(), dv_BTHV.data<T>(), bf16);
+    const T *q = q_BTHK.data<T>(), *k = k_BTHK.data<T>(), *v = v_BTHV.data<T>(),
+            *o = o_BTHV.data<T>(), *dO = do_BTHV.data<T>(), *lse = lse_BHT.data<T>();
+    T *dq = dq_BTHK.data<T>(), *dk = dk_BTHK.data<T>(), *dv = dv_BTHV.data<T>();
+    with_operands<T>(bf16, [&](const auto& op) {
+      for_each_head(d, [&](int64_t bh, int64_t at_q, int64_t at_v) {
+        attn_bwd_head(d, op, dO + at_v, q + at_q, k + at_q, v + at_v, o + at_v, lse + bh * d.T,
+                      T(scale), dq + at_q, dk + at_q, dv + at_v);
+      });
+    });
   });
 }
 

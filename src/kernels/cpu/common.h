@@ -108,6 +108,36 @@ inline float exp_fast(float x) {
 // Doubles (the finite-difference tests) keep the library's exp.
 inline double exp_fast(double x) { return std::exp(x); }
 
+// x[i] = exp_fast(x[i] - m), i < n, in place (a plain loop over a restrict pointer: vectorised).
+template <typename T>
+inline void exp_shifted(T* __restrict x, int64_t n, T m) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) x[i] = exp_fast(x[i] - m);
+}
+
+// The largest of x[0, n) (n >= 1), vectorised (no NaN among the values).
+template <typename T>
+inline T max_of(const T* __restrict x, int64_t n) {
+  T m = x[0];
+#pragma omp simd reduction(max : m)
+  for (int64_t i = 0; i < n; ++i) m = x[i] > m ? x[i] : m;
+  return m;
+}
+
+// Σ x[0, n) in a fixed order: 8 interleaved partial sums, combined 0..7 (vectorised, the same
+// for every call of the same n).
+template <typename T>
+inline T sum_of(const T* __restrict x, int64_t n) {
+  T lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) lane[j] += x[i + j];
+  for (int j = 0; i < n; ++i, ++j) lane[j] += x[i];
+  T s = 0;
+  for (int j = 0; j < 8; ++j) s += lane[j];
+  return s;
+}
+
 template <typename T>
 inline T sigmoid(T x) {
   return T(1) / (T(1) + exp_fast(-x));

@@ -2,6 +2,7 @@
 #include <cstring>
 
 #include "kernels/cpu/common.h"
+#include "kernels/cpu/convert.h"
 #include "kernels/ops.h"
 #include "kernels/profile.h"
 
@@ -26,6 +27,16 @@ void copy(const Tensor& src, Tensor& dst) {
       const int64_t b = c * chunk, e = std::min(n, b + chunk);
       std::memcpy(d + b * es, s + b * es, (e - b) * es);
     }
+    return;
+  }
+  if (src.dtype == DType::BF16 && dst.dtype == DType::F32) {  // widening: exact
+    parallel_ranges(
+        n, [&](int64_t i0, int64_t i1) { bf16_to_f32(src.bf16() + i0, dst.f32() + i0, i1 - i0); });
+    return;
+  }
+  if (src.dtype == DType::F32 && dst.dtype == DType::BF16) {  // rounding to nearest even
+    parallel_ranges(
+        n, [&](int64_t i0, int64_t i1) { f32_to_bf16(src.f32() + i0, dst.bf16() + i0, i1 - i0); });
     return;
   }
   MOET_CHECK(is_float(src.dtype) && is_float(dst.dtype), "copy: cannot convert ",

@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "kernels/cpu/common.h"
+#include "kernels/cpu/emit.h"
 #include "kernels/ops.h"
 #include "kernels/profile.h"
 
@@ -115,29 +116,30 @@ double cross_entropy_forward(const Tensor& logits_NV, const Tensor& targets_N, T
 
 // dlogits = grad_scale (exp(x - lse) - onehot) in place; rows with a negative target get 0.
 void cross_entropy_backward(Tensor& logits_NV, const Tensor& targets_N, const Tensor& lse_N,
-                            double grad_scale) {
+                            double grad_scale, const Operand& dq) {
   OpScope op_scope("cross-entropy", 0, 2.0 * double(logits_NV.bytes()));
   check_ce(logits_NV, targets_N, lse_N);
   const int64_t V = logits_NV.size(-1), N = rows_of(logits_NV);
+  MOET_CHECK(dq.empty() || logits_NV.dtype == DType::F32, "cross-entropy bwd: operands need F32");
   const int32_t* tgt = targets_N.i32();
   dispatch_float(logits_NV.dtype, [&](auto t0) {
     using T = decltype(t0);
-    T* lg = logits_NV.data<T>();
     const T* lse = lse_N.data<T>();
     const T g = T(grad_scale);
-#pragma omp parallel for schedule(static) if (N * V > kParallelMin)
-    for (int64_t n = 0; n < N; ++n) {
-      T* d = lg + n * V;
-      const int32_t t = tgt[n];
-      if (t < 0) {
-        std::fill_n(d, V, T(0));
-        continue;
-      }
-      const T l = lse[n];
+    produce_rows(N, V, logits_NV.data<T>(), dq, [&](int64_t r0, int64_t r1, T* out) {
+      for (int64_t n = r0; n < r1; ++n) {
+        T* d = out + (n - r0) * V;
+        const int32_t t = tgt[n];
+        if (t < 0) {
+          std::fill_n(d, V, T(0));
+          continue;
+        }
+        const T l = lse[n];
 #pragma omp simd
-      for (int64_t j = 0; j < V; ++j) d[j] = g * exp_fast(d[j] - l);
-      d[t] -= g;
-    }
+        for (int64_t j = 0; j < V; ++j) d[j] = g * exp_fast(d[j] - l);
+        d[t] -= g;
+      }
+    });
   });
 }
 

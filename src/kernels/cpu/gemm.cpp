@@ -1,5 +1,6 @@
 // gemm.cpp — matrix products: gemm, the linear layer (HF [out, in] weights) in any precision of
 // kernels/precision.h, and the weights' low-precision operand copies.
+#include "kernels/cpu/emit.h"
 #include "kernels/cpu/operands.h"
 #include "kernels/profile.h"
 
@@ -49,11 +50,16 @@ void prepare_weight(const Tensor& w, const LinearPrecision& p, WeightOperands& w
   auto fill = [&](Format f, bool dgrad, Tensor& dst) {
     MOET_CHECK(dst.numel() == w.numel() && dst.dtype == gemm_operand_dtype(),
                "prepare_weight: operand ", dst.shape_str(), " for weight ", w.shape_str());
-    for (int64_t e = 0; e < E; ++e) {
-      const Tensor we(w.data<float>() + e * O * D, DType::F32, {O, D});
-      Tensor de(static_cast<char*>(dst.ptr) + e * O * D * dtype_size(dst.dtype), dst.dtype, {O, D});
-      quantize(we, f, weight_axis(f, dgrad), de);
-    }
+    // each expert's matrix blocked on its own; the experts over the threads
+    const size_t es = dtype_size(dst.dtype);
+    const BlockAxis axis = weight_axis(f, dgrad);
+    parallel_ranges_min(E, std::max<int64_t>(1, kParallelMin / std::max<int64_t>(O * D, 1)),
+                        [&](int64_t e0, int64_t e1) {
+                          for (int64_t e = e0; e < e1; ++e)
+                            quantize_span(w.f32() + e * O * D, O, D, f, axis,
+                                          static_cast<char*>(dst.ptr) + size_t(e * O * D) * es,
+                                          dst.dtype);
+                        });
   };
   if (p.fprop != Format::F32) fill(p.fprop, false, wq.fprop);
   if (weight_dgrad_separate(p)) fill(p.dgrad, true, wq.dgrad);
@@ -73,11 +79,19 @@ Tensor weight_operand(const Tensor& w_OD, Format f, bool dgrad, const WeightOper
   return q;
 }
 
+// A producer-made operand of one role, or an empty tensor when there is none: the copy `t` of q
+// when q is in format f (checked: a mismatch is a bug of the layer that planned it).
+Tensor made_operand(const Operand* q, const Tensor& t, Format f, int64_t numel) {
+  if (!q || t.empty()) return {};
+  MOET_ASSERT(q->fmt == f && t.numel() == numel && t.dtype == gemm_operand_dtype());
+  return t;
+}
+
 }  // namespace
 
 // x may have any leading dimensions: rows = numel / D.
 void linear_forward(const Tensor& x_ND, const Tensor& w_OD, Tensor& y_NO, const LinearPrecision& p,
-                    const WeightOperands* wq, bool accumulate) {
+                    const WeightOperands* wq, bool accumulate, const Operand* xq) {
   MOET_CHECK(w_OD.ndim == 2, "linear weight must be 2-D, got ", w_OD.shape_str());
   const int64_t O = w_OD.size(0), D = w_OD.size(1), N = rows_of(x_ND);
   MOET_CHECK(x_ND.size(-1) == D && y_NO.size(-1) == O && rows_of(y_NO) == N, "linear: x ",
@@ -86,10 +100,14 @@ void linear_forward(const Tensor& x_ND, const Tensor& w_OD, Tensor& y_NO, const 
   OpScope op_scope("GEMM fprop", 2.0 * double(N) * double(O) * double(D));
   if (p.fprop != Format::F32) {
     MOET_CHECK(y_NO.dtype == DType::F32, "low-precision linear needs F32 tensors");
-    Tensor xq = operand_buffer({N, D}, kSlotX);
-    quantize(x_ND, p.fprop, BlockAxis::Rows, xq);
+    Tensor x = made_operand(xq, xq ? xq->rows : Tensor{}, p.fprop, N * D);
+    if (x.empty()) {
+      MOET_ASSERT(!x_ND.empty());  // an x without memory comes with its operands
+      x = operand_buffer({N, D}, kSlotX);
+      quantize(x_ND, p.fprop, BlockAxis::Rows, x);
+    }
     const Tensor w = weight_operand(w_OD, p.fprop, false, wq);
-    return gemm_operands(false, true, N, O, D, 1.0f, xq, 0, D, w, 0, D, accumulate ? 1.0f : 0.0f,
+    return gemm_operands(false, true, N, O, D, 1.0f, x, 0, D, w, 0, D, accumulate ? 1.0f : 0.0f,
                          y_NO.f32(), O);
   }
   dispatch_float(y_NO.dtype, [&](auto t0) {
@@ -101,7 +119,7 @@ void linear_forward(const Tensor& x_ND, const Tensor& w_OD, Tensor& y_NO, const 
 
 void linear_backward(const Tensor& dy_NO, const Tensor& x_ND, const Tensor& w_OD, Tensor& dx_ND,
                      bool accumulate_dx, Tensor& dw_OD, const LinearPrecision& p,
-                     const WeightOperands* wq) {
+                     const WeightOperands* wq, const Operand* dyq_made, const Operand* xq_made) {
   MOET_CHECK(w_OD.ndim == 2, "linear weight must be 2-D, got ", w_OD.shape_str());
   const int64_t O = w_OD.size(0), D = w_OD.size(1), N = rows_of(x_ND);
   MOET_CHECK(x_ND.size(-1) == D && dy_NO.size(-1) == O && rows_of(dy_NO) == N, "linear bwd: x ",
@@ -123,8 +141,11 @@ void linear_backward(const Tensor& dy_NO, const Tensor& x_ND, const Tensor& w_OD
                   dx_ND.data<T>(), D);
       });
     } else {
-      dyq = operand_buffer({N, O}, kSlotDy);
-      quantize(dy_NO, p.dgrad, BlockAxis::Rows, dyq);
+      dyq = made_operand(dyq_made, dyq_made ? dyq_made->rows : Tensor{}, p.dgrad, N * O);
+      if (dyq.empty()) {
+        dyq = operand_buffer({N, O}, kSlotDy);
+        quantize(dy_NO, p.dgrad, BlockAxis::Rows, dyq);
+      }
       const Tensor w = weight_operand(w_OD, p.dgrad, true, wq);
       gemm_operands(false, false, N, D, O, 1.0f, dyq, 0, O, w, 0, D, beta_dx, dx_ND.f32(), D);
     }
@@ -140,11 +161,18 @@ void linear_backward(const Tensor& dy_NO, const Tensor& x_ND, const Tensor& w_OD
     return;
   }
   if (!share_dy) {
-    dyq = operand_buffer({N, O}, kSlotDy);
-    quantize(dy_NO, p.wgrad, BlockAxis::Cols, dyq);
+    dyq = made_operand(dyq_made, dyq_made ? dyq_made->wgrad() : Tensor{}, p.wgrad, N * O);
+    if (dyq.empty()) {
+      dyq = operand_buffer({N, O}, kSlotDy);
+      quantize(dy_NO, p.wgrad, BlockAxis::Cols, dyq);
+    }
   }
-  Tensor xq = operand_buffer({N, D}, kSlotX);
-  quantize(x_ND, p.wgrad, BlockAxis::Cols, xq);
+  Tensor xq = made_operand(xq_made, xq_made ? xq_made->wgrad() : Tensor{}, p.wgrad, N * D);
+  if (xq.empty()) {
+    MOET_ASSERT(!x_ND.empty());
+    xq = operand_buffer({N, D}, kSlotX);
+    quantize(x_ND, p.wgrad, BlockAxis::Cols, xq);
+  }
   gemm_operands(true, false, O, D, N, 1.0f, dyq, 0, O, xq, 0, D, 1.0f, dw_OD.f32(), D);
 }
 

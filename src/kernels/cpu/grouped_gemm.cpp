@@ -1,6 +1,7 @@
 // grouped_gemm.cpp — the experts' grouped linear layer: one GEMM per non-empty (expert,
 // source) segment of contiguous rows, in any precision of kernels/precision.h.
 #include "core/tree_sum.h"
+#include "kernels/cpu/convert.h"
 #include "kernels/cpu/operands.h"
 #include "kernels/profile.h"
 
@@ -81,22 +82,40 @@ void quantize_segments_cols(const Tensor& x_MD, const int32_t* off, int64_t G, F
   });
 }
 
+// A producer-made operand copy t of q in format f ([M, cols] in the operand dtype), or empty.
+Tensor made(const Operand* q, const Tensor& t, Format f, int64_t numel) {
+  if (!q || t.empty()) return {};
+  MOET_ASSERT(q->fmt == f && t.numel() == numel && t.dtype == gemm_operand_dtype());
+  return t;
+}
+
 }  // namespace
 
 void grouped_linear_forward(const Tensor& x_MD, const Tensor& offsets_E1, const Tensor& w_EOD,
                             Tensor& y_MO, int64_t segments_per_expert, const LinearPrecision& p,
-                            const WeightOperands* wq, bool x_in_format) {
+                            const WeightOperands* wq, bool x_in_format, const Operand* xq_made,
+                            Format y_format) {
   const Grouped g =
       check_grouped("grouped linear", x_MD, offsets_E1, w_EOD, y_MO, segments_per_expert);
-  check_dtype(y_MO.dtype, {&x_MD, &w_EOD});
+  const bool x_bits = x_in_format && x_MD.dtype == DType::BF16;  // bf16 bits of the values
+  if (!x_bits) check_dtype(y_MO.dtype, {&x_MD});
+  check_dtype(y_MO.dtype, {&w_EOD});
+  MOET_CHECK(y_format == Format::F32 || (y_format == Format::BF16 && y_MO.dtype == DType::F32),
+             "grouped linear: outputs rounded to ", format_name(y_format));
   const int32_t* off = offsets_E1.i32();
   const int64_t D = g.D, O = g.O;
   OpScope op_scope("expert GEMM fprop", 2.0 * double(g.M) * double(O) * double(D));
+  // the bf16 epilogue: a segment's outputs rounded while they are in cache
+  auto epilogue = [&](int64_t r0, int64_t r) {
+    if (y_format == Format::BF16) round_bf16_f32(y_MO.f32() + r0 * O, y_MO.f32() + r0 * O, r * O);
+  };
   if (p.fprop != Format::F32) {
     MOET_CHECK(y_MO.dtype == DType::F32, "low-precision grouped linear needs F32 tensors");
-    // x already in the format and operands in fp32: x is the operand as it is
-    Tensor xq = x_MD;
-    if (!x_in_format || gemm_operand_dtype() != DType::F32) {
+    // made by x's producer, or x itself when it holds the values in the operand dtype
+    Tensor xq = made(xq_made, xq_made ? xq_made->rows : Tensor{}, p.fprop, g.M * D);
+    if (xq.empty() && x_in_format && x_MD.dtype == gemm_operand_dtype()) xq = x_MD;
+    if (xq.empty()) {
+      MOET_CHECK(!x_bits, "grouped linear: bf16 x for fp32 operands");
       xq = operand_buffer({g.M, D}, kSlotX);
       quantize(x_MD, x_in_format ? Format::F32 : p.fprop, BlockAxis::Rows, xq);
     }
@@ -105,15 +124,18 @@ void grouped_linear_forward(const Tensor& x_MD, const Tensor& offsets_E1, const 
       const int64_t r0 = off[s], r = off[s + 1] - off[s], e = s / g.S;
       gemm_operands(false, true, r, O, D, 1.0f, xq, r0 * D, D, w, e * O * D, D, 0.0f,
                     y_MO.f32() + r0 * O, O);
+      epilogue(r0, r);
     });
     return;
   }
+  MOET_CHECK(!x_bits, "grouped linear: bf16 x in an fp32 layer");
   dispatch_float(y_MO.dtype, [&](auto t0) {
     using T = decltype(t0);
     for_each_segment(g.G, off, [&](int64_t s) {
       const int64_t r0 = off[s], r = off[s + 1] - off[s], e = s / g.S;
       blas_gemm(false, true, r, O, D, T(1), x_MD.data<T>() + r0 * D, D, w_EOD.data<T>() + e * O * D,
                 D, T(0), y_MO.data<T>() + r0 * O, O);
+      if constexpr (std::is_same_v<T, float>) epilogue(r0, r);
     });
   });
 }
@@ -121,7 +143,8 @@ void grouped_linear_forward(const Tensor& x_MD, const Tensor& offsets_E1, const 
 void grouped_linear_backward(const Tensor& dy_MO, const Tensor& x_MD, const Tensor& offsets_E1,
                              const Tensor& w_EOD, Tensor& dx_MD, Tensor& dw_EOD,
                              int64_t segments_per_expert, const LinearPrecision& p,
-                             const WeightOperands* wq) {
+                             const WeightOperands* wq, const Operand* dyq_made,
+                             const Operand* xq_made) {
   const Grouped g =
       check_grouped("grouped linear bwd", x_MD, offsets_E1, w_EOD, dy_MO, segments_per_expert);
   MOET_CHECK(dx_MD.empty() || dx_MD.numel() == g.M * g.D, "grouped linear bwd dx ",
@@ -131,7 +154,12 @@ void grouped_linear_backward(const Tensor& dy_MO, const Tensor& x_MD, const Tens
   MOET_CHECK(dw_EOD.empty() || (dw_EOD.numel() == (apart ? g.S : 1) * g.E * g.O * g.D &&
                                 (!apart || dw_EOD.size(0) == g.S)),
              "grouped linear bwd dw ", dw_EOD.shape_str(), " for E=", g.E, " S=", g.S);
-  check_dtype(dy_MO.dtype, {&x_MD, &w_EOD, &dx_MD, &dw_EOD});
+  // x as bf16 bits: the expert rows of a bf16 dispatch (element-wise wgrad: they are its operand)
+  const bool x_bits = x_MD.dtype == DType::BF16;
+  MOET_CHECK(!x_bits || (!is_fp8(p.wgrad) && p.wgrad != Format::F32) || xq_made,
+             "grouped linear bwd: bf16 x needs its wgrad operand");
+  check_dtype(dy_MO.dtype, {&w_EOD, &dx_MD, &dw_EOD});
+  if (!x_bits) check_dtype(dy_MO.dtype, {&x_MD});
   const int32_t* off = offsets_E1.i32();
   const int64_t D = g.D, O = g.O, S = g.S;
   const bool low = p.dgrad != Format::F32 || p.wgrad != Format::F32;
@@ -141,8 +169,11 @@ void grouped_linear_backward(const Tensor& dy_MO, const Tensor& x_MD, const Tens
   if (!dx_MD.empty()) {
     OpScope op_scope("expert GEMM dgrad", flops);
     if (p.dgrad != Format::F32) {
-      Tensor dyq = operand_buffer({g.M, O}, kSlotDy);
-      quantize(dy_MO, p.dgrad, BlockAxis::Rows, dyq);
+      Tensor dyq = made(dyq_made, dyq_made ? dyq_made->rows : Tensor{}, p.dgrad, g.M * O);
+      if (dyq.empty()) {
+        dyq = operand_buffer({g.M, O}, kSlotDy);
+        quantize(dy_MO, p.dgrad, BlockAxis::Rows, dyq);
+      }
       const Tensor w = expert_weights(w_EOD, g.E, O, D, p.dgrad, true, wq);
       for_each_segment(g.G, off, [&](int64_t s) {
         const int64_t r0 = off[s], r = off[s + 1] - off[s], e = s / S;
@@ -165,10 +196,17 @@ void grouped_linear_backward(const Tensor& dy_MO, const Tensor& x_MD, const Tens
   // wgrad operands: the segments' rows in b×1 blocks (or the tensors themselves in fp32)
   Tensor dyq = dy_MO, xq = x_MD;
   if (p.wgrad != Format::F32) {
-    dyq = operand_buffer({g.M, O}, kSlotDy);
-    xq = operand_buffer({g.M, D}, kSlotX);
-    quantize_segments_cols(dy_MO, off, g.G, p.wgrad, dyq);
-    quantize_segments_cols(x_MD, off, g.G, p.wgrad, xq);
+    dyq = made(dyq_made, dyq_made ? dyq_made->wgrad() : Tensor{}, p.wgrad, g.M * O);
+    if (dyq.empty()) {
+      dyq = operand_buffer({g.M, O}, kSlotDy);
+      quantize_segments_cols(dy_MO, off, g.G, p.wgrad, dyq);
+    }
+    xq = made(xq_made, xq_made ? xq_made->wgrad() : Tensor{}, p.wgrad, g.M * D);
+    if (xq.empty() && x_bits && gemm_operand_dtype() == DType::BF16) xq = x_MD;
+    if (xq.empty()) {
+      xq = operand_buffer({g.M, D}, kSlotX);
+      quantize_segments_cols(x_MD, off, g.G, p.wgrad, xq);
+    }
   }
   // Weight gradients: one GEMM per segment; with several segments per expert (one per source
   // rank under expert parallelism) the segments' gradients are summed in the canonical tree

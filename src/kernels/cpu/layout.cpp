@@ -2,29 +2,31 @@
 #include <algorithm>
 
 #include "kernels/cpu/common.h"
+#include "kernels/cpu/emit.h"
 #include "kernels/ops.h"
 #include "kernels/profile.h"
 
 namespace moet::ops {
 using namespace cpu;
 
-void concat_cols(const Tensor& a_NA, const Tensor& b_NB, Tensor& out_NC) {
+void concat_cols(const Tensor& a_NA, const Tensor& b_NB, Tensor& out_NC, const Operand& q) {
   OpScope op_scope("copy/add", 0, 2.0 * double(out_NC.bytes()));
   const int64_t A = a_NA.size(-1), B = b_NB.size(-1), N = rows_of(out_NC);
   MOET_CHECK(out_NC.size(-1) == A + B && rows_of(a_NA) == N && rows_of(b_NB) == N,
              "concat_cols: a ", a_NA.shape_str(), " b ", b_NB.shape_str(), " out ",
              out_NC.shape_str());
   check_dtype(out_NC.dtype, {&a_NA, &b_NB});
+  MOET_CHECK(q.empty() || out_NC.dtype == DType::F32, "concat_cols: operands need F32");
   dispatch_float(out_NC.dtype, [&](auto t0) {
     using T = decltype(t0);
     const T* a = a_NA.data<T>();
     const T* b = b_NB.data<T>();
-    T* o = out_NC.data<T>();
-#pragma omp parallel for schedule(static) if (N * (A + B) > kParallelMin)
-    for (int64_t n = 0; n < N; ++n) {
-      std::copy_n(a + n * A, A, o + n * (A + B));
-      std::copy_n(b + n * B, B, o + n * (A + B) + A);
-    }
+    produce_rows(N, A + B, out_NC.data<T>(), q, [&](int64_t r0, int64_t r1, T* o) {
+      for (int64_t n = r0; n < r1; ++n) {
+        std::copy_n(a + n * A, A, o + (n - r0) * (A + B));
+        std::copy_n(b + n * B, B, o + (n - r0) * (A + B) + A);
+      }
+    });
   });
 }
 
@@ -94,28 +96,29 @@ void mla_split_kv(const Tensor& kv_NHW, const Tensor& kr_NR, Tensor& k_NHK, Tens
 }
 
 void mla_split_kv_backward(const Tensor& dk_NHK, const Tensor& dv_NHU, Tensor& dkv_NHW,
-                           Tensor& dkr_NR) {
+                           Tensor& dkr_NR, const Operand& dkvq) {
   OpScope op_scope("copy/add", 0, 2.0 * double(dkv_NHW.bytes()));
   const MlaDims d = mla_dims(dkv_NHW, dkr_NR, dk_NHK, dv_NHU);
+  MOET_CHECK(dkvq.empty() || dkv_NHW.dtype == DType::F32, "mla_split_kv bwd: operands need F32");
   dispatch_float(dk_NHK.dtype, [&](auto t0) {
     using T = decltype(t0);
     const T* dk = dk_NHK.data<T>();
     const T* dv = dv_NHU.data<T>();
-    T* dkv = dkv_NHW.data<T>();
     T* dkr = dkr_NR.data<T>();
     const int64_t W = d.P + d.U, Kd = d.P + d.R;
-#pragma omp parallel for schedule(static) if (d.N * d.H * (W + Kd) > kParallelMin)
-    for (int64_t n = 0; n < d.N; ++n) {
-      T* r = dkr + n * d.R;
-      std::fill_n(r, d.R, T(0));
-      for (int64_t h = 0; h < d.H; ++h) {
-        const T* src = dk + (n * d.H + h) * Kd;
-        T* dst = dkv + (n * d.H + h) * W;
-        std::copy_n(src, d.P, dst);
-        std::copy_n(dv + (n * d.H + h) * d.U, d.U, dst + d.P);
-        for (int64_t j = 0; j < d.R; ++j) r[j] += src[d.P + j];
+    produce_rows(d.N, d.H * W, dkv_NHW.data<T>(), dkvq, [&](int64_t r0, int64_t r1, T* out) {
+      for (int64_t n = r0; n < r1; ++n) {
+        T* r = dkr + n * d.R;
+        std::fill_n(r, d.R, T(0));
+        for (int64_t h = 0; h < d.H; ++h) {
+          const T* src = dk + (n * d.H + h) * Kd;
+          T* dst = out + ((n - r0) * d.H + h) * W;
+          std::copy_n(src, d.P, dst);
+          std::copy_n(dv + (n * d.H + h) * d.U, d.U, dst + d.P);
+          for (int64_t j = 0; j < d.R; ++j) r[j] += src[d.P + j];
+        }
       }
-    }
+    });
   });
 }
 

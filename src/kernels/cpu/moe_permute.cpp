@@ -4,6 +4,8 @@
 #include <cstring>
 
 #include "kernels/cpu/common.h"
+#include "kernels/cpu/convert.h"
+#include "kernels/cpu/emit.h"
 #include "kernels/ops.h"
 #include "kernels/profile.h"
 
@@ -42,22 +44,56 @@ void moe_permute_plan(const Tensor& idx_NK, int64_t n_experts, Tensor& offsets_E
   }
 }
 
-void gather_rows(const Tensor& x_ND, const Tensor& token_M, Tensor& xp_MD) {
+void gather_rows(const Tensor& x_ND, const Tensor& token_M, Tensor& xp_MD, const Operand& xpq) {
   OpScope op_scope("permute", 0, 2.0 * double(xp_MD.bytes()));
   const int64_t D = x_ND.size(-1), N = rows_of(x_ND), M = token_M.numel();
   MOET_CHECK(xp_MD.numel() == M * D && xp_MD.size(-1) == D, "gather_rows: x ", x_ND.shape_str(),
              " token ", token_M.shape_str(), " xp ", xp_MD.shape_str());
   check_i32(token_M);
-  check_dtype(x_ND.dtype, {&xp_MD});
+  const DType xt = x_ND.dtype, pt = xp_MD.dtype;
+  const bool convert = xt != pt;
+  MOET_CHECK(!convert || ((xt == DType::F32 || xt == DType::BF16) &&
+                          (pt == DType::F32 || pt == DType::BF16)),
+             "gather_rows: ", dtype_name(xt), " rows into ", dtype_name(pt));
+  MOET_CHECK(xpq.rows.empty() && (xpq.cols.empty() || xpq.cols.numel() == M * D),
+             "gather_rows: xp's operands are its cols copy");
   const int32_t* tok = token_M.i32();
   for (int64_t m = 0; m < M; ++m)
     MOET_CHECK(tok[m] >= 0 && tok[m] < N, "gather_rows: token ", tok[m], " outside [0, ", N, ")");
-  const size_t row_bytes = size_t(D) * dtype_size(x_ND.dtype);
+  const size_t xs = dtype_size(xt), ps = dtype_size(pt);
   const char* x = static_cast<const char*>(x_ND.ptr);
   char* xp = static_cast<char*>(xp_MD.ptr);
-#pragma omp parallel for schedule(static) if (M * D > kParallelMin)
-  for (int64_t m = 0; m < M; ++m)
-    std::memcpy(xp + m * row_bytes, x + tok[m] * row_bytes, row_bytes);
+  // row m of xp from its token's row, converted where the dtypes differ
+  auto put = [&](int64_t m, char* dst) {
+    const char* src = x + tok[m] * D * xs;
+    if (!convert)
+      std::memcpy(dst, src, D * xs);
+    else if (pt == DType::F32)
+      bf16_to_f32(reinterpret_cast<const uint16_t*>(src), reinterpret_cast<float*>(dst), D);
+    else
+      f32_to_bf16(reinterpret_cast<const float*>(src), reinterpret_cast<uint16_t*>(dst), D);
+  };
+  const bool cols = !xpq.cols.empty();
+  MOET_CHECK(!cols || xt == DType::F32 || xt == DType::BF16, "gather_rows: operands of ",
+             dtype_name(xt), " rows");
+  for_each_chunk(M, D, xpq, [&](int64_t r0, int64_t r1) {
+    for (int64_t m = r0; m < r1; ++m) put(m, xp + m * D * ps);
+    if (!cols) return;
+    // the cols copy from the rows' fp32 values: xp itself, or a widened tile
+    const float* vals = reinterpret_cast<const float*>(xp + r0 * D * ps);
+    if (pt != DType::F32) {
+      float* tile = scratch<float>(size_t((r1 - r0) * D), 3);
+      for (int64_t m = r0; m < r1; ++m) {
+        const char* src = x + tok[m] * D * xs;
+        if (xt == DType::F32)
+          std::memcpy(tile + (m - r0) * D, src, D * sizeof(float));
+        else
+          bf16_to_f32(reinterpret_cast<const uint16_t*>(src), tile + (m - r0) * D, D);
+      }
+      vals = tile;
+    }
+    emit_rows(xpq, vals, r0, r1, D);
+  });
 }
 
 namespace {
@@ -127,7 +163,8 @@ void unpermute_forward(const Tensor& yp_MD, const Tensor& slot_NK, const Tensor&
 }
 
 void unpermute_backward(const Tensor& dy_ND, const Tensor& yp_MD, const Tensor& slot_NK,
-                        const Tensor& gates_NK, Tensor& dyp_MD, Tensor& dgates_NK) {
+                        const Tensor& gates_NK, Tensor& dyp_MD, Tensor& dgates_NK,
+                        const Tensor& token_M, const Operand& dypq) {
   OpScope op_scope("unpermute", 0, 3.0 * double(yp_MD.bytes()));
   const int64_t D = dy_ND.size(-1), N = rows_of(dy_ND), M = rows_of(yp_MD);
   MOET_CHECK(yp_MD.size(-1) == D && gates_NK.numel() == slot_NK.numel() &&
@@ -136,6 +173,8 @@ void unpermute_backward(const Tensor& dy_ND, const Tensor& yp_MD, const Tensor& 
                  (dgates_NK.empty() || dgates_NK.numel() == gates_NK.numel()),
              "unpermute bwd: dy ", dy_ND.shape_str(), " yp ", yp_MD.shape_str(), " slot ",
              slot_NK.shape_str(), " dyp ", dyp_MD.shape_str(), " dgates ", dgates_NK.shape_str());
+  MOET_CHECK(dypq.empty() || (token_M.numel() == M && !dyp_MD.empty() && dy_ND.dtype == DType::F32),
+             "unpermute bwd: dyp's operands need dyp, F32 and the plan's token_M");
   if (N == 0) return;
   const int64_t K = slot_NK.numel() / N;
   check_slots(slot_NK, M);
@@ -148,6 +187,37 @@ void unpermute_backward(const Tensor& dy_ND, const Tensor& yp_MD, const Tensor& 
     const T* g = gates_NK.data<T>();
     T* dyp = dyp_MD.empty() ? nullptr : dyp_MD.data<T>();
     T* dg = dgates_NK.empty() ? nullptr : dgates_NK.data<T>();
+    auto dgate = [&](int64_t n, int64_t k, int64_t m) {
+      const T* d = dy + n * D;
+      const T* src = yp + m * D;
+      double dot = 0;
+#pragma omp simd reduction(+ : dot)
+      for (int64_t j = 0; j < D; ++j) dot += double(d[j]) * double(src[j]);
+      dg[n * K + k] = T(dot);
+    };
+    if (!dypq.empty()) {
+      // in row order m (token_M[m] = n, the k with slot[n, k] = m): dyp chunk by chunk with its
+      // operands, the same products as below
+      const int32_t* tok = token_M.i32();
+      for (int64_t m = 0; m < M; ++m)
+        MOET_CHECK(tok[m] >= 0 && tok[m] < N, "unpermute bwd: token ", tok[m], " outside [0, ", N,
+                   ")");
+      produce_rows(M, D, dyp, dypq, [&](int64_t r0, int64_t r1, T* out) {
+        for (int64_t m = r0; m < r1; ++m) {
+          const int64_t n = tok[m];
+          int64_t k = 0;
+          while (k < K && slot[n * K + k] != m) ++k;
+          MOET_ASSERT(k < K);
+          const T gk = g[n * K + k];
+          const T* d = dy + n * D;
+          T* o = out + (m - r0) * D;
+#pragma omp simd
+          for (int64_t j = 0; j < D; ++j) o[j] = gk * d[j];
+          if (dg) dgate(n, k, m);
+        }
+      });
+      return;
+    }
 #pragma omp parallel for schedule(static) if (N * K * D > kParallelMin)
     for (int64_t n = 0; n < N; ++n) {
       const T* d = dy + n * D;
@@ -158,13 +228,7 @@ void unpermute_backward(const Tensor& dy_ND, const Tensor& yp_MD, const Tensor& 
           T* out = dyp + m * D;
           for (int64_t j = 0; j < D; ++j) out[j] = gk * d[j];
         }
-        if (dg) {
-          const T* src = yp + m * D;
-          double dot = 0;
-#pragma omp simd reduction(+ : dot)
-          for (int64_t j = 0; j < D; ++j) dot += double(d[j]) * double(src[j]);
-          dg[n * K + k] = T(dot);
-        }
+        if (dg) dgate(n, k, m);
       }
     }
   });

@@ -10,6 +10,7 @@
 #include "core/float8.h"
 #include "kernels/cpu/common.h"
 #include "kernels/cpu/convert.h"
+#include "kernels/cpu/emit.h"
 #include "kernels/ops.h"
 #include "kernels/profile.h"
 
@@ -287,6 +288,55 @@ void quantize_into(const Tensor& x, Format f, BlockAxis axis, const Outputs<Q>& 
 }
 
 }  // namespace
+
+namespace cpu {
+
+void quantize_span(const float* x, int64_t R, int64_t C, Format f, BlockAxis axis, void* q,
+                   DType qt) {
+  MOET_ASSERT(qt == DType::F32 || qt == DType::BF16);
+  if (R == 0 || C == 0) return;
+  const int64_t n = R * C;
+  if (!is_fp8(f)) {
+    if (qt == DType::BF16)
+      round_or_copy(x, n, f, static_cast<uint16_t*>(q));
+    else if (f == Format::BF16 || q != x)
+      round_or_copy(x, n, f, static_cast<float*>(q));
+    return;
+  }
+  const int64_t b = format_block(f);
+  auto run = [&](auto* out) {
+    using Q = std::remove_pointer_t<decltype(out)>;
+    const Outputs<Q> o{out, nullptr, nullptr, nullptr};
+    if (axis == BlockAxis::Rows)
+      quantize_rows(x, R, C, b, f, o);
+    else
+      quantize_cols(x, R, C, b, axis == BlockAxis::Square, f, o);
+  };
+  if (qt == DType::BF16)
+    run(static_cast<uint16_t*>(q));
+  else
+    run(static_cast<float*>(q));
+}
+
+}  // namespace cpu
+
+Operand Operand::row_range(int64_t r0, int64_t r1) const {
+  MOET_ASSERT(cols.empty() || !is_fp8(fmt));
+  Operand o;
+  o.fmt = fmt;
+  if (!rows.empty()) o.rows = rows.rows(r0, r1);
+  return o;
+}
+
+void quantize_operand(const Tensor& x_RC, const Operand& q) {
+  OpScope op_scope(quantize_name(q.fmt), 0, double(x_RC.bytes() + q.rows.bytes() + q.cols.bytes()));
+  MOET_CHECK(x_RC.dtype == DType::F32, "quantize_operand: x must be F32, got ",
+             dtype_name(x_RC.dtype));
+  for (const Tensor* t : {&q.rows, &q.cols})
+    MOET_CHECK(t->empty() || t->numel() == x_RC.numel(), "quantize_operand: ", t->shape_str(),
+               " for x ", x_RC.shape_str());
+  cpu::emit_all(q, x_RC.f32(), rows_of(x_RC), x_RC.size(-1));
+}
 
 int64_t scale_count(const Tensor& x_RC, Format fmt, BlockAxis axis) {
   const Grid g = grid_of(x_RC, fmt, axis);
