@@ -190,6 +190,11 @@ double cross_entropy(const Tensor& logits_NV, const Tensor& targets_N, double gr
 // (recomputed) logits into grad_scale · (softmax − onehot) in place from that log-sum-exp, with
 // no second max or sum.
 double cross_entropy_forward(const Tensor& logits_NV, const Tensor& targets_N, Tensor& lse_N);
+// Both at once, when the gradient is wanted right away (the LM head in training): forward's loss
+// sum and lse, then backward's gradient in place (with its operands dq), row by row while the
+// row is in cache — the same numbers, one trip of the logits through memory instead of two.
+double cross_entropy_fused(Tensor& logits_NV, const Tensor& targets_N, Tensor& lse_N,
+                           double grad_scale, const Operand& dq = {});
 void cross_entropy_backward(Tensor& logits_NV, const Tensor& targets_N, const Tensor& lse_N,
                             double grad_scale, const Operand& dq = {});
 

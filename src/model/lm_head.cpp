@@ -45,9 +45,11 @@ double LmHead::forward(const Tensor& h_ND, const Tensor& targets_N, double grad_
     Tensor lg = logits_CV_.rows(0, r1 - r0), lse = lse_N_.rows(r0, r1), fn = fn_ND_.rows(r0, r1);
     const ops::Operand fnq = fn_q_.row_range(r0, r1), dlq = dlogits_q_.row_range(0, r1 - r0);
     ops::linear_forward(fn, proj_->value, lg, lin_, proj_->operands(), false, &fnq);
-    sum += ops::cross_entropy_forward(lg, targets_N.rows(r0, r1), lse);
-    if (grad_scale == 0) continue;
-    ops::cross_entropy_backward(lg, targets_N.rows(r0, r1), lse, scale, dlq);
+    if (grad_scale == 0) {
+      sum += ops::cross_entropy_forward(lg, targets_N.rows(r0, r1), lse);
+      continue;
+    }
+    sum += ops::cross_entropy_fused(lg, targets_N.rows(r0, r1), lse, scale, dlq);
     Tensor dfn = dfn_ND_.rows(r0, r1);
     ops::linear_backward(lg, fn, proj_->value, dfn, false, proj_->grad, lin_, proj_->operands(),
                          &dlq, &fnq);
@@ -66,7 +68,9 @@ void LmHead::backward(const Tensor& h_ND, const Tensor& targets_N, double grad_s
     Tensor lg = logits_CV_.rows(0, r1 - r0), fn = fn_ND_.rows(r0, r1), dfn = dfn_ND_.rows(r0, r1);
     const ops::Operand fnq = fn_q_.row_range(r0, r1), dlq = dlogits_q_.row_range(0, r1 - r0);
     ops::linear_forward(fn, proj_->value, lg, lin_, proj_->operands(), false, &fnq);  // again
-    ops::cross_entropy_backward(lg, targets_N.rows(r0, r1), lse_N_.rows(r0, r1), scale, dlq);
+    // the fused form, as forward takes it (the lse it rewrites is the one forward saved)
+    Tensor lse = lse_N_.rows(r0, r1);
+    ops::cross_entropy_fused(lg, targets_N.rows(r0, r1), lse, scale, dlq);
     ops::linear_backward(lg, fn, proj_->value, dfn, false, proj_->grad, lin_, proj_->operands(),
                          &dlq, &fnq);
   }

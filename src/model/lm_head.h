@@ -3,7 +3,7 @@
 // are never kept whole: forward runs the projection and the loss in row chunks and saves each
 // row's log-sum-exp (ops::cross_entropy_forward). In training, when forward is told the scale
 // of the backward to come, each chunk's logits become their gradient at once
-// (ops::cross_entropy_backward) and the projection's backward runs in forward — the projection
+// (ops::cross_entropy_fused) and the projection's backward runs in forward — the projection
 // weight's gradient accumulates then, the input gradient waits for backward; otherwise backward
 // recomputes each chunk's logits from the saved log-sum-exp. Memory is one chunk, not
 // [tokens, vocab].

@@ -81,6 +81,29 @@ void check_ce(const Tensor& logits_NV, const Tensor& targets_N, const Tensor& ls
                ")");
 }
 
+// One row's m = max, lse = m + log Σ exp(x − m) (the sum in double), into `lse`; returns its loss
+// lse − x[t] (0 for an ignored row, t < 0).
+template <typename T>
+double row_lse(const T* x, int64_t V, int32_t t, T& lse) {
+  T m = x[0];
+#pragma omp simd reduction(max : m)
+  for (int64_t j = 1; j < V; ++j) m = std::max(m, x[j]);
+  double s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t j = 0; j < V; ++j) s += double(exp_fast(x[j] - m));
+  const double l = double(m) + std::log(s);
+  lse = T(l);
+  return t < 0 ? 0.0 : l - double(x[t]);
+}
+
+// One row's gradient in place: g · (exp(x − lse) − onehot(t)).
+template <typename T>
+void row_gradient(T* x, int64_t V, int32_t t, T lse, T g) {
+#pragma omp simd
+  for (int64_t j = 0; j < V; ++j) x[j] = g * exp_fast(x[j] - lse);
+  x[t] -= g;
+}
+
 }  // namespace
 
 // Per row: m = max, lse = m + log Σ exp(x - m) (sum in double); loss = lse - x[target]. Row
@@ -96,18 +119,7 @@ double cross_entropy_forward(const Tensor& logits_NV, const Tensor& targets_N, T
     T* lse = lse_N.data<T>();
     double* row_loss = scratch<double>(N);
 #pragma omp parallel for schedule(static) if (N * V > kParallelMin)
-    for (int64_t n = 0; n < N; ++n) {
-      const T* x = lg + n * V;
-      T m = x[0];
-#pragma omp simd reduction(max : m)
-      for (int64_t j = 1; j < V; ++j) m = std::max(m, x[j]);
-      double s = 0;
-#pragma omp simd reduction(+ : s)
-      for (int64_t j = 0; j < V; ++j) s += double(exp_fast(x[j] - m));
-      const double l = double(m) + std::log(s);
-      lse[n] = T(l);
-      row_loss[n] = tgt[n] < 0 ? 0.0 : l - double(x[tgt[n]]);
-    }
+    for (int64_t n = 0; n < N; ++n) row_loss[n] = row_lse(lg + n * V, V, tgt[n], lse[n]);
     double total = 0;
     for (int64_t n = 0; n < N; ++n) total += row_loss[n];
     return total;
@@ -117,7 +129,8 @@ double cross_entropy_forward(const Tensor& logits_NV, const Tensor& targets_N, T
 // dlogits = grad_scale (exp(x - lse) - onehot) in place; rows with a negative target get 0.
 void cross_entropy_backward(Tensor& logits_NV, const Tensor& targets_N, const Tensor& lse_N,
                             double grad_scale, const Operand& dq) {
-  OpScope op_scope("cross-entropy", 0, 2.0 * double(logits_NV.bytes()));
+  OpScope op_scope("cross-entropy", 0,
+                   2.0 * double(logits_NV.bytes()) + operand_bytes(dq, logits_NV.ptr));
   check_ce(logits_NV, targets_N, lse_N);
   const int64_t V = logits_NV.size(-1), N = rows_of(logits_NV);
   MOET_CHECK(dq.empty() || logits_NV.dtype == DType::F32, "cross-entropy bwd: operands need F32");
@@ -134,12 +147,42 @@ void cross_entropy_backward(Tensor& logits_NV, const Tensor& targets_N, const Te
           std::fill_n(d, V, T(0));
           continue;
         }
-        const T l = lse[n];
-#pragma omp simd
-        for (int64_t j = 0; j < V; ++j) d[j] = g * exp_fast(d[j] - l);
-        d[t] -= g;
+        row_gradient(d, V, t, lse[n], g);
       }
     });
+  });
+}
+
+// Per row, while it is in cache: forward's m, lse and loss, then backward's gradient from them —
+// the same arithmetic as the two calls in a row, with one trip of the logits through memory.
+double cross_entropy_fused(Tensor& logits_NV, const Tensor& targets_N, Tensor& lse_N,
+                           double grad_scale, const Operand& dq) {
+  OpScope op_scope("cross-entropy", 0,
+                   2.0 * double(logits_NV.bytes()) + operand_bytes(dq, logits_NV.ptr));
+  check_ce(logits_NV, targets_N, lse_N);
+  const int64_t V = logits_NV.size(-1), N = rows_of(logits_NV);
+  MOET_CHECK(dq.empty() || logits_NV.dtype == DType::F32, "cross-entropy: operands need F32");
+  const int32_t* tgt = targets_N.i32();
+  return dispatch_float(logits_NV.dtype, [&](auto t0) {
+    using T = decltype(t0);
+    T* lse = lse_N.data<T>();
+    double* row_loss = scratch<double>(N);
+    const T g = T(grad_scale);
+    produce_rows(N, V, logits_NV.data<T>(), dq, [&](int64_t r0, int64_t r1, T* out) {
+      for (int64_t n = r0; n < r1; ++n) {
+        T* x = out + (n - r0) * V;
+        const int32_t t = tgt[n];
+        row_loss[n] = row_lse(x, V, t, lse[n]);
+        if (t < 0) {
+          std::fill_n(x, V, T(0));
+          continue;
+        }
+        row_gradient(x, V, t, lse[n], g);
+      }
+    });
+    double total = 0;
+    for (int64_t n = 0; n < N; ++n) total += row_loss[n];
+    return total;
   });
 }
 

@@ -18,6 +18,11 @@ namespace moet::ops::cpu {
 void quantize_span(const float* x, int64_t R, int64_t C, Format f, BlockAxis axis, void* q,
                    DType qt);
 
+// Bytes an op writes into q's copies (for the op profiler): rows unless it is `out` itself, cols.
+inline double operand_bytes(const Operand& q, const void* out = nullptr) {
+  return double((q.rows.ptr != out ? q.rows.bytes() : 0) + q.cols.bytes());
+}
+
 // Rows of a column block of q's cols copy (1 when it has none: any row is a boundary).
 inline int64_t emit_align(const Operand& q) {
   return !q.cols.empty() && is_fp8(q.fmt) ? format_block(q.fmt) : 1;

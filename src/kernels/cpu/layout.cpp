@@ -10,7 +10,9 @@ namespace moet::ops {
 using namespace cpu;
 
 void concat_cols(const Tensor& a_NA, const Tensor& b_NB, Tensor& out_NC, const Operand& q) {
-  OpScope op_scope("copy/add", 0, 2.0 * double(out_NC.bytes()));
+  OpScope op_scope("copy/add", 0,
+                   double(a_NA.bytes() + b_NB.bytes() + (out_NC.empty() ? 0 : out_NC.bytes())) +
+                       operand_bytes(q, out_NC.ptr));
   const int64_t A = a_NA.size(-1), B = b_NB.size(-1), N = rows_of(out_NC);
   MOET_CHECK(out_NC.size(-1) == A + B && rows_of(a_NA) == N && rows_of(b_NB) == N,
              "concat_cols: a ", a_NA.shape_str(), " b ", b_NB.shape_str(), " out ",
@@ -97,7 +99,10 @@ void mla_split_kv(const Tensor& kv_NHW, const Tensor& kr_NR, Tensor& k_NHK, Tens
 
 void mla_split_kv_backward(const Tensor& dk_NHK, const Tensor& dv_NHU, Tensor& dkv_NHW,
                            Tensor& dkr_NR, const Operand& dkvq) {
-  OpScope op_scope("copy/add", 0, 2.0 * double(dkv_NHW.bytes()));
+  OpScope op_scope("copy/add", 0,
+                   double(dk_NHK.bytes() + dv_NHU.bytes() + dkr_NR.bytes() +
+                          (dkv_NHW.empty() ? 0 : dkv_NHW.bytes())) +
+                       operand_bytes(dkvq, dkv_NHW.ptr));
   const MlaDims d = mla_dims(dkv_NHW, dkr_NR, dk_NHK, dv_NHU);
   MOET_CHECK(dkvq.empty() || dkv_NHW.dtype == DType::F32, "mla_split_kv bwd: operands need F32");
   dispatch_float(dk_NHK.dtype, [&](auto t0) {

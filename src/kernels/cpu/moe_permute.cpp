@@ -45,7 +45,10 @@ void moe_permute_plan(const Tensor& idx_NK, int64_t n_experts, Tensor& offsets_E
 }
 
 void gather_rows(const Tensor& x_ND, const Tensor& token_M, Tensor& xp_MD, const Operand& xpq) {
-  OpScope op_scope("permute", 0, 2.0 * double(xp_MD.bytes()));
+  OpScope op_scope(
+      "permute", 0,
+      double(token_M.numel() * x_ND.size(-1) * int64_t(dtype_size(x_ND.dtype)) + xp_MD.bytes()) +
+          operand_bytes(xpq));
   const int64_t D = x_ND.size(-1), N = rows_of(x_ND), M = token_M.numel();
   MOET_CHECK(xp_MD.numel() == M * D && xp_MD.size(-1) == D, "gather_rows: x ", x_ND.shape_str(),
              " token ", token_M.shape_str(), " xp ", xp_MD.shape_str());
@@ -165,7 +168,10 @@ void unpermute_forward(const Tensor& yp_MD, const Tensor& slot_NK, const Tensor&
 void unpermute_backward(const Tensor& dy_ND, const Tensor& yp_MD, const Tensor& slot_NK,
                         const Tensor& gates_NK, Tensor& dyp_MD, Tensor& dgates_NK,
                         const Tensor& token_M, const Operand& dypq) {
-  OpScope op_scope("unpermute", 0, 3.0 * double(yp_MD.bytes()));
+  OpScope op_scope(
+      "unpermute", 0,
+      double(yp_MD.bytes() * (dgates_NK.empty() ? 1 : 2) + (dyp_MD.empty() ? 0 : dyp_MD.bytes())) +
+          operand_bytes(dypq, dyp_MD.ptr));
   const int64_t D = dy_ND.size(-1), N = rows_of(dy_ND), M = rows_of(yp_MD);
   MOET_CHECK(yp_MD.size(-1) == D && gates_NK.numel() == slot_NK.numel() &&
                  (N == 0 || slot_NK.numel() % N == 0) &&

@@ -28,7 +28,9 @@ void check_operand(const Operand& q, DType t, int64_t numel, const char* what) {
 
 void rmsnorm_forward(const Tensor& x_ND, const Tensor& w_D, double eps, Tensor& y_ND,
                      Tensor& rstd_N, const Operand& yq) {
-  OpScope op_scope("rmsnorm", 0, 2.0 * double(x_ND.bytes()));
+  OpScope op_scope(
+      "rmsnorm", 0,
+      double(x_ND.bytes() + (y_ND.empty() ? 0 : y_ND.bytes())) + operand_bytes(yq, y_ND.ptr));
   const int64_t D = x_ND.size(-1), N = rows_of(x_ND);
   MOET_CHECK(w_D.numel() == D && y_ND.numel() == N * D && (rstd_N.empty() || rstd_N.numel() == N),
              "rmsnorm: x ", x_ND.shape_str(), " w ", w_D.shape_str(), " y ", y_ND.shape_str(),
@@ -63,7 +65,10 @@ void rmsnorm_forward(const Tensor& x_ND, const Tensor& w_D, double eps, Tensor& 
 void rmsnorm_backward(const Tensor& dy_ND, const Tensor& x_ND, const Tensor& w_D,
                       const Tensor& rstd_N, Tensor& dx_ND, bool accumulate_dx, Tensor& dw_D,
                       const Operand& dxq) {
-  OpScope op_scope("rmsnorm", 0, 3.0 * double(x_ND.bytes()));
+  OpScope op_scope(
+      "rmsnorm", 0,
+      double(2 * x_ND.bytes() + (dx_ND.empty() ? 0 : (accumulate_dx ? 2 : 1) * dx_ND.bytes())) +
+          operand_bytes(dxq, dx_ND.ptr));
   const int64_t D = x_ND.size(-1), N = rows_of(x_ND);
   MOET_CHECK(w_D.numel() == D && dy_ND.numel() == N * D && rstd_N.numel() == N &&
                  (dx_ND.ndim == 0 || dx_ND.numel() == N * D) && (dw_D.empty() || dw_D.numel() == D),
@@ -118,7 +123,9 @@ void rmsnorm_backward(const Tensor& dy_ND, const Tensor& x_ND, const Tensor& w_D
 }
 
 void swiglu_forward(const Tensor& gu_N2F, Tensor& h_NF, const Operand& hq) {
-  OpScope op_scope("swiglu", 0, 1.5 * double(gu_N2F.bytes()));
+  OpScope op_scope(
+      "swiglu", 0,
+      double(gu_N2F.bytes() + (h_NF.empty() ? 0 : h_NF.bytes())) + operand_bytes(hq, h_NF.ptr));
   const int64_t F = gu_N2F.size(-1) / 2, N = rows_of(gu_N2F);
   MOET_CHECK(
       gu_N2F.size(-1) == 2 * F && (h_NF.empty() || (h_NF.size(-1) == F && rows_of(h_NF) == N)),
@@ -145,7 +152,10 @@ void swiglu_forward(const Tensor& gu_N2F, Tensor& h_NF, const Operand& hq) {
 // h = g σ(g) u:  dg = dh u σ(g) (1 + g (1 - σ(g))),  du = dh g σ(g).
 void swiglu_backward(const Tensor& dh_NF, const Tensor& gu_N2F, Tensor& dgu_N2F,
                      const Operand& dguq) {
-  OpScope op_scope("swiglu", 0, 2.5 * double(gu_N2F.bytes()));
+  OpScope op_scope(
+      "swiglu", 0,
+      double(dh_NF.bytes() + gu_N2F.bytes() + (dgu_N2F.empty() ? 0 : dgu_N2F.bytes())) +
+          operand_bytes(dguq, dgu_N2F.ptr));
   const int64_t F = dh_NF.size(-1), N = rows_of(dh_NF);
   MOET_CHECK(gu_N2F.size(-1) == 2 * F && rows_of(gu_N2F) == N && dgu_N2F.numel() == N * 2 * F,
              "swiglu bwd: dh ", dh_NF.shape_str(), " gu ", gu_N2F.shape_str(), " dgu ",

@@ -58,7 +58,7 @@ void rope_forward(Tensor& x_NHW, int64_t off, const Tensor& cos_TR2, const Tenso
 
 void rope_backward(Tensor& dx_NHW, int64_t off, const Tensor& cos_TR2, const Tensor& sin_TR2,
                    const Operand& dxq) {
-  OpScope op_scope("rope", 0, 2.0 * double(dx_NHW.bytes()));
+  OpScope op_scope("rope", 0, 2.0 * double(dx_NHW.bytes()) + operand_bytes(dxq, dx_NHW.ptr));
   rope_apply<true>(dx_NHW, off, cos_TR2, sin_TR2, dxq);
 }
 
