@@ -51,25 +51,29 @@ echo "CPU: $(lscpu | sed -n 's/^Model name: *//p' | head -1); $threads threads; 
 python3 - "$out" "$passes" <<'PY'
 import os, statistics, sys
 d, passes = sys.argv[1], int(sys.argv[2])
-cols = [("openblas", 1, "OpenBLAS 0.3"), ("onednn2", 1, "oneDNN 2.6"), ("onednn3", 1, "oneDNN 3.2"),
-        ("mkl", 1, "MKL 2026.2"), ("mkl", 2, "MKL, weight packed once"), ("libxsmm", 1, "LIBXSMM 1.17")]
-table = {}
-for lib, col, _ in cols:
+names = {"openblas": "OpenBLAS 0.3", "onednn2": "oneDNN 2.6", "onednn3": "oneDNN 3.2",
+         "mkl": "MKL 2026.2", "libxsmm": "LIBXSMM 1.17"}
+table, cols = {}, []
+for lib in names:
     for p in range(1, passes + 1):
         f = os.path.join(d, f"{lib}.{p}")
         if not os.path.exists(f):
             continue
         for line in open(f):
-            parts = line.rstrip("\n").split("\t")
-            if len(parts) > col:
-                table.setdefault(parts[0], {}).setdefault((lib, col), []).append(float(parts[col]))
-print("| GEMM | " + " | ".join(c[2] for c in cols) + " |")
-print("|---|" + "---|" * len(cols))
-for shape, vals in table.items():
-    cells = []
-    for lib, col, _ in cols:
-        v = vals.get((lib, col))
-        cells.append(f"{statistics.median(v):.0f}" if v else "–")
-    print(f"| {shape} | " + " | ".join(cells) + " |")
+            shape, variant, gf = line.rstrip("\n").split("\t")
+            col = f"{names[lib]} {variant}"
+            if col not in cols:
+                cols.append(col)
+            table.setdefault(shape, {}).setdefault(col, []).append(float(gf))
+for dtype in ("fp32", "bf16"):
+    cs = [c for c in cols if f" {dtype}" in c]
+    if not cs:
+        continue
+    print(f"\n{dtype} GEMMs, GFLOP/s:\n")
+    print("| GEMM | " + " | ".join(cs) + " |")
+    print("|---|" + "---|" * len(cs))
+    for shape, vals in table.items():
+        cells = [f"{statistics.median(vals[c]):.0f}" if c in vals else "–" for c in cs]
+        print(f"| {shape} | " + " | ".join(cells) + " |")
 PY
 rm -rf "$out"
