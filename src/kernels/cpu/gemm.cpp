@@ -43,26 +43,40 @@ bool weight_dgrad_separate(const LinearPrecision& p) {
 }
 
 void prepare_weight(const Tensor& w, const LinearPrecision& p, WeightOperands& wq) {
-  OpScope op_scope("weight operands", 0, 3.0 * double(w.bytes()));
+  const bool both = weight_dgrad_separate(p);
+  OpScope op_scope("weight operands", 0,
+                   double(w.bytes() + wq.fprop.bytes() + (both ? wq.dgrad.bytes() : 0)));
   MOET_CHECK(w.dtype == DType::F32 && (w.ndim == 2 || w.ndim == 3), "prepare_weight: w ",
              w.shape_str());
   const int64_t E = w.ndim == 3 ? w.size(0) : 1, O = w.size(-2), D = w.size(-1);
-  auto fill = [&](Format f, bool dgrad, Tensor& dst) {
-    MOET_CHECK(dst.numel() == w.numel() && dst.dtype == gemm_operand_dtype(),
-               "prepare_weight: operand ", dst.shape_str(), " for weight ", w.shape_str());
-    // each expert's matrix blocked on its own; the experts over the threads
-    const size_t es = dtype_size(dst.dtype);
-    const BlockAxis axis = weight_axis(f, dgrad);
-    parallel_ranges_min(E, std::max<int64_t>(1, kParallelMin / std::max<int64_t>(O * D, 1)),
-                        [&](int64_t e0, int64_t e1) {
-                          for (int64_t e = e0; e < e1; ++e)
-                            quantize_span(w.f32() + e * O * D, O, D, f, axis,
-                                          static_cast<char*>(dst.ptr) + size_t(e * O * D) * es,
-                                          dst.dtype);
-                        });
+  for (const Tensor* dst : {&wq.fprop, &wq.dgrad})
+    MOET_CHECK(dst->empty() || (dst->numel() == w.numel() && dst->dtype == gemm_operand_dtype()),
+               "prepare_weight: operand ", dst->shape_str(), " for weight ", w.shape_str());
+  if (p.fprop == Format::F32 && !both) return;
+  const size_t es = dtype_size(gemm_operand_dtype());
+  // One read of each expert's matrix for both copies where MXFP8 wants two (fprop's blocks along
+  // D are the rows copy, dgrad's along O the cols copy: the producer-operand pair of emit.h);
+  // each expert blocked on its own, the experts over the threads.
+  auto expert = [&](int64_t e) {
+    const float* we = w.f32() + e * O * D;
+    auto at = [&](const Tensor& t) { return static_cast<char*>(t.ptr) + size_t(e * O * D) * es; };
+    if (both && p.fprop == p.dgrad && p.fprop == Format::MXFP8) {
+      Operand q;
+      q.fmt = Format::MXFP8;
+      q.rows = Tensor(at(wq.fprop), wq.fprop.dtype, {O, D});
+      q.cols = Tensor(at(wq.dgrad), wq.dgrad.dtype, {O, D});
+      emit_all(q, we, O, D);  // chunks of whole 32-row blocks, in cache
+      return;
+    }
+    if (p.fprop != Format::F32)
+      quantize_span(we, O, D, p.fprop, weight_axis(p.fprop, false), at(wq.fprop), wq.fprop.dtype);
+    if (both)
+      quantize_span(we, O, D, p.dgrad, weight_axis(p.dgrad, true), at(wq.dgrad), wq.dgrad.dtype);
   };
-  if (p.fprop != Format::F32) fill(p.fprop, false, wq.fprop);
-  if (weight_dgrad_separate(p)) fill(p.dgrad, true, wq.dgrad);
+  parallel_ranges_min(E, std::max<int64_t>(1, kParallelMin / std::max<int64_t>(O * D, 1)),
+                      [&](int64_t e0, int64_t e1) {
+                        for (int64_t e = e0; e < e1; ++e) expert(e);
+                      });
 }
 
 namespace {
