@@ -38,10 +38,12 @@ void blas_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
                int64_t ldc) {
   if (M == 0 || N == 0) return;
   if (K == 0) return scale_c(M, N, beta, C, ldc);
-  if (trans_a && !trans_b && K <= kSmallTransposedK && M <= INT_MAX && N <= INT_MAX) {
+  static const bool avx2_only = !cpu_has_avx512();
+  if (avx2_only && trans_a && !trans_b && K <= kSmallTransposedK && M <= INT_MAX && N <= INT_MAX) {
     // Aᵀ·B over a short reduction (the experts' weight gradients over their few hundred rows,
-    // attention's dV and dK over a query tile): OpenBLAS runs it 1.3x faster than oneDNN's
-    // sgemm (bench/gemm_libraries.sh, docs/kernels.md "BLAS choice")
+    // attention's dV and dK over a query tile): on AVX2-only CPUs OpenBLAS runs it 1.3x faster
+    // than oneDNN's sgemm; with AVX-512 oneDNN is the faster one (bench/gemm_libraries.sh,
+    // docs/kernels.md "BLAS choice"). Fixed per CPU, so results do not depend on timing.
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(M), int(N), int(K), alpha, A, int(lda),
                 B, int(ldb), beta, C, int(ldc));
     return;

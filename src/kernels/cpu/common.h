@@ -15,6 +15,8 @@ namespace moet::ops::cpu {
 
 // Whether blas_gemm's BF16 overload runs on bf16 instructions (else it widens to fp32).
 bool bf16_gemm_native();
+// Whether the CPU has AVX-512 (as oneDNN sees it): blas_gemm picks its library by it.
+bool cpu_has_avx512();
 
 // Loops over less work than this (elements touched) run on the calling thread: a parallel
 // region costs microseconds, more when the cores are busy. Results do not depend on it.

@@ -43,6 +43,7 @@ bool cpu_has_bf16() {
 
 namespace cpu {
 bool bf16_gemm_native() { return cpu_has_bf16(); }
+bool cpu_has_avx512() { return has(effective_isa(), dnnl_cpu_isa_avx512_core); }
 }  // namespace cpu
 
 DType gemm_operand_dtype() {
