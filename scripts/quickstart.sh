@@ -9,7 +9,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 bash "$root/scripts/build.sh"
 moet="$root/build/moet"
 corpus=/usr/share/games/fortunes
-data="${MOET_CACHE_DIR:-$HOME/.cache/moet}/fortunes-bpe4096-v1"
+data="${MOET_CACHE_DIR:-$HOME/.cache/moet}/fortunes-bpe4096-v2"
 if [ ! -f "$data/fortunes.idx" ] || [ ! -f "$data/tokenizer.json" ]; then
   echo "quickstart: preparing the default corpus once into $data"
   mkdir -p "$data"

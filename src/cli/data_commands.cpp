@@ -59,7 +59,10 @@ int run_prepare(const DataArgs& a) {
       "%.1f MB) in %.2f s, %.1f MB/s",
       r.files.size(), mb, a.prep.output.c_str(), (long long)r.documents, (long long)r.tokens,
       r.dtype.c_str(), double(r.output_bytes) / 1e6, r.seconds, r.seconds > 0 ? mb / r.seconds : 0);
-  if (r.bad_lines > 0) std::printf("; %lld malformed JSONL lines skipped", (long long)r.bad_lines);
+  if (r.skips.malformed > 0)
+    std::printf("; %lld malformed JSONL lines skipped", (long long)r.skips.malformed);
+  if (r.skips.missing_key > 0)
+    std::printf("; skipped: %s", r.skips.missing_key_note(a.prep.json_key).c_str());
   std::printf("\n");
   return 0;
 }

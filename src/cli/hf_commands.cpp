@@ -37,6 +37,15 @@ CLI::Option* add_doc_boundary_option(CLI::App* command, std::string& boundary) {
       ->capture_default_str();
 }
 
+void add_text_format_options(CLI::App* command, std::string& boundary, std::string& json_key) {
+  add_doc_boundary_option(command, boundary);
+  command
+      ->add_option("--json-key", json_key,
+                   "JSONL data: the field of each line's object holding its document (Megatron's "
+                   "--json-keys)")
+      ->capture_default_str();
+}
+
 CLI::App* add_export_hf_command(CLI::App& app, ExportHfArgs& a) {
   CLI::App* c = app.add_subcommand(
       "export-hf",
@@ -87,7 +96,7 @@ CLI::App* add_eval_command(CLI::App& app, EvalArgs& a) {
   c->add_option("--split", a.split,
                 "train,validation shares of the documents; the held-out part is evaluated "
                 "(default 95,5)");
-  add_doc_boundary_option(c, a.doc_boundary);
+  add_text_format_options(c, a.doc_boundary, a.json_key);
   c->add_option("--batches", a.batches, "held-out micro-batches to evaluate")
       ->capture_default_str();
   c->add_option("--micro-batch", a.micro_batch, "sequences per micro-batch")->capture_default_str();
@@ -156,7 +165,7 @@ void run_eval(const EvalArgs& a) {
   const int64_t T = a.seq.value_or(std::min<int64_t>(256, cfg.max_position_embeddings));
   const auto tokenizer = load_tokenizer(run_tokenizer_spec(a.tokenizer, step));
   const auto ds = open_token_dataset(a.data, *tokenizer, cfg.vocab_size, a.seed, a.split,
-                                     parse_doc_boundary(a.doc_boundary));
+                                     TextFormat{parse_doc_boundary(a.doc_boundary), a.json_key});
   Model model(cfg, a.micro_batch, T);
   load_checkpoint_weights(step, model.params());
   EvalDump dump;

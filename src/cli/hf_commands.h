@@ -25,6 +25,7 @@ struct EvalArgs {
   std::string tokenizer,
       split;  // text data's tokenizer ("" = the run's); document split ("" = 95,5)
   std::string doc_boundary = "percent";  // plain text: where documents end
+  std::string json_key = "text";         // JSONL: the field holding a document
   int64_t batches = 4, micro_batch = 8;
   std::optional<int64_t> seq;  // unset: min(256, max_position_embeddings)
   uint64_t seed = 1234;
@@ -34,6 +35,8 @@ struct EvalArgs {
 
 // --doc-boundary of moet train and moet eval: where the documents of plain text end.
 CLI::Option* add_doc_boundary_option(CLI::App* command, std::string& boundary);
+// --doc-boundary and --json-key: how text data become documents (data/documents.h TextFormat).
+void add_text_format_options(CLI::App* command, std::string& boundary, std::string& json_key);
 
 CLI::App* add_export_hf_command(CLI::App& app, ExportHfArgs& a);
 CLI::App* add_import_hf_command(CLI::App& app, ImportHfArgs& a);

@@ -41,7 +41,7 @@ void add_train_command(CLI::App& app, moet::TrainOptions& o) {
   t->add_option("--split", o.split,
                 "train,validation[,test] shares of the documents (default 95,5; the validation "
                 "part is held out for evaluation)");
-  moet::cli::add_doc_boundary_option(t, o.doc_boundary);
+  moet::cli::add_text_format_options(t, o.doc_boundary, o.json_key);
   t->add_option("--prefetch", o.prefetch,
                 "steps of batches a background thread prepares ahead (0: on the training thread)")
       ->capture_default_str();

@@ -15,7 +15,11 @@
 #include "core/file_io.h"
 #include "core/flag_check.h"
 #include "data/bpe_trainer.h"
+#include "cli/hf_commands.h"
+#include "core/warning.h"
 #include "data/dataset.h"
+#include "data/documents.h"
+#include "data/prepare.h"
 #include "data/text_bytes.h"
 #include "data/tokenizer.h"
 
@@ -50,10 +54,23 @@ int run_train(const TokenizerArgs& a) {
   MOET_CHECK(a.overwrite || !std::filesystem::exists(a.output), "'", a.output,
              "' exists; pass --overwrite to replace it");
   const std::vector<std::string> files = expand_inputs(a.inputs);
-  std::vector<std::string> contents;
-  contents.reserve(files.size());
-  for (const auto& f : files) contents.push_back(read_text_file(f));
-  std::vector<std::string_view> texts(contents.begin(), contents.end());
+  // the documents, read as every reader of text reads them (data/prepare.h): JSONL's document
+  // field, plain text split at the document boundary
+  const DocBoundary boundary = parse_doc_boundary(a.doc_boundary);
+  std::vector<std::string> docs;
+  JsonlSkips skips;
+  SingleDocumentFiles single(boundary);
+  for (const auto& f : files) {
+    const size_t before = docs.size();
+    for_each_file_document(
+        f, a.json_key, boundary, [&](std::string_view d) { docs.emplace_back(d); }, &skips);
+    if (!is_jsonl_path(f)) single.add(f, int64_t(docs.size() - before));
+  }
+  MOET_CHECK(!docs.empty(), no_documents_message(files.size(), skips, a.json_key),
+             "; nothing written to ", a.output);
+  single.warn();
+  if (skips.missing_key > 0) warn("skipped " + skips.missing_key_note(a.json_key));
+  std::vector<std::string_view> texts(docs.begin(), docs.end());
   BpeTrainOptions o;
   o.vocab_size = a.vocab_size;
   o.special_tokens = a.special_tokens;
@@ -65,11 +82,12 @@ int run_train(const TokenizerArgs& a) {
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   write_file_atomically(a.output, json, a.overwrite);
   std::printf(
-      "wrote %s: %lld ids (%zu special, 256 bytes, %lld merges) from %zu files, %.1f MB, %lld "
-      "words (%lld distinct) in %.1f s\n",
+      "wrote %s: %lld ids (%zu special, 256 bytes, %lld merges) from %zu files (%zu documents), "
+      "%.1f MB, %lld words (%lld distinct) in %.1f s\n",
       a.output.c_str(), static_cast<long long>(o.special_tokens.size() + 256 + st.merges),
-      o.special_tokens.size(), static_cast<long long>(st.merges), files.size(), st.bytes / 1e6,
-      static_cast<long long>(st.words), static_cast<long long>(st.unique_words), secs);
+      o.special_tokens.size(), static_cast<long long>(st.merges), files.size(), docs.size(),
+      st.bytes / 1e6, static_cast<long long>(st.words), static_cast<long long>(st.unique_words),
+      secs);
   if (static_cast<int64_t>(o.special_tokens.size()) + 256 + st.merges < a.vocab_size)
     std::printf(
         "note: the corpus had no more pairs seen %lld times or more; the vocab is smaller "
@@ -195,10 +213,12 @@ CLI::App* add_tokenizer_command(CLI::App& app, TokenizerArgs& a) {
   c->require_subcommand(1);
   a.train = c->add_subcommand("train", "train a byte-level BPE tokenizer.json on text files");
   a.train
-      ->add_option(
-          "--input", a.inputs,
-          "text files, directories (their text files, as moet data prepare reads them) or globs")
+      ->add_option("--input", a.inputs,
+                   "text or JSONL files (.gz too), directories of them or globs, read as moet "
+                   "data prepare reads them: a JSONL line's --json-key field, plain text split "
+                   "at --doc-boundary")
       ->required();
+  add_text_format_options(a.train, a.doc_boundary, a.json_key);
   a.train->add_option("--vocab-size", a.vocab_size, "ids in all: special tokens + 256 + merges")
       ->required();
   a.train->add_option("--output", a.output, "the tokenizer.json to write")->required();

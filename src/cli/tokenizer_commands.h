@@ -13,6 +13,7 @@ struct TokenizerArgs {
   // train
   std::vector<std::string> inputs, special_tokens = {"<|endoftext|>", "<|pad|>"};
   std::string output;
+  std::string doc_boundary = "percent", json_key = "text";  // how inputs become documents
   int64_t vocab_size = 0, min_frequency = 2;
   bool overwrite = false;
   // encode / decode

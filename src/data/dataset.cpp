@@ -89,8 +89,9 @@ void MockDataset::eval_batch(int64_t index, int64_t B, int64_t T, int32_t* out) 
 // ---------------------------------------------------------------------------------------------
 
 TextDataset::TextDataset(const std::vector<std::string>& paths, uint64_t seed, double eval_fraction,
-                         const Tokenizer* tokenizer, DocBoundary boundary)
-    : seed_(seed) {
+                         const Tokenizer* tokenizer, const TextFormat& format)
+    : json_key_(format.json_key), seed_(seed) {
+  const DocBoundary boundary = format.boundary;
   MOET_CHECK(!paths.empty(), "text dataset: no input files given");
   MOET_CHECK(eval_fraction >= 0.0 && eval_fraction < 1.0,
              "text dataset: held-out fraction must be in [0, 1), got ", eval_fraction);
@@ -104,19 +105,22 @@ TextDataset::TextDataset(const std::vector<std::string>& paths, uint64_t seed, d
   for (const std::string& path : files_) {
     const int64_t docs_before = num_docs_;
     for_each_file_document(
-        path, "text", boundary,
+        path, format.json_key, boundary,
         [&](std::string_view doc) {
           if (doc.empty()) return;
           tok.encode_append(doc, tokens_);
           tokens_.push_back(tok.eod_id());
           ++num_docs_;
         },
-        &bad_lines_);
+        &skips_);
     if (!is_jsonl_path(path)) single.add(path, num_docs_ - docs_before);
   }
+  MOET_CHECK(skips_.total() == 0 || !tokens_.empty(),
+             no_documents_message(files_.size(), skips_, format.json_key));
   MOET_CHECK(!tokens_.empty(), "no text in ",
              files_.size() == 1 ? "'" + files_[0] + "'" : str(files_.size(), " files"),
              " (empty, or only separator lines); give a non-empty text file");
+  if (skips_.missing_key > 0) warn("skipped " + skips_.missing_key_note(format.json_key));
   single.warn();
   const auto n = static_cast<int64_t>(tokens_.size());
   eval_begin_ = n - static_cast<int64_t>(static_cast<double>(n) * eval_fraction);
@@ -128,7 +132,10 @@ std::string TextDataset::describe() const {
   return str("text data: ", files_.size() == 1 ? files_[0] : str(files_.size(), " files"), ", ",
              num_tokens(), " ", tokenizer_, " tokens in ", num_docs_, " documents (",
              num_train_tokens(), " train, ", num_eval_tokens(), " held out), seed ", seed_,
-             bad_lines_ ? str(", ", bad_lines_, " malformed JSONL lines skipped") : "");
+             skips_.malformed ? str(", ", skips_.malformed, " malformed JSONL lines skipped") : "",
+             skips_.missing_key ? str(", ", skips_.missing_key, " JSONL lines without \"",
+                                      json_key_, "\" skipped")
+                                : "");
 }
 
 void TextDataset::fill_sequences(int64_t step, int64_t micro, int64_t first_seq, int64_t count,

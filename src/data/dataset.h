@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "data/documents.h"
+#include "data/prepare.h"
 
 namespace moet {
 
@@ -75,9 +76,10 @@ class MockDataset : public TokenDataset {
 };
 
 // Tokenized text (the byte tokenizer unless one is given). Each file's documents are read as
-// `moet data prepare` reads them (for_each_file_document): a .jsonl / .jsonl.gz file's "text"
-// fields (malformed lines skipped and counted in describe()); other files (.gz decompressed)
-// split by `boundary` (default: at lines that are exactly "%", the fortune format; a file
+// `moet data prepare` reads them (for_each_file_document): a .jsonl / .jsonl.gz file's
+// format.json_key fields (lines without one skipped and counted in describe()); other files (.gz
+// decompressed) split by format.boundary (default: at lines that are exactly "%", the fortune
+// format; a file
 // without separators is one document, with a warning that the rule may be the wrong one);
 // every non-empty document is followed by the tokenizer's end-of-document token, and all are
 // concatenated in file order. The last
@@ -89,7 +91,7 @@ class TextDataset : public TokenDataset {
   // `paths`: text or JSONL files, directories (list_corpus_files(dir)) or globs.
   // `tokenizer`: null for the byte tokenizer; used only while constructing.
   TextDataset(const std::vector<std::string>& paths, uint64_t seed, double eval_fraction = 0.05,
-              const Tokenizer* tokenizer = nullptr, DocBoundary boundary = DocBoundary::kPercent);
+              const Tokenizer* tokenizer = nullptr, const TextFormat& format = {});
 
   int64_t vocab_size() const override;
   std::string describe() const override;
@@ -113,7 +115,8 @@ class TextDataset : public TokenDataset {
   int64_t vocab_ = 0;
   std::string tokenizer_;
   int64_t num_docs_ = 0;
-  int64_t bad_lines_ = 0;  // malformed JSONL lines skipped
+  JsonlSkips skips_;  // JSONL lines skipped
+  std::string json_key_;
   int64_t eval_begin_ = 0;
   uint64_t seed_;
 };

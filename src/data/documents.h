@@ -13,6 +13,13 @@ enum class DocBoundary {
   kFile,       // each file is one document
 };
 
+// How text inputs become documents: where plain text splits, and which field of a JSONL object
+// holds the document (Megatron's --json-keys) — one setting for every reader of text.
+struct TextFormat {
+  DocBoundary boundary = DocBoundary::kPercent;
+  std::string json_key = "text";
+};
+
 // "percent", "blank-line" or "file"; throws moet::Error naming the choices otherwise.
 DocBoundary parse_doc_boundary(const std::string& name);
 

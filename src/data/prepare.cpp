@@ -77,25 +77,39 @@ struct Chunk {
 struct Tokenized {
   std::vector<int32_t> tokens;   // all documents, each followed by the EOD
   std::vector<int64_t> lengths;  // tokens of each document, EOD included
-  int64_t bad_lines = 0;
-  std::string first_bad;  // "FILE:LINE: why" of the first malformed line
+  JsonlSkips skips;
 };
 
-// Passes the `key` string of a JSONL line to `doc`; returns why the line is malformed ("" when it
-// is not; a blank line is no document and not malformed).
-std::string jsonl_document(const std::string& line, const std::string& key,
-                           const std::function<void(std::string_view)>& doc) {
-  if (line.find_first_not_of(" \t\r") == std::string::npos) return "";
+constexpr size_t kKeysSeen = 6;  // keys of key-less objects remembered for the message
+
+// Passes the `key` string of a JSONL line to `doc`; counts a line without it in `skips` (`where`
+// names the line for the first malformed one). A blank line is no document and not skipped.
+void jsonl_document(const std::string& line, const std::string& key,
+                    const std::function<void(std::string_view)>& doc, JsonlSkips& skips,
+                    const std::function<std::string()>& where) {
+  if (line.find_first_not_of(" \t\r") == std::string::npos) return;
+  std::string why;
   try {
     const auto j = nlohmann::json::parse(line, json_depth_limit("JSONL line"), true);
-    if (!j.is_object()) return "not a JSON object";
-    if (!j.contains(key)) return "no \"" + key + "\" field";
-    if (!j[key].is_string()) return "\"" + key + "\" is not a string";
-    doc(j[key].get_ref<const std::string&>());
+    if (!j.is_object()) {
+      why = "not a JSON object";
+    } else if (!j.contains(key)) {
+      ++skips.missing_key;
+      for (auto it = j.begin(); it != j.end() && skips.keys_seen.size() < kKeysSeen; ++it)
+        if (std::find(skips.keys_seen.begin(), skips.keys_seen.end(), it.key()) ==
+            skips.keys_seen.end())
+          skips.keys_seen.push_back(it.key());
+      return;
+    } else if (!j[key].is_string()) {
+      why = "\"" + key + "\" is not a string";
+    } else {
+      doc(j[key].get_ref<const std::string&>());
+      return;
+    }
   } catch (const std::exception& e) {
-    return std::string("not valid JSON (") + e.what() + ")";
+    why = std::string("not valid JSON (") + e.what() + ")";
   }
-  return "";
+  if (skips.malformed++ == 0) skips.first_malformed = where() + ": " + why;
 }
 
 Tokenized tokenize(const Chunk& c, const Tokenizer& tok, const std::string& key) {
@@ -112,11 +126,8 @@ Tokenized tokenize(const Chunk& c, const Tokenizer& tok, const std::string& key)
       add(c.items[i]);
       continue;
     }
-    const std::string why = jsonl_document(c.items[i], key, add);
-    if (!why.empty()) {
-      if (out.bad_lines++ == 0)
-        out.first_bad = str(*c.file, ":", c.first_line + int64_t(i), ": ", why);
-    }
+    jsonl_document(c.items[i], key, add, out.skips,
+                   [&] { return str(*c.file, ":", c.first_line + int64_t(i)); });
   }
   return out;
 }
@@ -190,9 +201,12 @@ PrepareResult prepare_data(const PrepareOptions& o, std::FILE* progress) {
   auto write_oldest = [&] {
     Tokenized t = inflight.front().get();
     inflight.pop_front();
-    MOET_CHECK(t.bad_lines == 0 || o.on_bad_line == "skip", t.first_bad,
+    MOET_CHECK(t.skips.malformed == 0 || o.on_bad_line == "skip", t.skips.first_malformed,
                " (malformed JSONL line; --on-bad-line skip skips and counts such lines)");
-    r.bad_lines += t.bad_lines;
+    MOET_CHECK(t.skips.missing_key == 0 || o.on_bad_line == "skip",
+               t.skips.missing_key_note(o.json_key),
+               " (--on-bad-line skip skips and counts such lines)");
+    r.skips.merge(t.skips);
     const int32_t* p = t.tokens.data();
     for (int64_t n : t.lengths) {
       writer.add_document(p, n);
@@ -254,8 +268,9 @@ PrepareResult prepare_data(const PrepareOptions& o, std::FILE* progress) {
     bar.update(done_bytes, writer.documents());
   }
   while (!inflight.empty()) write_oldest();
-  MOET_CHECK(writer.documents() > 0, "no documents in the input (", r.files.size(),
-             " files); nothing written to ", o.output, ".bin/.idx");
+  MOET_CHECK(writer.documents() > 0, no_documents_message(r.files.size(), r.skips, o.json_key),
+             "; nothing written to ", o.output, ".bin/.idx");
+  r.bad_lines = r.skips.total();
   writer.finish();
   bar.update(done_bytes, writer.documents(), true);
   single.warn();
@@ -268,18 +283,60 @@ PrepareResult prepare_data(const PrepareOptions& o, std::FILE* progress) {
 
 void for_each_file_document(const std::string& path, const std::string& json_key,
                             DocBoundary boundary, const std::function<void(std::string_view)>& doc,
-                            int64_t* bad_lines) {
+                            JsonlSkips* skips) {
   InputFile in(path);
   std::string text;
   while (in.read(text, 1 << 20) > 0) {
   }
   if (!is_jsonl_path(path)) return for_each_document(text, boundary, doc);
+  JsonlSkips local;
+  int64_t line = 0;
   for (size_t at = 0; at < text.size();) {
     size_t nl = text.find('\n', at);
     if (nl == std::string::npos) nl = text.size();
-    if (!jsonl_document(text.substr(at, nl - at), json_key, doc).empty()) ++*bad_lines;
+    ++line;
+    jsonl_document(text.substr(at, nl - at), json_key, doc, local,
+                   [&] { return str(path, ":", line); });
     at = nl + 1;
   }
+  if (skips) skips->merge(local);
+}
+
+void JsonlSkips::merge(const JsonlSkips& o) {
+  if (malformed == 0 && o.malformed > 0) first_malformed = o.first_malformed;
+  malformed += o.malformed;
+  missing_key += o.missing_key;
+  for (const std::string& k : o.keys_seen)
+    if (keys_seen.size() < kKeysSeen &&
+        std::find(keys_seen.begin(), keys_seen.end(), k) == keys_seen.end())
+      keys_seen.push_back(k);
+}
+
+std::string JsonlSkips::missing_key_note(const std::string& key) const {
+  if (missing_key == 0) return "";
+  std::string keys;
+  for (const std::string& k : keys_seen) keys += (keys.empty() ? "" : ", ") + k;
+  // the key most likely to hold text: one whose name says so, else the first seen
+  const auto likely = [&]() -> std::string {
+    for (const char* word : {"text", "content", "body", "document", "raw_content", "story"})
+      for (const std::string& k : keys_seen)
+        if (k == word) return k;
+    return keys_seen.empty() ? "" : keys_seen.front();
+  };
+  const std::string suggest = likely();
+  return str(missing_key, " JSONL line", missing_key == 1 ? " has" : "s have", " no \"", key,
+             "\" field", keys.empty() ? "" : " (their keys: " + keys + ")",
+             suggest.empty() ? "" : "; --json-key " + suggest + " reads them");
+}
+
+std::string no_documents_message(size_t files, const JsonlSkips& skips, const std::string& key) {
+  std::string msg = str("no documents in the input (", files, files == 1 ? " file)" : " files)");
+  if (skips.missing_key > 0) msg += ": " + skips.missing_key_note(key);
+  if (skips.malformed > 0)
+    msg += str(skips.missing_key > 0 ? ", and " : ": ", skips.malformed,
+               " malformed JSONL line", skips.malformed == 1 ? "" : "s", " (first: ",
+               skips.first_malformed, ")");
+  return msg;
 }
 
 }  // namespace moet

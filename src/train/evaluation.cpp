@@ -14,7 +14,7 @@ namespace moet {
 std::unique_ptr<TokenDataset> open_token_dataset(const std::string& spec,
                                                  const Tokenizer& tokenizer, int64_t vocab_size,
                                                  uint64_t seed, const std::string& split_text,
-                                                 DocBoundary boundary) {
+                                                 const TextFormat& format) {
   const DataSplit split = parse_data_split(split_text.empty() ? "95,5" : split_text);
   std::unique_ptr<TokenDataset> ds;
   std::error_code ec;
@@ -44,7 +44,7 @@ std::unique_ptr<TokenDataset> open_token_dataset(const std::string& spec,
     MOET_CHECK(tokenizer.vocab_size() <= vocab_size, "the tokenizer (", tokenizer.describe(),
                ") has ", tokenizer.vocab_size(), " ids but the model's vocab_size is ", vocab_size);
     const double held_out = split.valid / (split.train + split.valid + split.test);
-    ds = std::make_unique<TextDataset>(files, seed, held_out, &tokenizer, boundary);
+    ds = std::make_unique<TextDataset>(files, seed, held_out, &tokenizer, format);
   } else {
     auto [prefixes, weights] = parse_data_blend(spec);
     MOET_CHECK(spec.find_first_of(" \t\n") != std::string::npos, "--data '", spec,

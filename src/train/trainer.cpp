@@ -127,7 +127,8 @@ double run_training(const TrainOptions& o, Communicator* world, SetupAgreement* 
   std::optional<DelayedNote> reading(std::in_place, verbose, "reading the data");
   const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(o.tokenizer);
   std::unique_ptr<TokenDataset> ds = open_token_dataset(
-      o.data, *tokenizer, cfg.vocab_size, o.seed, o.split, parse_doc_boundary(o.doc_boundary));
+      o.data, *tokenizer, cfg.vocab_size, o.seed, o.split,
+      TextFormat{parse_doc_boundary(o.doc_boundary), o.json_key});
   TrainCheckpoints checkpoints(o, world);
   const bool resuming = !checkpoints.resume_dir().empty();
   MOET_CHECK(!root || o.metrics_path.empty() || resuming || o.overwrite ||

@@ -12,6 +12,7 @@ struct TrainOptions {
   std::string tokenizer = "byte";        // tokenizes text data as it is read
   std::string split;                     // train,validation shares of documents ("" = 95,5)
   std::string doc_boundary = "percent";  // plain text: where documents end (documents.h)
+  std::string json_key = "text";         // JSONL: the field holding a document
   int64_t prefetch = 2;                  // batches prepared ahead by a background thread (0: none)
   int64_t steps = 200;
   int64_t micro_batch = 8;

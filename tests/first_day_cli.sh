@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# A user's first day with their own data (issue 24), through the command line:
+#  - `moet tokenizer train` reads JSONL (and .jsonl.gz, directories, globs) as `moet data
+#    prepare` does — the document field, not the JSON syntax: a tokenizer trained on a JSONL
+#    corpus is byte for byte the one trained on the same documents as plain text;
+#  - JSONL whose documents sit under another key: data prepare, tokenizer train and train say
+#    how many lines lacked the field, which keys they had, and that --json-key reads them; with
+#    --json-key they read them.
+# Usage: first_day_cli.sh MOET CONFIG
+set -euo pipefail
+moet="$1" config="$2"
+dir="$(mktemp -d)"
+trap 'rm -rf "$dir"' EXIT
+export MOET_CACHE_DIR="$dir/cache"
+# shellcheck source=cli_util.sh
+source "$(dirname "$0")/cli_util.sh"
+
+# ---- the tokenizer reads JSONL as data prepare does
+python3 - "$dir" <<'PY'
+import gzip, json, sys
+d = sys.argv[1]
+docs = [f"An apple a day, number {i}, keeps the doctor away; an orange helps too." for i in range(400)]
+with open(f"{d}/c.jsonl", "w") as f:
+    for t in docs:
+        f.write(json.dumps({"text": t, "id": 7}) + "\n")
+with gzip.open(f"{d}/c.jsonl.gz", "wt") as f:
+    for t in docs:
+        f.write(json.dumps({"text": t}) + "\n")
+with open(f"{d}/c.txt", "w") as f:
+    for t in docs:
+        f.write(t + "\n%\n")
+with open(f"{d}/k.jsonl", "w") as f:
+    for t in docs:
+        f.write(json.dumps({"content": t, "id": 1}) + "\n")
+PY
+for src in c.jsonl c.jsonl.gz c.txt; do
+  "$moet" tokenizer train --input "$dir/$src" --vocab-size 400 --output "$dir/tok-$src.json" \
+    >"$dir/tok.out" || fail "tokenizer train $src: $(cat "$dir/tok.out")"
+done
+cmp -s "$dir/tok-c.jsonl.json" "$dir/tok-c.txt.json" ||
+  fail "a tokenizer trained on JSONL differs from one trained on the same documents as text"
+cmp -s "$dir/tok-c.jsonl.gz.json" "$dir/tok-c.txt.json" || fail ".jsonl.gz read differently"
+python3 - "$dir/tok-c.jsonl.json" <<'PY' || fail "the JSONL-trained vocabulary learned JSON syntax"
+import json, sys
+merges = json.load(open(sys.argv[1]))["model"]["merges"]
+pieces = ["".join(m.split(" ")) if isinstance(m, str) else "".join(m) for m in merges]
+bad = [p for p in pieces if '{"' in p or '":' in p or '"}' in p or p in ("text", "Ġtext")]
+assert not bad, bad
+PY
+ids=$("$moet" tokenizer encode --tokenizer "$dir/tok-c.jsonl.json" --text "An apple" --ids-only)
+[ "$(wc -w <<<"$ids")" -le 2 ] || fail "'An apple' takes $(wc -w <<<"$ids") tokens: $ids"
+echo "tokenizer train: JSONL, .jsonl.gz and text give the same tokenizer; no JSON syntax learned"
+
+# ---- documents under another key
+want='400 JSONL lines have no "text" field (their keys: content, id); --json-key content reads them'
+expect_error "$want" "$moet" tokenizer train --input "$dir/k.jsonl" --vocab-size 300 --output "$dir/t2.json"
+[ ! -e "$dir/t2.json" ] || fail "a refused tokenizer train wrote its output"
+expect_error "$want" "$moet" data prepare --input "$dir/k.jsonl" --output "$dir/k" --no-progress
+[ ! -e "$dir/k.bin" ] || fail "a refused data prepare wrote its output"
+expect_error "$want" "$moet" train --model "$config" --data "$dir/k.jsonl" --steps 1 --quiet
+"$moet" tokenizer train --input "$dir/k.jsonl" --json-key content --vocab-size 400 \
+  --output "$dir/tok-k.json" >/dev/null
+cmp -s "$dir/tok-k.json" "$dir/tok-c.txt.json" || fail "--json-key content read other documents"
+"$moet" data prepare --input "$dir/k.jsonl" --json-key content --output "$dir/k" --no-progress |
+  grep -q "400 documents" || fail "data prepare --json-key content"
+"$moet" train --model "$config" --data "$dir/k.jsonl" --json-key content --steps 1 --quiet \
+  --eval-batches 0 >"$dir/train.out" 2>&1 || fail "train --json-key content: $(cat "$dir/train.out")"
+# some lines with the key, some without: trained on those with it, the others named in a warning
+{ head -3 "$dir/c.jsonl"; head -2 "$dir/k.jsonl"; } >"$dir/mixed.jsonl"
+err=$("$moet" data prepare --input "$dir/mixed.jsonl" --output "$dir/m" --no-progress 2>&1)
+[[ "$err" == *"3 documents"*'2 JSONL lines have no "text" field'* ]] || fail "mixed: $err"
+echo "JSONL under another key: the refusal names the keys and --json-key; --json-key reads them"
+echo PASS
