@@ -64,7 +64,7 @@ TEST(Config, BadConfigsGetOneClearLine) {
   expect_error(tiny_with([](auto& j) { j["n_group"] = 3; }), "divisible by n_group");
   expect_error(tiny_with([](auto& j) { j["topk_group"] = 5; }), "must not exceed n_group");
   expect_error(tiny_with([](auto& j) { j["num_experts_per_tok"] = 9; }),
-               "exceeds the 8 experts in the topk_group kept groups");
+               "exceeds the 8 experts in the topk_group (2) kept groups");
   expect_error(tiny_with([](auto& j) { j["qk_rope_head_dim"] = 7; }), "must be even");
   expect_error(tiny_with([](auto& j) { j["scoring_func"] = "softmax"; }), "scoring_func");
   expect_error(tiny_with([](auto& j) { j["vocab_size"] = 0; }), "'vocab_size' must be positive");
@@ -72,6 +72,18 @@ TEST(Config, BadConfigsGetOneClearLine) {
   expect_error(tiny_with([](auto& j) { j["rope_scaling"].erase("factor"); }), "'factor'");
   expect_error(tiny_with([](auto& j) { j["num_key_value_heads"] = 2; }), "num_key_value_heads");
   EXPECT_THROW(load_model_config(kRoot + "/configs/no-such.json"), Error);
+  // a field that sizes the model has no default; a defaulted value is named as one
+  expect_error(tiny_with([](auto& j) { j.erase("n_routed_experts"); }),
+               "missing required field 'n_routed_experts' (the routed experts of each MoE layer, "
+               "0 for a dense model");
+  expect_error(tiny_with([](auto& j) { j.erase("num_experts_per_tok"); }),
+               "missing required field 'num_experts_per_tok'");
+  expect_error(tiny_with([](auto& j) {
+                 j.erase("n_group");
+                 j["n_routed_experts"] = 12;
+               }),
+               "must be divisible by n_group (8, transformers' default: the config does not set "
+               "n_group)");
 }
 
 // transformers 5 saves rope_theta and the YaRN scaling together as rope_parameters.

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cli/checkpoint_commands.h"
+#include "cli/config_commands.h"
 #include "cli/data_commands.h"
 #include "cli/flag_validators.h"
 #include "cli/generate_commands.h"
@@ -181,6 +182,7 @@ int main(int argc, char** argv) {
   moet::cli::TokenizerArgs tokenizer;
   moet::cli::DataArgs data;
   moet::cli::ReportArgs report;
+  moet::cli::ConfigArgs config;
   // Every command but train: its parser and what it runs (returning the exit status).
   struct Tool {
     CLI::App* app;
@@ -205,6 +207,8 @@ int main(int argc, char** argv) {
       {moet::cli::add_data_command(app, data), [&] { return moet::cli::run_data(data); }},
       {moet::cli::add_report_command(app, report),
        [&] { return moet::cli::run_report(report), 0; }},
+      {moet::cli::add_config_command(app, config),
+       [&] { return moet::cli::run_config(config), 0; }},
   };
   // Under mpirun every rank parses the same flags: rank 0 alone reports a mistake.
   const bool reporter = moet::launcher_rank() == 0;

@@ -6,15 +6,12 @@
 #include <string_view>
 #include <vector>
 
+#include "core/suggest.h"
+
 namespace moet::cli {
 
-// Levenshtein distance (insertions, deletions, substitutions; a swap of neighbours counts 1).
-size_t edit_distance(std::string_view a, std::string_view b);
-
-// The candidate nearest to `word`, or "" when none is close (distance at most 1 + a third of the
-// word's length, so "--stpes" finds "--steps" but "--x" finds nothing; a one-letter "-s" finds
-// nothing either).
-std::string nearest_name(std::string_view word, const std::vector<std::string>& candidates);
+using moet::edit_distance;  // core/suggest.h
+using moet::nearest_name;
 
 // The command names of `app` (its subcommands), as "a, b, c".
 std::string command_list(const CLI::App& app);

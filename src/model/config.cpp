@@ -1,10 +1,15 @@
 #include "model/config.h"
 
+#include <algorithm>
 #include <fstream>
+#include <mutex>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "core/error.h"
+#include "core/suggest.h"
+#include "core/warning.h"
 
 namespace moet {
 
@@ -24,17 +29,26 @@ class FieldReader {
     return v.get<int64_t>();
   }
   int64_t integer_or(const char* name, int64_t fallback) const {
+    if (!has(name)) defaulted_.insert(name);
     return has(name) ? integer(name) : fallback;
   }
+  // A field without a sensible default: missing, it is refused, saying what it is for.
+  int64_t integer_required(const char* name, const char* why) const {
+    MOET_CHECK(has(name), source_, ": missing required field '", name, "' (", why, ")");
+    return integer(name);
+  }
+  const std::set<std::string>& defaulted() const { return defaulted_; }
   double number(const char* name) const {
     const json& v = required(name);
     MOET_CHECK(v.is_number(), source_, ": field '", name, "' must be a number, got ", v.dump());
     return v.get<double>();
   }
   double number_or(const char* name, double fallback) const {
+    if (!has(name)) defaulted_.insert(name);
     return has(name) ? number(name) : fallback;
   }
   bool boolean_or(const char* name, bool fallback) const {
+    if (!has(name)) defaulted_.insert(name);
     if (!has(name)) return fallback;
     const json& v = j_.at(name);
     MOET_CHECK(v.is_boolean(), source_, ": field '", name, "' must be true or false, got ",
@@ -56,6 +70,73 @@ class FieldReader {
   }
   const json& j_;
   std::string source_;
+  mutable std::set<std::string> defaulted_;  // fields the config does not set
+};
+
+// Every field a DeepSeek-V3 config.json may hold without moet reading it wrongly: transformers'
+// DeepseekV3Config (5.24: its arguments and to_dict()), PretrainedConfig's common attributes
+// (transformers 4 and 5), and the fields of DeepSeek's own config.json. A key not among them
+// is probably a misspelling: it gets a warning naming the nearest one.
+const std::vector<std::string>& known_fields() {
+  static const std::vector<std::string> k = {
+      // DeepseekV3Config
+      "vocab_size", "hidden_size", "intermediate_size", "moe_intermediate_size",
+      "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "n_shared_experts",
+      "n_routed_experts", "output_router_logits", "routed_scaling_factor", "kv_lora_rank",
+      "q_lora_rank", "qk_rope_head_dim", "v_head_dim", "qk_nope_head_dim", "qk_head_dim",
+      "head_dim", "n_group", "topk_group", "num_experts_per_tok", "first_k_dense_replace",
+      "norm_topk_prob", "hidden_act", "max_position_embeddings", "initializer_range",
+      "rms_norm_eps", "use_cache", "pad_token_id", "bos_token_id", "eos_token_id",
+      "pretraining_tp", "tie_word_embeddings", "rope_parameters", "rope_interleave",
+      "attention_bias", "attention_dropout", "num_mtp_layers", "num_nextn_predict_layers",
+      // transformers 4 spellings and DeepSeek's config.json
+      "rope_theta", "rope_scaling", "torch_dtype", "aux_loss_alpha", "ep_size", "moe_layer_freq",
+      "scoring_func", "seq_aux", "topk_method", "quantization_config", "auto_map",
+      // PretrainedConfig
+      "architectures", "model_type", "transformers_version", "dtype", "_name_or_path",
+      "name_or_path", "output_hidden_states", "output_attentions", "return_dict",
+      "chunk_size_feed_forward", "is_encoder_decoder", "is_decoder", "id2label", "label2id",
+      "num_labels", "problem_type", "tokenizer_class", "prefix", "sep_token_id",
+      "decoder_start_token_id", "task_specific_params", "finetuning_task",
+      "add_cross_attention", "cross_attention_hidden_size", "tie_encoder_decoder", "torchscript",
+      "pruned_heads", "use_bfloat16", "bad_words_ids", "max_length", "min_length", "do_sample",
+      "early_stopping", "num_beams", "num_beam_groups", "diversity_penalty", "temperature",
+      "top_k", "top_p", "typical_p", "repetition_penalty", "length_penalty",
+      "no_repeat_ngram_size", "encoder_no_repeat_ngram_size", "num_return_sequences",
+      "output_scores", "return_dict_in_generate", "forced_bos_token_id", "forced_eos_token_id",
+      "remove_invalid_values", "exponential_decay_length_penalty", "suppress_tokens",
+      "begin_suppress_tokens", "tf_legacy_loss", "use_return_dict"};
+  return k;
+}
+
+// Warns once per source about each key that is no known field (moet::warn).
+void warn_unknown_fields(const nlohmann::json& j, const std::string& src) {
+  static std::mutex mu;
+  static std::set<std::string> warned;  // "src\tkey"
+  const auto& known = known_fields();
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string& key = it.key();
+    if (std::find(known.begin(), known.end(), key) != known.end()) continue;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!warned.insert(src + "\t" + key).second) continue;
+    }
+    const std::string near = nearest_name(key, known);
+    warn(str(src, ": unknown field '", key, "'",
+             near.empty() ? " (moet does not read it)" : " (did you mean '" + near + "'?)"));
+  }
+}
+
+// A field's value in a message, saying when it is no value of the config's own.
+struct Shown {
+  const std::set<std::string>* defaulted;
+  std::string operator()(const char* name, double v) const {
+    std::ostringstream o;
+    o << v;
+    if (defaulted && defaulted->count(name))
+      o << ", transformers' default: the config does not set " << name;
+    return o.str();
+  }
 };
 
 void check_positive(const std::string& src, const char* name, int64_t v) {
@@ -97,7 +178,8 @@ bool same_rope_scaling(const RopeScaling& a, const RopeScaling& b) {
          a.mscale_all_dim == b.mscale_all_dim;
 }
 
-void validate(const ModelConfig& c, const std::string& src) {
+void validate(const ModelConfig& c, const std::string& src, const std::set<std::string>& dflt) {
+  const Shown shown{&dflt};
   check_positive(src, "vocab_size", c.vocab_size);
   check_positive(src, "hidden_size", c.hidden_size);
   check_positive(src, "num_hidden_layers", c.num_hidden_layers);
@@ -123,12 +205,14 @@ void validate(const ModelConfig& c, const std::string& src) {
     check_positive(src, "topk_group", c.topk_group);
     MOET_CHECK(c.n_shared_experts >= 0, src, ": n_shared_experts must be >= 0");
     MOET_CHECK(c.n_routed_experts % c.n_group == 0, src, ": n_routed_experts (", c.n_routed_experts,
-               ") must be divisible by n_group (", c.n_group, ")");
-    MOET_CHECK(c.topk_group <= c.n_group, src, ": topk_group (", c.topk_group,
-               ") must not exceed n_group (", c.n_group, ")");
+               ") must be divisible by n_group (", shown("n_group", double(c.n_group)), ")");
+    MOET_CHECK(c.topk_group <= c.n_group, src, ": topk_group (",
+               shown("topk_group", double(c.topk_group)), ") must not exceed n_group (",
+               shown("n_group", double(c.n_group)), ")");
     int64_t kept = c.topk_group * (c.n_routed_experts / c.n_group);
     MOET_CHECK(c.num_experts_per_tok <= kept, src, ": num_experts_per_tok (", c.num_experts_per_tok,
-               ") exceeds the ", kept, " experts in the topk_group kept groups");
+               ") exceeds the ", kept, " experts in the topk_group (",
+               shown("topk_group", double(c.topk_group)), ") kept groups");
     MOET_CHECK(c.routed_scaling_factor > 0, src, ": routed_scaling_factor must be positive");
   }
 }
@@ -155,24 +239,39 @@ ModelConfig parse_model_config(const std::string& text, const std::string& src) 
   std::string mt = f.string_or("model_type", "deepseek_v3");
   MOET_CHECK(mt == "deepseek_v3" || mt == "deepseek_v2", src, ": model_type '", mt,
              "' is not a DeepSeek-V3 family model");
-  c.vocab_size = f.integer("vocab_size");
-  c.hidden_size = f.integer("hidden_size");
-  c.num_hidden_layers = f.integer("num_hidden_layers");
-  c.num_attention_heads = f.integer("num_attention_heads");
-  c.q_lora_rank = f.integer("q_lora_rank");
-  c.kv_lora_rank = f.integer("kv_lora_rank");
-  c.qk_nope_head_dim = f.integer("qk_nope_head_dim");
-  c.qk_rope_head_dim = f.integer("qk_rope_head_dim");
-  c.v_head_dim = f.integer("v_head_dim");
-  c.n_routed_experts = f.integer_or("n_routed_experts", 0);
-  c.first_k_dense_replace = f.integer_or("first_k_dense_replace", 0);
-  c.intermediate_size = f.integer_or("intermediate_size", 0);
-  c.moe_intermediate_size = f.integer_or("moe_intermediate_size", 0);
-  c.n_shared_experts = f.integer_or("n_shared_experts", 0);
-  c.num_experts_per_tok = f.integer_or("num_experts_per_tok", 0);
-  c.n_group = f.integer_or("n_group", 1);
-  c.topk_group = f.integer_or("topk_group", 1);
-  c.routed_scaling_factor = f.number_or("routed_scaling_factor", 1.0);
+  warn_unknown_fields(j, src);
+  // The sizes of the model have no default that fits a model of the user's own (transformers
+  // would take DeepSeek-V3's): a missing one is refused. The rest take DeepseekV3Config's
+  // defaults, as transformers' from_pretrained does.
+  const char* size = "it sizes the model; transformers would take DeepSeek-V3 671B's value";
+  c.vocab_size = f.integer_required("vocab_size", size);
+  c.hidden_size = f.integer_required("hidden_size", size);
+  c.num_hidden_layers = f.integer_required("num_hidden_layers", size);
+  c.num_attention_heads = f.integer_required("num_attention_heads", size);
+  c.q_lora_rank = f.integer_required("q_lora_rank", size);
+  c.kv_lora_rank = f.integer_required("kv_lora_rank", size);
+  c.qk_nope_head_dim = f.integer_required("qk_nope_head_dim", size);
+  c.qk_rope_head_dim = f.integer_required("qk_rope_head_dim", size);
+  c.v_head_dim = f.integer_required("v_head_dim", size);
+  c.n_routed_experts = f.integer_required(
+      "n_routed_experts", "the routed experts of each MoE layer, 0 for a dense model; "
+                          "transformers would take DeepSeek-V3's 256");
+  c.first_k_dense_replace = f.integer_or("first_k_dense_replace", 3);
+  const bool moe = c.n_routed_experts > 0 && c.first_k_dense_replace < c.num_hidden_layers;
+  const bool dense = c.n_routed_experts == 0 || c.first_k_dense_replace > 0;
+  c.intermediate_size = dense ? f.integer_required("intermediate_size",
+                                                   "the FFN width of the dense layers")
+                              : f.integer_or("intermediate_size", 18432);
+  c.moe_intermediate_size =
+      moe ? f.integer_required("moe_intermediate_size", "each expert's FFN width")
+          : f.integer_or("moe_intermediate_size", 2048);
+  c.n_shared_experts = f.integer_or("n_shared_experts", 1);
+  c.num_experts_per_tok =
+      moe ? f.integer_required("num_experts_per_tok", "the routed experts each token goes to")
+          : f.integer_or("num_experts_per_tok", 8);
+  c.n_group = f.integer_or("n_group", 8);
+  c.topk_group = f.integer_or("topk_group", 4);
+  c.routed_scaling_factor = f.number_or("routed_scaling_factor", 2.5);
   c.norm_topk_prob = f.boolean_or("norm_topk_prob", true);
   c.rms_norm_eps = f.number_or("rms_norm_eps", 1e-6);
   c.rope_theta = f.number_or("rope_theta", 10000.0);
@@ -190,7 +289,7 @@ ModelConfig parse_model_config(const std::string& text, const std::string& src) 
     }
   }
   c.max_position_embeddings = f.integer_or("max_position_embeddings", 4096);
-  c.num_nextn_predict_layers = f.integer_or("num_nextn_predict_layers", 0);
+  c.num_nextn_predict_layers = f.integer_or("num_nextn_predict_layers", 1);
   c.tie_word_embeddings = f.boolean_or("tie_word_embeddings", false);
   c.initializer_range = f.number_or("initializer_range", 0.02);
   if (f.has("rope_scaling")) {
@@ -210,7 +309,7 @@ ModelConfig parse_model_config(const std::string& text, const std::string& src) 
     MOET_CHECK(kvh == c.num_attention_heads, src, ": num_key_value_heads (", kvh,
                ") must equal num_attention_heads for MLA");
   }
-  validate(c, src);
+  validate(c, src, f.defaulted());
   return c;
 }
 
