@@ -61,7 +61,7 @@ echo "train --data \"0.6 A 0.4 B\": trains"
 # JSONL (gzip-compressed too) given to --data is read as data prepare reads it: one document per
 # line's "text", malformed lines skipped and counted.
 "$moet" "${common[@]}" --data "$dir/b.jsonl.gz" --steps 1 >"$dir/jsonl.txt"
-grep -q "text data: $dir/b.jsonl.gz, [0-9]* .* tokens in 300 documents" "$dir/jsonl.txt" ||
+grep -q "text data: $dir/b.jsonl.gz, [0-9]* tokens in 300 documents" "$dir/jsonl.txt" ||
   fail "--data FILE.jsonl.gz: $(cat "$dir/jsonl.txt")"
 { cat "$dir/b.jsonl"; echo '{"text": 7}'; echo 'not json'; } >"$dir/bad.jsonl"
 "$moet" "${common[@]}" --data "$dir/bad.jsonl" --steps 1 >"$dir/jsonl.txt"

@@ -5,7 +5,10 @@
 #    corpus is byte for byte the one trained on the same documents as plain text;
 #  - JSONL whose documents sit under another key: data prepare, tokenizer train and train say
 #    how many lines lacked the field, which keys they had, and that --json-key reads them; with
-#    --json-key they read them.
+#    --json-key they read them;
+#  - `moet eval --checkpoint RUN` without flags evaluates the run's data in the run's recipe with
+#    its batches: an MXFP8 run's logged held-out loss, bit for bit; it says which settings it took
+#    and when the held-out part holds fewer batches than asked.
 # Usage: first_day_cli.sh MOET CONFIG
 set -euo pipefail
 moet="$1" config="$2"
@@ -70,4 +73,22 @@ cmp -s "$dir/tok-k.json" "$dir/tok-c.txt.json" || fail "--json-key content read 
 err=$("$moet" data prepare --input "$dir/mixed.jsonl" --output "$dir/m" --no-progress 2>&1)
 [[ "$err" == *"3 documents"*'2 JSONL lines have no "text" field'* ]] || fail "mixed: $err"
 echo "JSONL under another key: the refusal names the keys and --json-key; --json-key reads them"
+# ---- moet eval --checkpoint RUN evaluates what the run evaluated
+"$moet" train --model "$config" --data "$dir/c.txt" --steps 4 --precision mxfp8 --out "$dir/run" \
+  --metrics "$dir/run.jsonl" --quiet >/dev/null
+logged=$(python3 -c "import json,sys; print(repr([json.loads(l) for l in open(sys.argv[1])][-1]['eval_loss']))" "$dir/run.jsonl")
+"$moet" eval --checkpoint "$dir/run" --json >"$dir/eval.json" || fail "eval: $(cat "$dir/eval.json")"
+got=$(python3 -c "import json,sys; print(repr(json.load(open(sys.argv[1]))['loss']))" "$dir/eval.json")
+[ "$logged" = "$got" ] || fail "moet eval of an mxfp8 run gives $got, the run logged $logged"
+grep -q '"precision":"mxfp8"' "$dir/eval.json" || fail "eval not in the run's recipe: $(cat "$dir/eval.json")"
+grep -q "$dir/c.txt" "$dir/run/step-0000004/checkpoint.json" || fail "the checkpoint records no data"
+out=$("$moet" eval --checkpoint "$dir/run")
+[[ "$out" == *"as the run evaluated"*"--data $dir/c.txt"*"--precision mxfp8"* ]] ||
+  fail "eval does not say it took the run's settings: $out"
+[[ "$out" == *"text data: $dir/c.txt, "*" tokens in 400 documents"* ]] || fail "eval's data: $out"
+out=$("$moet" eval --checkpoint "$dir/run" --batches 500 --precision fp32)
+[[ "$out" == *"(500 asked: the held-out part holds only "*" batches of 8 x 64)"* ]] ||
+  fail "fewer batches than asked, silently: $out"
+[[ "$out" == *", fp32; "* ]] || fail "--precision fp32 not taken: $out"
+echo "moet eval --checkpoint RUN: the run's data and recipe, its logged held-out loss bit for bit"
 echo PASS

@@ -20,17 +20,24 @@ struct ImportHfArgs {
   uint64_t seed = 1234;  // initialises what the directory lacks (MTP modules transformers drops)
 };
 
+// Unset flags take the run's settings from the checkpoint (its checkpoint.json: the data, how they
+// were read and held out, the sequence, the micro-batch, the evaluation batches, the recipe), so
+// `moet eval --checkpoint RUN` evaluates what training evaluated; the values after "=" are the
+// defaults of a checkpoint that records none.
 struct EvalArgs {
-  std::string checkpoint, data, dump;
-  std::string tokenizer,
-      split;  // text data's tokenizer ("" = the run's); document split ("" = 95,5)
-  std::string doc_boundary = "percent";  // plain text: where documents end
-  std::string json_key = "text";         // JSONL: the field holding a document
-  int64_t batches = 4, micro_batch = 8;
-  std::optional<int64_t> seq;  // unset: min(256, max_position_embeddings)
+  CLI::App* app = nullptr;  // which flags were given
+  std::string checkpoint, dump;
+  std::string data;       // = "" (the default English corpus)
+  std::string tokenizer;  // = the run's tokenizer.json, else 'byte'
+  std::string split;      // = 95,5
+  std::string doc_boundary = "percent", json_key = "text";
+  std::string precision;                                 // = fp32
+  int64_t bf16_layers = 1, batches = 4, micro_batch = 8;
+  std::optional<int64_t> seq;  // = min(256, max_position_embeddings)
   uint64_t seed = 1234;
   int threads = 0;
   bool overwrite = false;  // replace an existing --dump file
+  bool json = false;       // the result as one JSON line (full precision)
 };
 
 // --doc-boundary of moet train and moet eval: where the documents of plain text end.

@@ -507,7 +507,7 @@ void BpeTokenizer::pick_special_ids() {
 std::string BpeTokenizer::describe() const {
   std::string s = str("byte-level BPE (", where_, "): ", vocab_size(), " ids (", n_merges_,
                       " merges, ", added_.size(), " added tokens), eod ");
-  s += eod_ ? str(tokens_[*eod_], " = ", *eod_) : std::string("none");
+  s += eod_ ? str(tokens_[*eod_], " (id ", *eod_, ")") : std::string("none");
   return s;
 }
 

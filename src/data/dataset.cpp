@@ -130,8 +130,8 @@ int64_t TextDataset::vocab_size() const { return vocab_; }
 
 std::string TextDataset::describe() const {
   return str("text data: ", files_.size() == 1 ? files_[0] : str(files_.size(), " files"), ", ",
-             num_tokens(), " ", tokenizer_, " tokens in ", num_docs_, " documents (",
-             num_train_tokens(), " train, ", num_eval_tokens(), " held out), seed ", seed_,
+             num_tokens(), " tokens in ", num_docs_, " documents (", num_train_tokens(),
+             " train, ", num_eval_tokens(), " held out), tokenizer ", tokenizer_, ", seed ", seed_,
              skips_.malformed ? str(", ", skips_.malformed, " malformed JSONL lines skipped") : "",
              skips_.missing_key ? str(", ", skips_.missing_key, " JSONL lines without \"",
                                       json_key_, "\" skipped")

@@ -56,6 +56,13 @@ TrainCheckpoints::TrainCheckpoints(const TrainOptions& o, Communicator* world)
           {"zero1", o.zero1},
           {"deterministic", o.deterministic},
           {"data", o.data},
+          // how the data were read and held out: `moet eval --checkpoint` evaluates the run's
+          // held-out part the way training did
+          {"split", o.split.empty() ? "95,5" : o.split},
+          {"doc_boundary", o.doc_boundary},
+          {"json_key", o.json_key},
+          {"tokenizer", o.tokenizer},
+          {"eval_batches", o.eval_batches},
           {"lr",
            {{"schedule", o.schedule},
             {"max", o.lr},
