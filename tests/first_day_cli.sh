@@ -8,7 +8,10 @@
 #    --json-key they read them;
 #  - `moet eval --checkpoint RUN` without flags evaluates the run's data in the run's recipe with
 #    its batches: an MXFP8 run's logged held-out loss, bit for bit; it says which settings it took
-#    and when the held-out part holds fewer batches than asked.
+#    and when the held-out part holds fewer batches than asked;
+#  - a resume whose --steps, --lr, --min-lr, --warmup or --schedule would change the run's
+#    learning-rate schedule is refused in one line (Megatron's --override-opt-param-scheduler
+#    accepts it, and the schedule that results is printed).
 # Usage: first_day_cli.sh MOET CONFIG
 set -euo pipefail
 moet="$1" config="$2"
@@ -91,4 +94,18 @@ out=$("$moet" eval --checkpoint "$dir/run" --batches 500 --precision fp32)
   fail "fewer batches than asked, silently: $out"
 [[ "$out" == *", fp32; "* ]] || fail "--precision fp32 not taken: $out"
 echo "moet eval --checkpoint RUN: the run's data and recipe, its logged held-out loss bit for bit"
+
+# ---- resuming under another learning-rate schedule is refused unless asked for
+"$moet" train --model "$config" --data mock --steps 4 --out "$dir/sched" --quiet --eval-batches 0
+before=$(ls -R "$dir/sched" | md5sum)
+expect_error "--steps 4 -> 12, warm-up 0 -> 1 steps); pass --override-opt-param-scheduler" \
+  "$moet" train --model "$config" --data mock --steps 12 --out "$dir/sched" --resume auto --quiet
+expect_error "--lr 0.001 -> 0.002, --min-lr 0.0001 -> 0.0002); pass --override-opt-param-scheduler" \
+  "$moet" train --model "$config" --data mock --steps 4 --lr 2e-3 --out "$dir/sched" --resume auto
+[ "$before" = "$(ls -R "$dir/sched" | md5sum)" ] || fail "a refused resume changed the run directory"
+out=$("$moet" train --model "$config" --data mock --steps 12 --out "$dir/sched" --resume auto \
+  --override-opt-param-scheduler --eval-batches 0 --log-every 100)
+[[ "$out" == *"the learning-rate schedule changes at step 4"*"was cosine 0.001 -> 0.0001, warm-up 0 steps, decay to step 4, now cosine 0.001 -> 0.0001, warm-up 1 steps, decay to step 12"* ]] ||
+  fail "an accepted schedule change is not printed: $out"
+echo "resume: another schedule refused, naming the change and --override-opt-param-scheduler"
 echo PASS

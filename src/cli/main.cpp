@@ -59,6 +59,9 @@ void add_train_command(CLI::App& app, moet::TrainOptions& o) {
   t->add_option("--warmup", o.warmup,
                 "warm-up steps, at most --steps (default min(200, steps/10))");
   t->add_option("--schedule", o.schedule, "cosine or constant")->capture_default_str();
+  t->add_flag("--override-opt-param-scheduler", o.override_opt_param_scheduler,
+              "resume under a learning-rate schedule (--lr, --min-lr, --warmup, --steps, "
+              "--schedule) other than the checkpoint's (as Megatron's flag; refused otherwise)");
   t->add_option("--seed", o.seed, "seed of initialisation and data")
       ->check(moet::cli::unsigned_integer())
       ->capture_default_str();

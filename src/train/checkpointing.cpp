@@ -1,5 +1,6 @@
 #include "train/checkpointing.h"
 
+#include <cstdio>
 #include <filesystem>
 
 #include "core/error.h"
@@ -16,6 +17,60 @@ namespace {
 
 int64_t run_int(const nlohmann::json& run, const char* key) {
   return run.contains(key) && run[key].is_number_integer() ? run[key].get<int64_t>() : -1;
+}
+
+// "cosine 1e-03 -> 1e-04, warm-up 4 steps, decay to step 40"
+std::string describe_schedule(const std::string& kind, double max, double min, int64_t warmup,
+                              int64_t total) {
+  char b[160];
+  if (kind == "constant")
+    std::snprintf(b, sizeof b, "constant %.3g, warm-up %lld steps", max, (long long)warmup);
+  else
+    std::snprintf(b, sizeof b, "%s %.3g -> %.3g, warm-up %lld steps, decay to step %lld",
+                  kind.c_str(), max, min, (long long)warmup, (long long)total);
+  return b;
+}
+
+// The learning-rate schedule a checkpoint was trained under against the one this run would
+// take: "" when they are the same; else a refusal (one line naming what changed and the flag
+// that accepts it) unless `override_scheduler`, then the note printed at the resume.
+std::string resumed_schedule_change(const nlohmann::json& run, const LrSchedule& now,
+                                    const std::string& schedule_name, bool override_scheduler,
+                                    int64_t resume_step, const std::string& where) {
+  if (!run.contains("lr") || !run["lr"].is_object()) return "";
+  const nlohmann::json& lr = run["lr"];
+  auto num = [&](const char* k, double dflt) {
+    return lr.contains(k) && lr[k].is_number() ? lr[k].get<double>() : dflt;
+  };
+  const std::string kind =
+      lr.contains("schedule") && lr["schedule"].is_string() ? lr["schedule"].get<std::string>()
+                                                             : schedule_name;
+  const double max = num("max", now.max_lr), min = num("min", now.min_lr);
+  const int64_t warmup = int64_t(num("warmup", double(now.warmup))),
+                total = int64_t(num("total_steps", double(now.total)));
+  std::string changed;
+  auto differs = [&](const std::string& what, bool d) {
+    if (d) changed += (changed.empty() ? "" : ", ") + what;
+  };
+  differs(str("--schedule ", kind, " -> ", schedule_name), kind != schedule_name);
+  differs(str("--lr ", max, " -> ", now.max_lr), max != now.max_lr);
+  differs(str("--min-lr ", min, " -> ", now.min_lr), min != now.min_lr);
+  differs(str("--steps ", total, " -> ", now.total), total != now.total);
+  differs(str("warm-up ", warmup, " -> ", now.warmup, " steps"), warmup != now.warmup);
+  if (changed.empty()) return "";
+  MOET_CHECK(override_scheduler, "the learning-rate schedule differs from the one ", where,
+             " was trained under (", changed,
+             "); pass --override-opt-param-scheduler to continue under the new schedule "
+             "(Megatron's flag), or give the run's own values");
+  LrSchedule then = now;
+  then.kind = parse_schedule_kind(kind);
+  then.max_lr = max, then.min_lr = min, then.warmup = warmup, then.total = total;
+  return str("the learning-rate schedule changes at step ", resume_step, " (",
+             "--override-opt-param-scheduler): was ",
+             describe_schedule(kind, max, min, warmup, total), ", now ",
+             describe_schedule(schedule_name, now.max_lr, now.min_lr, now.warmup, now.total),
+             "; the rate of the next step goes from ", then.at(resume_step), " to ",
+             now.at(resume_step));
 }
 
 }  // namespace
@@ -110,6 +165,8 @@ int64_t TrainCheckpoints::restore(const StateHolder& h, AdamW& adamw, const Data
              " sequences x ", data.grad_accum, " micro-batches) differs from the checkpoint's (",
              accum > 0 ? ix.global_batch / accum : 0, " x ", accum, ", ", resume_dir_,
              "); a resumed run keeps it so that no sample is repeated or skipped");
+  schedule_note_ = resumed_schedule_change(ix.run, train_lr_schedule(o_), o_.schedule,
+                                           o_.override_opt_param_scheduler, ix.step, resume_dir_);
   const std::vector<StatePiece> pieces = training_state_pieces(h, false);
   reader.check_tensors(pieces, "param/", !h.pipeline_stage);
   bool has_moments = false;

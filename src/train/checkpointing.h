@@ -38,6 +38,9 @@ class TrainCheckpoints {
 
   // The checkpoint a run resumes from; "" for a fresh start.
   const std::string& resume_dir() const { return resume_dir_; }
+  // What changes of the learning-rate schedule the resume accepted
+  // (--override-opt-param-scheduler), to print; "" when none.
+  const std::string& schedule_note() const { return schedule_note_; }
   int64_t resume_step() const { return resume_step_; }
   bool saving() const { return saver_ != nullptr; }
 
@@ -65,7 +68,7 @@ class TrainCheckpoints {
  private:
   const TrainOptions& o_;
   Communicator* world_;
-  std::string resume_dir_;
+  std::string resume_dir_, schedule_note_;
   int64_t resume_step_ = 0;
   nlohmann::json model_config_;
   nlohmann::json run_;  // the run's settings, recorded in every checkpoint

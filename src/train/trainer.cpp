@@ -189,6 +189,8 @@ double run_training(const TrainOptions& o, Communicator* world, SetupAgreement* 
   int64_t first_step = 0;
   if (resuming) {
     first_step = checkpoints.restore(state, runner.optimizer(), data_shape);
+    if (verbose && !checkpoints.schedule_note().empty())
+      std::printf("moet train: %s\n", checkpoints.schedule_note().c_str());
   } else if (!o.init_from.empty()) {
     if (is_hf_directory(o.init_from))
       load_hf_weights(o.init_from, cfg, model.params());

@@ -21,6 +21,7 @@ struct TrainOptions {
   double lr = 1e-3;
   std::optional<double> min_lr;   // unset: lr / 10
   std::optional<int64_t> warmup;  // unset: min(200, steps / 10); at most steps
+  bool override_opt_param_scheduler = false;  // resume under a schedule other than the run's
   std::string schedule = "cosine";
   uint64_t seed = 1234;
   int threads = 0;  // 0: all cores
