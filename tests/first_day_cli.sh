@@ -11,7 +11,9 @@
 #    and when the held-out part holds fewer batches than asked;
 #  - a resume whose --steps, --lr, --min-lr, --warmup or --schedule would change the run's
 #    learning-rate schedule is refused in one line (Megatron's --override-opt-param-scheduler
-#    accepts it, and the schedule that results is printed).
+#    accepts it, and the schedule that results is printed);
+#  - a model that cannot fit in this machine's memory is refused in one line in GB, before it is
+#    built, pointing to moet plan.
 # Usage: first_day_cli.sh MOET CONFIG
 set -euo pipefail
 moet="$1" config="$2"
@@ -108,4 +110,14 @@ out=$("$moet" train --model "$config" --data mock --steps 12 --out "$dir/sched" 
 [[ "$out" == *"the learning-rate schedule changes at step 4"*"was cosine 0.001 -> 0.0001, warm-up 0 steps, decay to step 4, now cosine 0.001 -> 0.0001, warm-up 1 steps, decay to step 12"* ]] ||
   fail "an accepted schedule change is not printed: $out"
 echo "resume: another schedule refused, naming the change and --override-opt-param-scheduler"
+
+# ---- a model that cannot fit is refused before anything is allocated
+big="$(dirname "$config")/deepseek-v3-671b.json"
+expect_error "parameters: training keeps at least 16 bytes of each" \
+  "$moet" train --model "$big" --data mock --steps 1 --out "$dir/big"
+err=$("$moet" train --model "$big" --data mock --steps 1 2>&1 || true)
+[[ "$err" == *" GB, and this machine has "*" GB; plan a cluster run with moet plan --model "* ]] ||
+  fail "the refusal does not compare in GB or point to moet plan: $err"
+[ ! -e "$dir/big" ] || fail "a refused run left its --out"
+echo "a model that cannot fit: refused in one line, in GB, pointing to moet plan"
 echo PASS

@@ -1,7 +1,12 @@
 #include "metrics/memory.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
+
+#include "core/error.h"
 
 namespace moet {
 namespace {
@@ -30,6 +35,27 @@ std::string mb(int64_t b) {
 }
 
 }  // namespace
+
+int64_t machine_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? int64_t(pages) * int64_t(page) : 0;
+}
+
+void check_model_fits(const std::string& config, int64_t parameters, int64_t ranks) {
+  const int64_t have = machine_memory_bytes();
+  const double need = 16.0 * double(parameters) / double(std::max<int64_t>(ranks, 1));
+  if (have <= 0 || need <= double(have)) return;
+  char line[640];
+  std::snprintf(line, sizeof line,
+                "%s has %.1fB parameters: training keeps at least 16 bytes of each (fp32 weights, "
+                "gradients and two AdamW moments), %.0f GB%s, and this machine has %.0f GB; plan "
+                "a cluster run with moet plan --model %s (or moet simulate), or train a smaller "
+                "config (configs/small.json)",
+                config.c_str(), double(parameters) / 1e9, need / 1e9,
+                ranks > 1 ? " per rank even with every weight sharded" : "", double(have) / 1e9,
+                config.c_str());
+  throw Error(line);
+}
 
 int64_t current_rss_bytes() { return status_kb("VmRSS"); }
 int64_t peak_rss_bytes() { return status_kb("VmHWM"); }

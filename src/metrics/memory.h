@@ -17,6 +17,15 @@ struct MemoryNeed {
   std::string describe() const;
 };
 
+// The machine's physical memory (sysconf), bytes; 0 where unknown.
+int64_t machine_memory_bytes();
+
+// Refuses (moet::Error, one line in GB) a model that cannot fit before any of it is allocated:
+// training keeps at least 16 bytes of every parameter (fp32 weights, gradients, two AdamW moments),
+// so `parameters` / `ranks` of them must fit in this machine's memory whatever the layout. The
+// line names the config and points to moet plan / moet simulate and a smaller config.
+void check_model_fits(const std::string& config, int64_t parameters, int64_t ranks);
+
 // The process's resident set size now, and its peak so far (VmRSS, VmHWM); 0 where unknown.
 int64_t current_rss_bytes();
 int64_t peak_rss_bytes();

@@ -119,6 +119,7 @@ double run_training(const TrainOptions& o, Communicator* world, SetupAgreement* 
   check_train_options(o);
   ModelConfig cfg = load_model_config(o.model_path);
   check_train_layout(o, cfg, world);
+  check_model_fits(o.model_path, count_parameters(cfg), world ? world->size() : 1);
   const int W = world ? world->size() : 1, rank = world ? world->rank() : 0;
   const bool root = rank == 0, verbose = root && !o.quiet;
   int threads = o.threads;
