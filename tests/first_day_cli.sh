@@ -13,7 +13,9 @@
 #    learning-rate schedule is refused in one line (Megatron's --override-opt-param-scheduler
 #    accepts it, and the schedule that results is printed);
 #  - a model that cannot fit in this machine's memory is refused in one line in GB, before it is
-#    built, pointing to moet plan.
+#    built, pointing to moet plan;
+#  - --out RUN alone writes RUN/metrics.jsonl (so moet report RUN works), --tensorboard without a
+#    directory writes RUN/tensorboard, and --metrics and data prepare --output make missing folders.
 # Usage: first_day_cli.sh MOET CONFIG
 set -euo pipefail
 moet="$1" config="$2"
@@ -120,4 +122,20 @@ err=$("$moet" train --model "$big" --data mock --steps 1 2>&1 || true)
   fail "the refusal does not compare in GB or point to moet plan: $err"
 [ ! -e "$dir/big" ] || fail "a refused run left its --out"
 echo "a model that cannot fit: refused in one line, in GB, pointing to moet plan"
+
+# ---- the run directory as the run's home
+"$moet" train --model "$config" --data mock --steps 3 --out "$dir/home" --tensorboard --quiet \
+  --eval-batches 0
+[ -s "$dir/home/metrics.jsonl" ] || fail "--out RUN wrote no RUN/metrics.jsonl"
+ls "$dir/home/tensorboard/"events.out.tfevents.* >/dev/null 2>&1 ||
+  fail "--tensorboard without a directory wrote nothing under RUN/tensorboard"
+"$moet" report "$dir/home" >/dev/null || fail "moet report RUN after a run with --out"
+[ -s "$dir/home/report.html" ] || fail "no report.html"
+expect_error "--tensorboard without a directory writes into the run directory: give --out RUN" \
+  "$moet" train --model "$config" --data mock --steps 1 --tensorboard
+"$moet" train --model "$config" --data mock --steps 1 --metrics "$dir/new/folder/m.jsonl" --quiet
+[ -s "$dir/new/folder/m.jsonl" ] || fail "--metrics did not create its folder"
+"$moet" data prepare --input "$dir/c.txt" --output "$dir/new/data/c" --no-progress >/dev/null
+[ -s "$dir/new/data/c.bin" ] || fail "data prepare --output did not create its folder"
+echo "--out RUN: RUN/metrics.jsonl and RUN/tensorboard by default; missing folders are made"
 echo PASS

@@ -131,9 +131,9 @@ refuse --resume "${no_out[@]}" --resume auto
 # existing outputs are refused before anything else is created (--out, --tensorboard, --trace new)
 refuse --metrics "${train[@]}" --metrics existing.jsonl
 refuse --overwrite "${train[@]}" --metrics existing.jsonl  # the flag that would allow it
-refuse --metrics "${train[@]}" --metrics no/such/dir/m.jsonl
+refuse --metrics "${train[@]}" --metrics existing.jsonl/m.jsonl  # a file where a folder would be
 refuse --metrics "${train[@]}" --metrics .
-refuse --trace "${train[@]}" --trace no/such/dir/t.json
+refuse --trace "${train[@]}" --trace existing.jsonl/t.json
 refuse --tensorboard "${train[@]}" --tensorboard existing.jsonl
 refuse --out "${train[@]}" --out existing.jsonl
 echo '{}' >"$work/old.json"

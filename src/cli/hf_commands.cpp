@@ -189,6 +189,9 @@ void run_eval(const EvalArgs& given) {
   if (given.seq) check_flag_positive("--seq", *given.seq);
   check_flag_threads(given.threads);
   if (!given.split.empty()) parse_data_split(given.split);
+  MOET_CHECK(given.dump.empty() || given.overwrite || !std::filesystem::exists(given.dump),
+             "--dump file '", given.dump,
+             "' already exists; refusing to overwrite it (--overwrite replaces it)");
   EvalArgs a = given;
   auto set = [&](const char* flag) { return a.app && a.app->count(flag) > 0; };
   const std::string step = resolve_checkpoint_dir(a.checkpoint);
@@ -222,8 +225,6 @@ void run_eval(const EvalArgs& given) {
 
   if (!a.split.empty()) parse_data_split(a.split);
   if (a.threads > 0) ops::set_num_threads(a.threads);
-  MOET_CHECK(a.dump.empty() || a.overwrite || !std::filesystem::exists(a.dump), "--dump file '",
-             a.dump, "' already exists; refusing to overwrite it (--overwrite replaces it)");
   const ModelConfig cfg = load_model_config(step + "/config.json");
   const int64_t T = a.seq.value_or(std::min<int64_t>(256, cfg.max_position_embeddings));
   const auto tokenizer = load_tokenizer(run_tokenizer_spec(a.tokenizer, step));

@@ -73,12 +73,15 @@ void add_train_command(CLI::App& app, moet::TrainOptions& o) {
   t->add_option("--bf16-layers", o.bf16_layers,
                 "FP8 recipes: the first and the last N decoder layers run in bf16")
       ->capture_default_str();
-  t->add_option("--metrics", o.metrics_path, "write one JSON object per step to this file");
+  t->add_option("--metrics", o.metrics_path,
+                "write one JSON object per step to this file (default with --out RUN: "
+                "RUN/metrics.jsonl)");
   t->add_flag("--overwrite,--overwrite-metrics", o.overwrite,
               "replace existing --metrics and --trace files (an empty one is replaced anyway)");
   t->add_option("--tensorboard", o.tensorboard_dir,
                 "write TensorBoard event files into this directory (tags as Megatron's; "
-                "docs/metrics.md)");
+                "docs/metrics.md); without one, into RUN/tensorboard of --out RUN")
+      ->expected(0, 1);
   t->add_option("--log-expert-load", o.log_expert_load,
                 "every N steps, the tokens each routed expert received per MoE layer, into "
                 "--metrics and --tensorboard (0: never)")
@@ -255,6 +258,8 @@ int main(int argc, char** argv) {
     if (moet::MpiCommunicator::launched_under_mpi())
       world = moet::MpiCommunicator::world(&argc, &argv);
     setup.emplace(world.get());
+    moet::apply_run_directory_defaults(
+        train, app.get_subcommand("train")->get_option("--tensorboard")->count() > 0);
     if (app.get_subcommand("train")->get_option("--seq")->count() == 0 &&
         moet::fit_default_seq_to_model(train) && reporter && !train.quiet)
       std::printf(

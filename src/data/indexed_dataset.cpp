@@ -306,6 +306,13 @@ IndexedDatasetWriter::IndexedDatasetWriter(const std::string& prefix, IndexedDTy
   for (const char* ext : {".bin", ".idx"})
     MOET_CHECK(overwrite || !std::filesystem::exists(prefix + ext, ec), "'", prefix, ext,
                "' already exists; refusing to overwrite it (pass --overwrite to replace it)");
+  // a missing folder of PREFIX is made (as moet train makes --out)
+  const std::filesystem::path folder = std::filesystem::path(prefix).parent_path();
+  if (!folder.empty()) {
+    MOET_CHECK(!std::filesystem::exists(folder, ec) || std::filesystem::is_directory(folder, ec),
+               "'", folder.string(), "' (the folder of ", prefix, ") is not a directory");
+    std::filesystem::create_directories(folder, ec);
+  }
   const std::string tag = ".tmp-" + std::to_string(::getpid());
   bin_tmp_ = prefix + ".bin" + tag;
   idx_tmp_ = prefix + ".idx" + tag;

@@ -74,17 +74,16 @@ void check_words(const TrainOptions& o) {
 
 // A file the run will write (if `path` is given): not a directory, in a directory that exists
 // or is the run directory --out (made when the run starts).
-void check_output_file(const char* flag, const std::string& path, const std::string& out_dir) {
+// A file the run will write: not a directory, and its folder a folder (or missing: the run creates
+// missing folders as it creates --out).
+void check_output_file(const char* flag, const std::string& path) {
   if (path.empty()) return;
   namespace fs = std::filesystem;
   MOET_CHECK(!fs::is_directory(path), flag, " '", path, "' is a directory; it names a file");
-  const fs::path parent = fs::path(path).parent_path();
-  const auto same = [](const fs::path& a, const fs::path& b) {
-    return (a / "").lexically_normal() == (b / "").lexically_normal();
-  };
-  MOET_CHECK(
-      parent.empty() || fs::is_directory(parent) || (!out_dir.empty() && same(parent, out_dir)),
-      flag, " '", path, "': the directory '", parent.string(), "' does not exist");
+  for (fs::path p = fs::path(path).parent_path(); !p.empty() && p != p.root_path();
+       p = p.parent_path())
+    MOET_CHECK(!fs::exists(p) || fs::is_directory(p), flag, " '", path, "': '", p.string(),
+               "' is not a directory");
 }
 
 // Combinations the trainer cannot run, and outputs that could not be written.
@@ -117,8 +116,8 @@ void check_combinations(const TrainOptions& o) {
   MOET_CHECK(o.tensorboard_dir.empty() || !fs::exists(o.tensorboard_dir) ||
                  fs::is_directory(o.tensorboard_dir),
              "--tensorboard '", o.tensorboard_dir, "' exists and is not a directory");
-  check_output_file("--metrics", o.metrics_path, o.out_dir);
-  check_output_file("--trace", o.trace_path, o.out_dir);
+  check_output_file("--metrics", o.metrics_path);
+  check_output_file("--trace", o.trace_path);
 }
 
 }  // namespace
@@ -171,6 +170,18 @@ bool fit_default_seq_to_model(TrainOptions& o) {
   if (max_positions <= 0 || o.seq <= max_positions) return false;
   o.seq = max_positions;
   return true;
+}
+
+void apply_run_directory_defaults(TrainOptions& o, bool tensorboard_asked) {
+  namespace fs = std::filesystem;
+  if (tensorboard_asked && o.tensorboard_dir.empty()) {
+    MOET_CHECK(!o.out_dir.empty(),
+               "--tensorboard without a directory writes into the run directory: give --out RUN "
+               "(or --tensorboard DIR)");
+    o.tensorboard_dir = (fs::path(o.out_dir) / "tensorboard").string();
+  }
+  if (!o.out_dir.empty() && o.metrics_path.empty())
+    o.metrics_path = (fs::path(o.out_dir) / "metrics.jsonl").string();
 }
 
 bool output_absent_or_empty(const std::string& path) {

@@ -28,6 +28,11 @@ void check_train_layout(const TrainOptions& o, const ModelConfig& cfg, const Com
 // to the run's checks (returns false).
 bool fit_default_seq_to_model(TrainOptions& o);
 
+// The run directory as the run's home: with --out RUN, the metrics go to RUN/metrics.jsonl unless
+// --metrics says otherwise, and a --tensorboard given without a directory to RUN/tensorboard
+// (refused without --out). `tensorboard_asked`: --tensorboard was given.
+void apply_run_directory_defaults(TrainOptions& o, bool tensorboard_asked);
+
 // An output file a run may create without --overwrite: absent, or an empty regular file (what a
 // run killed before it wrote anything leaves; it must not block the rerun).
 bool output_absent_or_empty(const std::string& path);

@@ -203,6 +203,8 @@ double run_training(const TrainOptions& o, Communicator* world, SetupAgreement* 
   checkpoints.open();
   std::unique_ptr<MetricsWriter> metrics;
   if (root && !o.metrics_path.empty()) {
+    const std::filesystem::path folder = std::filesystem::path(o.metrics_path).parent_path();
+    if (!folder.empty()) std::filesystem::create_directories(folder);
     if (resuming) {  // continue the interrupted run's file from the checkpoint's step
       MetricsWriter::keep_steps_up_to(o.metrics_path, checkpoints.resume_step());
       metrics = std::make_unique<MetricsWriter>(o.metrics_path, MetricsWriter::Mode::kAppend);
@@ -397,7 +399,11 @@ double run_training(const TrainOptions& o, Communicator* world, SetupAgreement* 
     }
   }
   const std::string saved = checkpoints.finish();
-  if (trace) trace->write(trace_file, true);  // checked at the start
+  if (trace) {  // checked at the start; its folder made as --out's is
+    const std::filesystem::path folder = std::filesystem::path(trace_file).parent_path();
+    if (!folder.empty()) std::filesystem::create_directories(folder);
+    trace->write(trace_file, true);
+  }
   if (tensorboard) tensorboard->flush();
   if (root && stopped) {
     const int sig = StopSignal::received();
