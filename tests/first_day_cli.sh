@@ -15,7 +15,9 @@
 #  - a model that cannot fit in this machine's memory is refused in one line in GB, before it is
 #    built, pointing to moet plan;
 #  - --out RUN alone writes RUN/metrics.jsonl (so moet report RUN works), --tensorboard without a
-#    directory writes RUN/tensorboard, and --metrics and data prepare --output make missing folders.
+#    directory writes RUN/tensorboard, and --metrics and data prepare --output make missing folders;
+#  - every periodic save prints a line; a resumed run's report keeps every invocation; the report
+#    of a metrics file FILE.jsonl is FILE.html.
 # Usage: first_day_cli.sh MOET CONFIG
 set -euo pipefail
 moet="$1" config="$2"
@@ -138,4 +140,20 @@ expect_error "--tensorboard without a directory writes into the run directory: g
 "$moet" data prepare --input "$dir/c.txt" --output "$dir/new/data/c" --no-progress >/dev/null
 [ -s "$dir/new/data/c.bin" ] || fail "data prepare --output did not create its folder"
 echo "--out RUN: RUN/metrics.jsonl and RUN/tensorboard by default; missing folders are made"
+
+# ---- periodic saves say so; a resumed run's report keeps every invocation; a file's report
+out=$("$moet" train --model "$config" --data mock --steps 4 --save-every 2 --out "$dir/saves" \
+  --eval-batches 0 --log-every 100)
+[[ "$out" == *"checkpoint: step 2 -> $dir/saves/step-0000002 (the step waited "*" s; written in the background)"* ]] ||
+  fail "a periodic save printed nothing: $out"
+"$moet" train --model "$config" --data mock --steps 6 --save-every 2 --out "$dir/saves" \
+  --eval-batches 0 --resume auto --override-opt-param-scheduler --quiet
+"$moet" report "$dir/saves" >/dev/null
+grep -q "command (first start)" "$dir/saves/report.html" && grep -q "command (resume 1)" "$dir/saves/report.html" &&
+  grep -q -- "--steps 4 --save-every 2" "$dir/saves/report.html" ||
+  fail "the report of a resumed run does not keep the first invocation"
+cp "$dir/saves/metrics.jsonl" "$dir/loose.jsonl"
+"$moet" report "$dir/loose.jsonl" | grep -q "report: $dir/loose.html" || fail "a file's report is not named after it"
+[ -s "$dir/loose.html" ] || fail "no $dir/loose.html"
+echo "saves print a line each; a resumed run's report keeps every command; FILE.jsonl -> FILE.html"
 echo PASS

@@ -21,7 +21,9 @@ CLI::App* add_report_command(CLI::App& app, ReportArgs& a) {
                 "run directory (moet train --out: its run.json names the metrics file) or a "
                 "metrics JSONL file")
       ->required();
-  c->add_option("--out", a.out, "the HTML file (default: RUN_DIR/report.html)");
+  c->add_option("--out", a.out,
+                "the HTML file (default: RUN_DIR/report.html, or FILE.html beside a metrics "
+                "file FILE.jsonl)");
   c->add_flag("--overwrite", a.overwrite, "replace an existing --out file");
   return c;
 }
@@ -45,7 +47,13 @@ void run_report(const ReportArgs& a) {
                "' (looked for ", metrics,
                "): train with --metrics FILE --out DIR, or pass the metrics file");
   }
-  const std::string out = !a.out.empty() ? a.out : (dir / "report.html").string();
+  // a run directory's report is RUN/report.html; a metrics file's is named after it
+  const std::string out =
+      !a.out.empty()
+          ? a.out
+          : is_dir ? (dir / "report.html").string()
+                   : (fs::path(a.run).parent_path() / (fs::path(a.run).stem().string() + ".html"))
+                         .string();
   MOET_CHECK(a.overwrite || !fs::exists(out), "'", out,
              "' already exists; refusing to overwrite it (pass --overwrite or choose --out)");
   const std::string html = report_html(read_metrics_records(metrics), info, metrics);

@@ -7,7 +7,7 @@ namespace moet::cli {
 
 struct ReportArgs {
   std::string run;  // a run directory (--out of moet train) or a metrics JSONL file
-  std::string out;  // default: RUN_DIR/report.html (beside the metrics file for a file)
+  std::string out;  // default: RUN_DIR/report.html (FILE.html beside a metrics file FILE.jsonl)
   bool overwrite = false;
 };
 

@@ -302,8 +302,18 @@ std::string report_html(const std::vector<json>& records, const json& run_info,
   h += "</div>\n<h2>Run</h2>";
   if (run_info.is_object()) {
     h += "<table>";
-    if (run_info.contains("command") && run_info["command"].is_string())
+    if (run_info.contains("commands") && run_info["commands"].is_array() &&
+        !run_info["commands"].empty()) {
+      const auto& cmds = run_info["commands"];
+      for (size_t i = 0; i < cmds.size(); ++i)
+        if (cmds[i].is_string())
+          h += row(cmds.size() == 1 ? std::string("command")
+                                    : i == 0 ? std::string("command (first start)")
+                                             : "command (resume " + std::to_string(i) + ")",
+                   cmds[i].get<std::string>());
+    } else if (run_info.contains("command") && run_info["command"].is_string()) {
       h += row("command", run_info["command"].get<std::string>());
+    }
     for (const char* k : {"metrics", "tensorboard", "model_config"})
       if (run_info.contains(k) && run_info[k].is_string() &&
           !run_info[k].get<std::string>().empty())

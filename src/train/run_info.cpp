@@ -18,10 +18,22 @@ std::string absolute(const std::string& path) {
 
 }  // namespace
 
-void write_run_info(const TrainOptions& o, const std::string& tensorboard_file) {
+void write_run_info(const TrainOptions& o, const std::string& tensorboard_file, bool resuming) {
   namespace fs = std::filesystem;
   nlohmann::ordered_json j;
   j["command"] = o.command_line;
+  // every invocation of the run, the first first: a resumed run adds its own
+  nlohmann::ordered_json commands = nlohmann::ordered_json::array();
+  const fs::path previous = fs::path(o.out_dir) / "run.json";
+  if (resuming && fs::is_regular_file(previous)) {
+    const auto old = nlohmann::ordered_json::parse(read_text_file(previous.string()), nullptr, false);
+    if (old.is_object() && old.contains("commands") && old["commands"].is_array())
+      commands = old["commands"];
+    else if (old.is_object() && old.contains("command") && old["command"].is_string())
+      commands.push_back(old["command"]);
+  }
+  commands.push_back(o.command_line);
+  j["commands"] = commands;
   j["model_config"] = absolute(o.model_path);
   j["model"] = nlohmann::ordered_json::parse(read_text_file(o.model_path), nullptr, false);
   j["metrics"] = absolute(o.metrics_path);

@@ -9,9 +9,11 @@
 namespace moet {
 
 // Writes OUT_DIR/run.json (rank 0, each start of the run, so a resumed run names its newest
-// files): {"command", "model_config", "model", "metrics", "tensorboard", "options"}; paths
-// absolute. tensorboard_file: the event file this start writes ("" = none).
-void write_run_info(const TrainOptions& o, const std::string& tensorboard_file);
+// files): {"command", "commands", "model_config", "model", "metrics", "tensorboard",
+// "options"}; paths absolute; "commands" is every invocation of the run, the first first (a
+// resumed start, `resuming`, adds its own to the earlier ones). tensorboard_file: the event file
+// this start writes ("" = none).
+void write_run_info(const TrainOptions& o, const std::string& tensorboard_file, bool resuming);
 
 struct RunSummary {
   int64_t steps = 0;  // steps this process trained (a resumed run: since the resume)

@@ -218,7 +218,7 @@ double run_training(const TrainOptions& o, Communicator* world, SetupAgreement* 
   if (root && !o.tensorboard_dir.empty())
     tensorboard = std::make_unique<TensorBoardWriter>(o.tensorboard_dir);
   if (tensorboard && resuming) tensorboard->mark_resume(first_step + 1);
-  if (root && !o.out_dir.empty()) write_run_info(o, tensorboard ? tensorboard->path() : "");
+  if (root && !o.out_dir.empty()) write_run_info(o, tensorboard ? tensorboard->path() : "", resuming);
   MemoryNeed need;
   need.params = need.grads = model.params().numel() * int64_t(sizeof(float));
   need.optimizer =
@@ -380,8 +380,14 @@ double run_training(const TrainOptions& o, Communicator* world, SetupAgreement* 
       world->allreduce_sum(&s, 1);
       stop = s > 0;
     }
-    if (checkpoints.due(step + 1, last) || (stop && checkpoints.saving()))
+    if (checkpoints.due(step + 1, last) || (stop && checkpoints.saving())) {
       m.save_s = checkpoints.save(step + 1, state, runner.optimizer(), data_shape);
+      // a periodic save says so (the last one is reported with the summary)
+      if (verbose && !last && !stop)
+        std::printf("checkpoint: step %lld -> %s/step-%07lld (the step waited %.3f s%s)\n",
+                    (long long)(step + 1), o.out_dir.c_str(), (long long)(step + 1), m.save_s,
+                    o.sync_save ? "" : "; written in the background");
+    }
     const bool log_now = (step + 1) % o.log_every == 0 || last || stop;
     interval.add(m);
     if (log_now && o.log_every > 1) interval.fill(m);
