@@ -27,6 +27,13 @@ struct HfExportOptions {
   // Past this many bytes of tensor data the weights go to model-0000i-of-0000n.safetensors
   // shards plus model.safetensors.index.json (transformers' default max_shard_size, "5GB").
   int64_t max_shard_bytes = 5'000'000'000;
+  // The MTP modules (as layers num_hidden_layers + k - 1, DeepSeek's layout). transformers'
+  // DeepseekV3ForCausalLM has none and lists their weights as unexpected keys; false leaves them
+  // out (and writes num_nextn_predict_layers 0).
+  bool mtp = true;
+  // The tokenizer's special tokens, into config.json's bos_token_id / eos_token_id (< 0: the
+  // source config's are kept).
+  int32_t bos_token_id = -1, eos_token_id = -1;
 };
 
 struct HfExportResult {

@@ -167,13 +167,27 @@ HfExportResult export_hf(const ParamStore& ps, const ModelConfig& c, const std::
              opts.max_shard_bytes);
   MOET_CHECK(ps.allocated(), "export_hf: the parameters are not allocated");
   check_whole_model(ps, c);
-  const std::string config = hf_config_json(c, source_json, "the model config", opts.dtype);
+  // without MTP: the model transformers builds, and its config says so
+  ModelConfig as_written = c;
+  if (!opts.mtp) as_written.num_nextn_predict_layers = 0;
+  std::string config = hf_config_json(as_written, source_json, "the model config", opts.dtype);
+  if (opts.bos_token_id >= 0 || opts.eos_token_id >= 0) {
+    nlohmann::ordered_json j = nlohmann::ordered_json::parse(config);
+    if (opts.bos_token_id >= 0) j["bos_token_id"] = opts.bos_token_id;
+    if (opts.eos_token_id >= 0) j["eos_token_id"] = opts.eos_token_id;
+    config = j.dump(2) + "\n";
+  }
   std::error_code ec;
   fs::create_directories(out_dir, ec);
   MOET_CHECK(!ec && fs::is_directory(out_dir), "cannot create output directory '", out_dir,
              "': ", ec ? ec.message() : "a file of that name exists");
 
-  const std::vector<HfTensor> tensors = hub_tensors(ps, c, opts.dtype);
+  std::vector<HfTensor> tensors = hub_tensors(ps, c, opts.dtype);
+  if (!opts.mtp)
+    for (int64_t k = 1; k <= c.num_nextn_predict_layers; ++k) {
+      const std::string prefix = hf::mtp_prefix(c, k);
+      std::erase_if(tensors, [&](const HfTensor& t) { return t.name.rfind(prefix, 0) == 0; });
+    }
   const auto shards = plan_shards(tensors, opts.max_shard_bytes);
   HfExportResult r;
   nlohmann::json weight_map = nlohmann::json::object();

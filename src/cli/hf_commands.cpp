@@ -15,6 +15,7 @@
 #include "core/flag_check.h"
 #include "data/gpt_dataset.h"
 #include "data/tokenizer.h"
+#include "data/tokenizer_export.h"
 #include "kernels/ops.h"
 #include "model/model.h"
 #include "train/evaluation.h"
@@ -60,6 +61,12 @@ CLI::App* add_export_hf_command(CLI::App& app, ExportHfArgs& a) {
   c->add_option("--max-shard-bytes", a.max_shard_bytes,
                 "shard the weights into files of at most this many bytes")
       ->capture_default_str();
+  c->add_option("--tokenizer", a.tokenizer,
+                "the tokenizer written beside the weights: 'byte' or a tokenizer.json (default: "
+                "the run's tokenizer.json, else 'byte')");
+  c->add_flag("--no-mtp", a.no_mtp,
+              "leave the MTP modules out: transformers' DeepseekV3ForCausalLM does not use them "
+              "and lists their weights as unexpected keys");
   return c;
 }
 
@@ -135,11 +142,26 @@ void run_export_hf(const ExportHfArgs& a) {
   HfExportOptions opts;
   opts.dtype = parse_hf_dtype(a.dtype);
   opts.max_shard_bytes = a.max_shard_bytes;
+  opts.mtp = !a.no_mtp;
+  // the run's tokenizer beside the weights, and its end of document as bos/eos of the config
+  const std::string tok_spec = run_tokenizer_spec(a.tokenizer, step);
+  std::filesystem::create_directories(a.out_dir);
+  const ExportedTokenizer tok = export_hf_tokenizer(tok_spec, a.out_dir, cfg.max_position_embeddings);
+  opts.bos_token_id = opts.eos_token_id = tok.eos_id;
   const HfExportResult r =
       export_hf(model.params(), cfg, read_text_file(config_path), a.out_dir, opts);
   std::printf("moet export-hf: %s -> %s: %lld tensors, %.3f GB (%s) in %zu file(s)\n", step.c_str(),
               a.out_dir.c_str(), (long long)r.tensors, gigabytes(r.bytes), a.dtype.c_str(),
               r.files.size());
+  std::printf("moet export-hf: tokenizer.json and tokenizer_config.json from %s; bos and eos %s "
+              "(id %d)\n",
+              tok.description.c_str(), tok.eos_token.c_str(), tok.eos_id);
+  if (opts.mtp && cfg.num_nextn_predict_layers > 0)
+    std::printf(
+        "moet export-hf: the %lld MTP module(s) are written as model.layers.%lld.* (DeepSeek's "
+        "layout); transformers' DeepseekV3ForCausalLM does not use them and lists them as "
+        "unexpected keys when it loads (--no-mtp leaves them out)\n",
+        (long long)cfg.num_nextn_predict_layers, (long long)cfg.num_hidden_layers);
 }
 
 void run_import_hf(const ImportHfArgs& a) {

@@ -11,8 +11,10 @@ namespace moet::cli {
 
 struct ExportHfArgs {
   std::string checkpoint, out_dir, dtype = "bf16";
+  std::string tokenizer;  // "" = the run's tokenizer.json, else 'byte'
   int64_t max_shard_bytes = 5'000'000'000;
   bool overwrite = false;  // replace an existing non-empty OUT_DIR
+  bool no_mtp = false;     // leave the MTP modules out (transformers does not use them)
 };
 
 struct ImportHfArgs {
