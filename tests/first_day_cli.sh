@@ -17,7 +17,9 @@
 #  - --out RUN alone writes RUN/metrics.jsonl (so moet report RUN works), --tensorboard without a
 #    directory writes RUN/tensorboard, and --metrics and data prepare --output make missing folders;
 #  - every periodic save prints a line; a resumed run's report keeps every invocation; the report
-#    of a metrics file FILE.jsonl is FILE.html.
+#    of a metrics file FILE.jsonl is FILE.html;
+#  - Megatron's names of moet's flags (--train-iters, --global-batch-size, --bf16, ...) are
+#    answered with moet's.
 # Usage: first_day_cli.sh MOET CONFIG
 set -euo pipefail
 moet="$1" config="$2"
@@ -156,4 +158,17 @@ cp "$dir/saves/metrics.jsonl" "$dir/loose.jsonl"
 "$moet" report "$dir/loose.jsonl" | grep -q "report: $dir/loose.html" || fail "a file's report is not named after it"
 [ -s "$dir/loose.html" ] || fail "no $dir/loose.html"
 echo "saves print a line each; a resumed run's report keeps every command; FILE.jsonl -> FILE.html"
+
+# ---- Megatron's flag names get a pointer to moet's
+for pair in --train-iters:--steps --micro-batch-size:--micro-batch --seq-length:--seq \
+  --lr-warmup-iters:--warmup --save-interval:--save-every --load:--resume \
+  --tensorboard-dir:--tensorboard --eval-interval:--eval-every --eval-iters:--eval-batches \
+  --expert-model-parallel-size:--ep --pipeline-model-parallel-size:--pp; do
+  expect_error "unknown flag ${pair%%:*} (Megatron's name: moet calls it ${pair##*:})" \
+    "$moet" train --model "$config" "${pair%%:*}" 4
+done
+for flag in --global-batch-size --bf16 --fp8-recipe; do
+  expect_error "unknown flag $flag (Megatron's name: moet's" "$moet" train --model "$config" $flag 4
+done
+echo "Megatron's flag names: each names moet's"
 echo PASS

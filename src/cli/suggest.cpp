@@ -45,6 +45,64 @@ std::string command_list(const CLI::App& app) {
   return names;
 }
 
+namespace {
+
+// Megatron-LM's names of flags moet has under another name: (Megatron flag, moet flag, or a
+// sentence when moet has no one flag for it).
+struct MegatronName {
+  const char* theirs;
+  const char* ours;
+  const char* note;
+};
+constexpr MegatronName kMegatronNames[] = {
+    {"--train-iters", "--steps", nullptr},
+    {"--micro-batch-size", "--micro-batch", nullptr},
+    {"--global-batch-size", nullptr,
+     "moet's global batch is --micro-batch x --grad-accum x the data-parallel ranks"},
+    {"--seq-length", "--seq", nullptr},
+    {"--max-position-embeddings", nullptr, "moet reads max_position_embeddings from --model"},
+    {"--lr-warmup-iters", "--warmup", nullptr},
+    {"--lr-decay-style", "--schedule", nullptr},
+    {"--clip-grad", "--grad-clip", nullptr},
+    {"--save-interval", "--save-every", nullptr},
+    {"--save", "--out", nullptr},
+    {"--load", "--resume", nullptr},
+    {"--pretrained-checkpoint", "--init-from", nullptr},
+    {"--tensorboard-dir", "--tensorboard", nullptr},
+    {"--log-interval", "--log-every", nullptr},
+    {"--eval-interval", "--eval-every", nullptr},
+    {"--eval-iters", "--eval-batches", nullptr},
+    {"--data-path", "--data", nullptr},
+    {"--tokenizer-model", "--tokenizer", nullptr},
+    {"--json-keys", "--json-key", nullptr},
+    {"--bf16", nullptr, "moet's recipe is --precision bf16"},
+    {"--fp8-recipe", nullptr, "moet's recipes are --precision mxfp8 and --precision fp8-blockwise"},
+    {"--fp8-format", nullptr, "moet's recipes are --precision mxfp8 and --precision fp8-blockwise"},
+    {"--expert-model-parallel-size", "--ep", nullptr},
+    {"--pipeline-model-parallel-size", "--pp", nullptr},
+    {"--virtual-pipeline-model-parallel-size", "--vpp", nullptr},
+    {"--pipeline-model-parallel-layout", "--pp-layout", nullptr},
+    {"--use-distributed-optimizer", "--zero1", nullptr},
+    {"--moe-token-dispatcher-type", "--dispatcher", nullptr},
+    {"--moe-router-bias-update-rate", "--bias-update-rate", nullptr},
+    {"--moe-aux-loss-coeff", "--balance-alpha", nullptr},
+    {"--moe-z-loss-coeff", "--z-loss", nullptr},
+    {"--mtp-loss-scaling-factor", "--mtp-lambda", nullptr},
+    {"--deterministic-mode", "--deterministic", nullptr},
+};
+
+// "Megatron's name: moet calls it --steps" for a Megatron flag `app` has under another name.
+std::string megatron_note(const CLI::App& app, const std::string& name) {
+  for (const MegatronName& m : kMegatronNames) {
+    if (name != m.theirs) continue;
+    if (m.ours && find_flag(app, m.ours)) return std::string("moet calls it ") + m.ours;
+    if (m.note && app.get_name() == "train") return m.note;
+  }
+  return "";
+}
+
+}  // namespace
+
 std::string unknown_argument_line(const CLI::App& root, int argc, const char* const* argv) {
   const CLI::App* app = &root;
   std::string path = "moet";     // (CLI11 names the root after argv[0], a path)
@@ -56,6 +114,8 @@ std::string unknown_argument_line(const CLI::App& root, int argc, const char* co
       const std::string name = arg.substr(0, arg.find('='));
       const CLI::Option* opt = find_flag(*app, name);
       if (!opt) {
+        const std::string megatron = megatron_note(*app, name);
+        if (!megatron.empty()) return "unknown flag " + name + " (Megatron's name: " + megatron + ")";
         const std::string near = nearest_name(name, flag_names(*app));
         return "unknown flag " + name +
                (near.empty() ? " (see " + path + " --help)" : " (did you mean " + near + "?)");
