@@ -37,6 +37,19 @@ cmp -s "$tmp/a" "$tmp/b" || fail "seed 7 twice: $(cat "$tmp/a" "$tmp/b")"
 cmp -s "$tmp/a" "$tmp/c" && fail "seeds 7 and 8 gave the same tokens: $(cat "$tmp/a")"
 "${gen[@]}" --prompt "Hello" --max-new-tokens 5 >"$tmp/text" 2>/dev/null || fail "text mode"
 
+# the defaults follow transformers: greedy (said on the first stderr line), the prompt echoed before
+# its continuation (--no-echo: the continuation alone), --top-k/--top-p alone sample at temperature 1
+"${gen[@]}" --prompt-ids "72 101 108" --max-new-tokens 10 --print-ids >"$tmp/ids3" 2>"$tmp/err3"
+cmp -s "$tmp/ids" "$tmp/ids3" || fail "default vs --temperature 0: $(cat "$tmp/ids" "$tmp/ids3")"
+head -1 "$tmp/err3" | grep -q "greedy decoding" || fail "first line: $(head -1 "$tmp/err3")"
+"${gen[@]}" --prompt "Hello" --max-new-tokens 8 >"$tmp/full" 2>/dev/null
+"${gen[@]}" --prompt "Hello" --max-new-tokens 8 --no-echo >"$tmp/cont" 2>/dev/null
+[ "$(cat "$tmp/full")" = "Hello$(cat "$tmp/cont")" ] ||
+  fail "echo: '$(cat "$tmp/full")' is not 'Hello' + '$(cat "$tmp/cont")'"
+"${gen[@]}" --prompt "Hello" --top-k 50 --max-new-tokens 4 --print-ids >/dev/null 2>"$tmp/err4"
+head -1 "$tmp/err4" | grep -q "sampling at temperature 1, top-k 50" ||
+  fail "--top-k alone does not sample: $(head -1 "$tmp/err4")"
+
 # bad input: one line, non-zero exit
 expect_error "no checkpoint at" "$moet" generate --checkpoint "$tmp/nowhere" --prompt "x"
 expect_error "--top-p must be in (0, 1]" "${gen[@]}" --prompt "x" --top-p 0

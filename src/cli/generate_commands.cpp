@@ -62,18 +62,21 @@ CLI::App* add_generate_command(CLI::App& app, GenerateArgs& a) {
   c->add_option("--max-new-tokens", a.max_new_tokens,
                 "tokens to generate at most, positive (default min(128, max_position_embeddings - "
                 "prompt))");
-  c->add_option("--temperature", a.temperature, "softmax temperature; 0: greedy")
-      ->capture_default_str();
-  c->add_option("--top-k", a.top_k, "sample among the k most likely tokens (0: all)")
-      ->capture_default_str();
-  c->add_option("--top-p", a.top_p, "sample within the nucleus of this probability mass, (0, 1]")
-      ->capture_default_str();
+  c->add_option("--temperature", a.temperature,
+                "softmax temperature of sampling; 0: greedy (default: greedy, as transformers' "
+                "generate, or 1 when --top-k or --top-p is given)");
+  c->add_option("--top-k", a.top_k, "sample among the k most likely tokens (0: all)");
+  c->add_option("--top-p", a.top_p,
+                "sample within the nucleus of this probability mass, (0, 1] (default 1)");
   c->add_option("--seed", a.seed, "seed of the sampling")
       ->check(unsigned_integer())
       ->capture_default_str();
   c->add_option("--threads", a.threads, "threads (default: all cores)");
   c->add_flag("--print-ids", a.print_ids,
               "print the new token ids (one line, space-separated) instead of text");
+  c->add_flag("--no-echo", a.no_echo,
+              "print the continuation only (default: the prompt, then its continuation, as "
+              "transformers' text-generation pipeline)");
   return c;
 }
 
@@ -81,7 +84,9 @@ void run_generate(const GenerateArgs& a) {
   check_flag_threads(a.threads);
   if (a.max_new_tokens) check_flag_positive("--max-new-tokens", *a.max_new_tokens);
   GenerateOptions o;
-  o.sampling = {a.temperature, a.top_k, a.top_p, a.seed};
+  const bool sampling_asked = a.top_k || a.top_p;
+  o.sampling = {a.temperature.value_or(sampling_asked ? 1.0 : 0.0), a.top_k.value_or(0),
+                a.top_p.value_or(1.0), a.seed};
   Sampler check(o.sampling);  // bad sampling flags fail before the weights load
   if (a.threads > 0) ops::set_num_threads(a.threads);
   const std::string step = resolve_checkpoint_dir(a.checkpoint);
@@ -98,13 +103,27 @@ void run_generate(const GenerateArgs& a) {
              ")");
   o.max_new_tokens = a.max_new_tokens.value_or(std::min<int64_t>(128, room));
   o.stop_id = tok->eod_id();
+  check_generate_options(cfg, int64_t(prompt.size()), o);  // before the weights load
   Model model(cfg, 1, 1);
   load_checkpoint_weights(step, model.params());
 
+  // Said first, on stderr: how the tokens are chosen (greedy is transformers' default too).
+  if (o.sampling.temperature == 0)
+    std::fprintf(stderr,
+                 "moet generate: greedy decoding (transformers' default); --temperature T "
+                 "samples\n");
+  else
+    std::fprintf(stderr,
+                 "moet generate: sampling at temperature %g, top-k %lld, top-p %g, seed %llu\n",
+                 o.sampling.temperature, (long long)o.sampling.top_k, o.sampling.top_p,
+                 (unsigned long long)o.sampling.seed);
   TextStream stream(*tok, [](std::string_view piece) {
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
   });
+  // The prompt first, as its tokens decode (transformers' pipeline returns the full text).
+  if (!a.print_ids && !a.no_echo)
+    for (int32_t id : prompt) stream.push(id);
   std::vector<int32_t> out;
   const GenerateResult r = generate(model, prompt, o, [&](int32_t id) {
     if (a.print_ids)

@@ -12,12 +12,14 @@ namespace moet::cli {
 struct GenerateArgs {
   std::string checkpoint, prompt, prompt_ids, tokenizer;
   std::optional<int64_t> max_new_tokens;  // unset: min(128, max_position_embeddings - prompt)
-  double temperature = 1.0;               // 0: greedy
-  int64_t top_k = 0;                      // 0: all tokens
-  double top_p = 1.0;
+  // unset: greedy as transformers' generate, unless --top-k or --top-p ask for sampling (then 1)
+  std::optional<double> temperature;
+  std::optional<int64_t> top_k;  // unset: all tokens
+  std::optional<double> top_p;   // unset: 1, the whole distribution
   uint64_t seed = 0;
   int threads = 0;
   bool print_ids = false;  // the new token ids on stdout instead of text
+  bool no_echo = false;    // text mode: the continuation only, without the prompt
 };
 
 CLI::App* add_generate_command(CLI::App& app, GenerateArgs& a);

@@ -19,16 +19,21 @@ void Decoder::forward(const int32_t* tokens, int64_t n, Tensor& logits_RV) {
   lane(n).forward_cached(tokens, cache_, logits_RV);
 }
 
-GenerateResult generate(Model& model, const std::vector<int32_t>& prompt, const GenerateOptions& o,
-                        const std::function<void(int32_t)>& on_token) {
-  using clock = std::chrono::steady_clock;
-  const ModelConfig& c = model.config();
-  const int64_t P = int64_t(prompt.size());
+void check_generate_options(const ModelConfig& c, int64_t P, const GenerateOptions& o) {
   MOET_CHECK(P > 0, "the prompt has no tokens");
   MOET_CHECK(o.max_new_tokens > 0, "--max-new-tokens must be positive, got ", o.max_new_tokens);
   MOET_CHECK(P + o.max_new_tokens <= c.max_position_embeddings, "the prompt's ", P, " tokens + ",
              o.max_new_tokens, " new tokens exceed max_position_embeddings (",
              c.max_position_embeddings, ")");
+  Sampler check(o.sampling);
+}
+
+GenerateResult generate(Model& model, const std::vector<int32_t>& prompt, const GenerateOptions& o,
+                        const std::function<void(int32_t)>& on_token) {
+  using clock = std::chrono::steady_clock;
+  const ModelConfig& c = model.config();
+  const int64_t P = int64_t(prompt.size());
+  check_generate_options(c, P, o);
   Sampler sampler(o.sampling);
   Decoder dec(model, P + o.max_new_tokens);
   std::vector<float> logits(size_t(c.vocab_size));

@@ -48,6 +48,10 @@ struct GenerateResult {
   double prefill_seconds = 0, decode_seconds = 0;
 };
 
+// Throws moet::Error (one line) when a prompt of prompt_tokens cannot be generated from with o:
+// no tokens, max_new_tokens not positive, beyond max_position_embeddings, bad sampling options.
+void check_generate_options(const ModelConfig& c, int64_t prompt_tokens, const GenerateOptions& o);
+
 // Generates up to max_new_tokens after the prompt (at least one token; prompt + max_new_tokens
 // <= max_position_embeddings), calling on_token with each new token as soon as it is chosen.
 GenerateResult generate(Model& model, const std::vector<int32_t>& prompt, const GenerateOptions& o,
