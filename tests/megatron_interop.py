@@ -155,12 +155,26 @@ def check_packing(moet, config, wd, env, prefix):
         sizes = ds.sequence_lengths.astype(np.int32)
         theirs = helpers.build_sample_idx(sizes, doc_idx.copy(), seq, int(epochs),
                                           int(sizes.sum()), True, True)
+        # Lengths. Megatron's array holds every whole sample of the epochs' stream; moet's holds
+        # whole blocks of one epoch's samples, enough for steps x batch (docs/data.md), with the
+        # fewest epochs whose stream holds them: both computed here from the document lengths.
+        tokens = int(sizes.sum())
+        per_epoch = (tokens - 1) // seq
+        want = -(-40 * 4 // per_epoch) * per_epoch
+        want_epochs = next(e for e in range(1, 1000) if (e * tokens - 1) // seq >= want)
+        if len(ours) - 1 != want or epochs != want_epochs:
+            sys.exit(f"FAIL: seq {seq}: moet's sample index has {len(ours) - 1} samples over "
+                     f"{epochs} epochs, expected {want} over {want_epochs}")
+        if len(theirs) - 1 != (epochs * tokens - 1) // seq or len(theirs) < len(ours):
+            sys.exit(f"FAIL: seq {seq}: Megatron's build_sample_idx has {len(theirs) - 1} samples, "
+                     f"not the {(epochs * tokens - 1) // seq} of {epochs} epochs")
         if not np.array_equal(theirs[:len(ours)], ours):
             bad = int(np.nonzero((theirs[:len(ours)] != ours).any(axis=1))[0][0])
             sys.exit(f"FAIL: seq {seq}: sample {bad}: moet ({ours[bad]}) vs Megatron "
                      f"build_sample_idx ({theirs[bad]})")
         print(f"seq {seq}: moet's sample index ({len(ours) - 1} samples, {epochs} epochs) equals "
-              "Megatron's build_sample_idx on the same document order")
+              f"the first {len(ours)} entries of Megatron's build_sample_idx on the same document "
+              f"order ({len(theirs) - 1} samples: the rest of the last epoch's stream)")
     di = np.zeros(10, dtype=np.int16)
     dsi = np.zeros(10, dtype=np.int64)
     helpers.build_blending_indices(di, dsi, np.array([0.7, 0.3]), 2, 10, False)
