@@ -67,5 +67,5 @@ out=$(cd "$work" && timeout 60 "${mpi[@]}" -np 2 "$moet" "${train[@]}" --trace t
 rc=$?
 set -e
 [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "a failing rank did not end the job (status $rc): $out"
-[[ "$out" == *"moet: rank 1: cannot rename"* ]] || fail "rank 1's failure is not named: $out"
+[[ "$out" == *"moet: rank 1: error: cannot rename"* ]] || fail "rank 1's failure is not named: $out"
 echo "mpi_clean_errors: 7 refusals on 2 ranks, each one line, no abort banner; a mid-run failure aborts"

@@ -245,8 +245,7 @@ int main(int argc, char** argv) {
     try {
       return t.run();
     } catch (const std::exception& e) {
-      const bool user = dynamic_cast<const moet::Error*>(&e) != nullptr;
-      std::fprintf(stderr, "moet: error: %s%s\n", user ? "" : "internal error: ", e.what());
+      std::fprintf(stderr, "moet: %s\n", moet::failure_line(e).c_str());
       return 1;
     }
   }
@@ -268,18 +267,17 @@ int main(int argc, char** argv) {
           (long long)train.seq);
     moet::run_training(train, world.get(), &*setup);
   } catch (const std::exception& e) {
-    const bool user = dynamic_cast<const moet::Error*>(&e) != nullptr;
-    std::string msg = std::string(user ? "" : "internal error: ") + e.what();
+    const std::string msg = moet::failure_line(e);
     // Refused before training began: the ranks agree on it, the first refusing rank reports
     // it, and all of them end cleanly (MPI_Finalize, no abort banner).
     if (setup && setup->pending()) setup->refuse();
     if (setup && setup->refused()) {
-      if (setup->reports()) std::fprintf(stderr, "moet: error: %s\n", msg.c_str());
+      if (setup->reports()) std::fprintf(stderr, "moet: %s\n", msg.c_str());
       return 1;
     }
     // A failing rank takes the whole job down at once, naming itself: never a hang.
     if (world && world->size() > 1) world->abort(msg);
-    std::fprintf(stderr, "moet: error: %s\n", msg.c_str());
+    std::fprintf(stderr, "moet: %s\n", msg.c_str());
     return 1;
   }
   return 0;

@@ -328,8 +328,8 @@ void GptDataset::copy_tokens(int64_t doc, int64_t offset, int64_t n, int32_t* ou
 }
 
 void GptDataset::read_sample(int64_t k, int64_t T, int32_t* out) const {
-  MOET_CHECK(index_T_ == T && k >= 0 && k < index_.num_samples, "internal: sample ", k, " of ",
-             data_->name(), " is outside the planned index");
+  MOET_ASSERT_MSG(index_T_ == T && k >= 0 && k < index_.num_samples, "sample ", k, " of ",
+                  data_->name(), " is outside the planned index");
   const int64_t i = index_.shuffle[size_t(k)];
   int64_t pos = index_.sample_idx[size_t(2 * i)], off = index_.sample_idx[size_t(2 * i + 1)];
   int64_t left = T + 1;
@@ -346,8 +346,8 @@ void GptDataset::read_sample(int64_t k, int64_t T, int32_t* out) const {
 
 void GptDataset::fill_sequences(int64_t step, int64_t micro, int64_t first_seq, int64_t count,
                                 int64_t T, int32_t* out) const {
-  MOET_CHECK(step >= 0 && micro >= 0 && first_seq >= 0 && count > 0 && T == layout_.seq_len,
-             "internal: ", data_->name(), " read before plan() or with another layout");
+  MOET_ASSERT_MSG(step >= 0 && micro >= 0 && first_seq >= 0 && count > 0 && T == layout_.seq_len,
+                  data_->name(), " read before plan() or with another layout");
   for (int64_t s = 0; s < count; ++s)
     read_sample(layout_.sample(step, micro, first_seq + s), T, out + s * (T + 1));
 }
@@ -416,15 +416,15 @@ void BlendedDataset::plan(const SampleLayout& layout) {
 }
 
 std::pair<int, int64_t> BlendedDataset::locate(int64_t n) const {
-  MOET_CHECK(n >= 0 && n < int64_t(dataset_.size()), "internal: blend sample ", n,
-             " is outside the planned ", dataset_.size());
+  MOET_ASSERT_MSG(n >= 0 && n < int64_t(dataset_.size()), "blend sample ", n,
+                  " is outside the planned ", dataset_.size());
   return {dataset_[size_t(n)], within_[size_t(n)]};
 }
 
 void BlendedDataset::fill_sequences(int64_t step, int64_t micro, int64_t first_seq, int64_t count,
                                     int64_t T, int32_t* out) const {
-  MOET_CHECK(step >= 0 && micro >= 0 && first_seq >= 0 && count > 0 && T == layout_.seq_len,
-             "internal: blended data read before plan() or with another layout");
+  MOET_ASSERT_MSG(step >= 0 && micro >= 0 && first_seq >= 0 && count > 0 && T == layout_.seq_len,
+                  "blended data read before plan() or with another layout");
   for (int64_t s = 0; s < count; ++s) {
     const auto [d, k] = locate(layout_.sample(step, micro, first_seq + s));
     parts_[size_t(d)]->read_sample(k, T, out + s * (T + 1));
