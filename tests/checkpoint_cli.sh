@@ -8,6 +8,7 @@
 #    directory with checkpoints, a bit flip, another model's config, another seed;
 #  - a non-finite loss stops the run (exit 1) keeping the last good checkpoint; --skip-nonfinite
 #    skips such steps first;
+#  - `moet checkpoint diff` reports a step counter and weights that differ (exit 1);
 #  - `moet checkpoint inspect` verifies the checksums.
 # Usage: checkpoint_cli.sh MOET CONFIG
 set -euo pipefail
@@ -35,6 +36,16 @@ for p in fp32 bf16 mxfp8 fp8-blockwise; do
   [ "$(grep -c '"step"' "$dir/$p-b.jsonl")" -eq 6 ] || fail "$p: metrics file not continued"
 done
 echo "resume from step 3 of 6 is bitwise in fp32, bf16, mxfp8, fp8-blockwise"
+# The oracle fails where it must (negative controls through the command; the unit test
+# CheckpointDiff.NegativeControlsAreFoundAndNamed changes one element, one moment, another layout):
+# the step-3 and step-6 checkpoints of one run differ in the step counter and in every tensor (the first 20 lines name them).
+rc=0
+"$moet" checkpoint diff "$dir/fp32-a/step-0000003" "$dir/fp32-a" >"$dir/diff.txt" || rc=$?
+[ $rc -eq 1 ] || fail "checkpoint diff of steps 3 and 6 exits $rc, not 1: $(cat "$dir/diff.txt")"
+grep -q '^step: 3 vs 6$' "$dir/diff.txt" || fail "the step counter is not reported: $(cat "$dir/diff.txt")"
+grep -q '^adam_m/model.embed_tokens.weight: [0-9]* of 16448 values differ' "$dir/diff.txt" ||
+  fail "a changed tensor is not named: $(cat "$dir/diff.txt")"
+grep -q '^different: ' "$dir/diff.txt" || fail "no verdict line: $(cat "$dir/diff.txt")"
 
 # 2. SIGTERM: finish the step, save, exit 0; resuming gives the straight run.
 steps=1500

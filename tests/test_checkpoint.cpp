@@ -10,6 +10,7 @@
 
 #include "checkpoint/async_saver.h"
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_diff.h"
 #include "core/crc32c.h"
 #include "core/error.h"
 #include "error_of.h"
@@ -119,6 +120,89 @@ TEST(Checkpoint, SaveAndLoadAreBitwiseWithLatestPointer) {
   // The expert biases (buffers, not trained by AdamW) are part of the state.
   EXPECT_TRUE(r.index().tensors.count("param/model.layers.1.mlp.gate.e_score_correction_bias"));
   EXPECT_EQ(r.verify_all(), r.index().total_bytes());
+}
+
+// The state written as two processes would write it under another layout: every tensor split
+// in two pieces, the first half in rank 0's file and the second in rank 1's.
+std::string save_split(State& s, const fs::path& run, int64_t step) {
+  const std::string tmp = (run / (step_dir_name(step) + ".tmp")).string();
+  fs::create_directories(tmp);
+  std::vector<StatePiece> first, second;
+  for (const StatePiece& p : training_state_pieces(s.holder(), true)) {
+    const int64_t h = p.n / 2;
+    if (h == 0) {
+      first.push_back(p);
+      continue;
+    }
+    first.push_back({p.tensor, p.shape, p.begin, h, p.data});
+    second.push_back({p.tensor, p.shape, p.begin + h, p.n - h, p.data + h});
+  }
+  write_rank_shard(tmp, 0, first);
+  write_rank_shard(tmp, 1, second);
+  CheckpointIndex meta = meta_of(step);
+  meta.run["ranks"] = 2;
+  seal_checkpoint(tmp, 2, meta, kTiny);
+  return publish_checkpoint(run.string(), tmp, step, 0);
+}
+
+CheckpointDiff diff_dirs(const std::string& a, const std::string& b) {
+  return diff_checkpoints(CheckpointReader(a), CheckpointReader(b));
+}
+
+std::string lines(const CheckpointDiff& d) {
+  std::string s;
+  for (const std::string& l : d.differences) s += l + "\n";
+  return s;
+}
+
+// `moet checkpoint diff` is the oracle of every bitwise test, so it must be seen to fail: each
+// negative control is one difference, found and named.
+TEST(CheckpointDiff, NegativeControlsAreFoundAndNamed) {
+  const fs::path root = scratch("diff");
+  State base(1);
+  const std::string a = save(base, root / "a", 3);
+  const size_t tensors = CheckpointReader(a).index().tensors.size();
+
+  // positive controls: the same state, in the same layout and split over two files
+  CheckpointDiff d = diff_dirs(a, save(*std::make_unique<State>(1), root / "same", 3));
+  EXPECT_TRUE(d.identical()) << lines(d);
+  EXPECT_EQ(d.tensors_compared, int64_t(tensors));
+  d = diff_dirs(a, save_split(*std::make_unique<State>(1), root / "split", 3));
+  EXPECT_TRUE(d.identical()) << lines(d);
+  ASSERT_EQ(d.layout_notes.size(), 1u);
+  EXPECT_EQ(d.layout_notes[0], "ranks - vs 2");
+
+  const Weight& w = base.model.params().weights()[3];
+  ASSERT_TRUE(w.trainable);
+  const int64_t k = w.value.numel() / 2;
+  auto one_difference = [&](const CheckpointDiff& r, const std::string& starts) {
+    ASSERT_EQ(r.differences.size(), 1u) << lines(r);
+    EXPECT_EQ(r.differences[0].rfind(starts, 0), 0u) << r.differences[0];
+    EXPECT_EQ(r.tensors_compared, int64_t(tensors));
+  };
+
+  {  // one element of one weight, by the smallest step a float can take
+    State s(1);
+    float& x = s.model.params().weights()[3].value.f32()[k];
+    x = std::nextafter(x, 1e9f);
+    one_difference(diff_dirs(a, save(s, root / "element", 3)),
+                   "param/" + w.name + ": 1 of " + std::to_string(w.value.numel()) +
+                       " values differ (first at " + std::to_string(k) + ":");
+    // the same change, written split over two files (another layout), is found and named too
+    State t(1);
+    t.model.params().weights()[3].value.f32()[k] = x;
+    one_difference(diff_dirs(a, save_split(t, root / "element-split", 3)),
+                   "param/" + w.name + ": 1 of ");
+  }
+  {  // an optimizer moment only: the weights are equal
+    State s(1);
+    s.adamw.moment2().f32()[w.offset + k] *= 2;
+    one_difference(diff_dirs(a, save(s, root / "moment", 3)), "adam_v/" + w.name + ": 1 of ");
+  }
+  {  // the step counter only: every tensor is equal
+    State s(1);
+    one_difference(diff_dirs(a, save(s, root / "step", 4)), "step: 3 vs 4");
+  }
 }
 
 TEST(Checkpoint, WeightsOnlyCheckpointLoadsIntoAnyModel) {

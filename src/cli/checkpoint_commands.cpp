@@ -9,6 +9,7 @@
 #include <map>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_diff.h"
 
 namespace moet::cli {
 
@@ -34,40 +35,21 @@ CLI::App* add_checkpoint_command(CLI::App& app, CheckpointArgs& a) {
 namespace {
 
 int run_diff(const CheckpointArgs& a) {
-  CheckpointReader ra(resolve_checkpoint_dir(a.path)), rb(resolve_checkpoint_dir(a.other));
-  int64_t differ = 0, compared = 0;
-  auto report = [&](const std::string& what) {
-    if (differ++ < 10) std::printf("%s\n", what.c_str());
-  };
-  for (const auto& [name, t] : ra.index().tensors) {
-    const auto it = rb.index().tensors.find(name);
-    if (it == rb.index().tensors.end()) {
-      report(name + ": only in " + ra.dir());
-      continue;
-    }
-    if (it->second.shape != t.shape) {
-      report(name + ": shapes differ");
-      continue;
-    }
-    const std::vector<float> x = ra.read_tensor(name), y = rb.read_tensor(name);
-    ++compared;
-    int64_t n = 0;
-    double max_abs = 0;
-    for (size_t i = 0; i < x.size(); ++i)
-      if (std::memcmp(&x[i], &y[i], sizeof(float)) != 0) {
-        ++n;
-        max_abs = std::max(max_abs, double(std::fabs(x[i] - y[i])));
-      }
-    if (n > 0)
-      report(name + ": " + std::to_string(n) + " of " + std::to_string(x.size()) +
-             " values differ (max |a-b| " + std::to_string(max_abs) + ")");
+  const CheckpointReader ra(resolve_checkpoint_dir(a.path)), rb(resolve_checkpoint_dir(a.other));
+  const CheckpointDiff d = diff_checkpoints(ra, rb);
+  const size_t shown = std::min<size_t>(d.differences.size(), 20);
+  for (size_t i = 0; i < shown; ++i) std::printf("%s\n", d.differences[i].c_str());
+  if (shown < d.differences.size())
+    std::printf("... and %zu more differences\n", d.differences.size() - shown);
+  if (!d.layout_notes.empty()) {
+    std::string notes;
+    for (const std::string& n : d.layout_notes) notes += (notes.empty() ? "" : ", ") + n;
+    std::printf("layouts differ (%s): compared as global tensors\n", notes.c_str());
   }
-  for (const auto& [name, t] : rb.index().tensors)
-    if (!ra.index().tensors.count(name)) report(name + ": only in " + rb.dir());
-  std::printf("%s: %lld tensors compared, %lld differ (%s vs %s)\n",
-              differ ? "different" : "identical", (long long)compared, (long long)differ,
-              ra.dir().c_str(), rb.dir().c_str());
-  return differ ? 1 : 0;
+  std::printf("%s: %lld tensors compared, %zu differences (%s vs %s)\n",
+              d.identical() ? "identical" : "different", (long long)d.tensors_compared,
+              d.differences.size(), ra.dir().c_str(), rb.dir().c_str());
+  return d.identical() ? 0 : 1;
 }
 
 }  // namespace
