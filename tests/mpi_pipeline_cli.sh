@@ -61,6 +61,9 @@ import json, sys
 for line in open(sys.argv[1]):
     m = json.loads(line)
     assert m["pp_run_s"] > 0 and m["pp_schedule_s"] > 0 and m["pp_bubble"] >= 0, m
+    # the activations and gradients that travel between stages are counted, rank 0's in
+    # comm_bytes: a step of 4 micro-batches of 2 x 32 tokens sends at least their hidden states
+    assert m["pp_bytes"] >= 2 * 4 * 2 * 32 * 4 and m["comm_bytes"] > 0, m
     # pp_run_s is the slowest stage's, step_time_s rank 0's: ranks start a step apart by as
     # much as they left the last one apart (the first step: start-up), so allow a little skew
     assert m["pp_run_s"] <= 1.02 * m["step_time_s"] + 0.01, m
@@ -128,7 +131,17 @@ refuse() {  # expected-text ranks args...
 }
 refuse "--pp 3 does not divide the 2 ranks" 2 --pp 3
 refuse "puts the loss on virtual stage 0" 2 --pp 2 --pp-layout "EtttmL|"
-refuse "do not split evenly" 2 --pp 2
+refuse 'do not split evenly over 2 virtual pipeline stages (--pp x --vpp): give --pp-layout, for example --pp-layout "Ett|tmL"' 2 --pp 2
+# the layout the refusal suggests trains
+run 2 "$dir/suggested.jsonl" --pp 2 --pp-layout "Ett|tmL"
+same "$dir/one.jsonl" "$dir/suggested.jsonl" "the suggested --pp-layout"
+# a bubble as long as the work trains, with a warning saying what --grad-accum brings it to 0.25
+"${mpi[@]}" -np 2 "$moet" "${common[@]}" --grad-accum 1 --pp 2 --pp-layout "Ett|tmL" \
+  --metrics "$dir/bubble.jsonl" >"$dir/bubble.out" 2>&1 || fail "--grad-accum 1 --pp 2: $(cat "$dir/bubble.out")"
+grep -qF "moet: warning: the pipeline bubble (P-1)/(V*M) = (2-1)/(1*1) = 1.000: each stage waits at least as long as it computes; --grad-accum 4 brings it to 0.250" "$dir/bubble.out" ||
+  fail "no bubble warning: $(cat "$dir/bubble.out")"
+[ "$(grep -c "warning: the pipeline bubble" "$dir/bubble.out")" -eq 1 ] ||
+  fail "the bubble warning is not one line from one rank: $(cat "$dir/bubble.out")"
 refuse "--vpp and --pp-layout need --pp > 1" 2 --vpp 2
 refuse "moet runs the MTP layers on the loss's stage" 2 --pp 2 --pp-layout "Etttm|L"
 refuse "--pp must be positive, got 0" 2 --pp 0

@@ -34,6 +34,33 @@ TEST(PipelineLayout, DeepSeekV3OnPp2Vpp8) {
   EXPECT_EQ(std::count(h.begin(), h.end(), 31u), 2);  // m L
 }
 
+// The layout a refusal suggests ("--pp does not divide the layers") parses, puts every layer on
+// a stage and differs by at most one layer between stages.
+TEST(PipelineLayout, BalancedLayoutIsValidAndEven) {
+  EXPECT_EQ(balanced_pipeline_layout(3, 1, 2), "Ett|tmL");  // configs/tiny.json on --pp 2
+  // DeepSeek-V3 on 16 virtual stages: 61 = 16 x 3 + 13, the 13 spare layers on middle stages
+  std::string dsv3 = "Ettt";
+  for (int k = 0; k < 13; ++k) dsv3 += "|t*4";
+  EXPECT_EQ(balanced_pipeline_layout(61, 1, 16), dsv3 + "|ttt|tttmL");
+  EXPECT_EQ(balanced_pipeline_layout(1, 0, 4), "");  // a middle stage would hold nothing
+  for (int64_t L = 1; L <= 13; ++L)
+    for (int64_t K = 0; K <= 2; ++K)
+      for (int64_t S = 1; S <= 8; ++S) {
+        const std::string layout = balanced_pipeline_layout(L, K, S);
+        if (L < S - 2) {
+          EXPECT_EQ(layout, "") << L << " " << S;
+          continue;
+        }
+        std::vector<size_t> stage;
+        ASSERT_NO_THROW(stage = parse_pipeline_layout(layout, L, K, S)) << layout;
+        std::vector<int64_t> layers(size_t(S), 0);
+        for (int64_t l = 0; l < L; ++l) ++layers[size_t(stage[size_t(1 + l)])];
+        const auto [lo, hi] = std::minmax_element(layers.begin(), layers.end());
+        EXPECT_LE(*hi - *lo, 1) << layout;
+        for (int64_t k = 1; k + 1 < S; ++k) EXPECT_GE(layers[size_t(k)], 1) << layout;
+      }
+}
+
 TEST(PipelineLayout, MistakesAreOneLine) {
   EXPECT_NE(error_of("Et*4|(t*4|)*14tmL", 61, 1, 8).find("has 16 stages; PP×VPP = 8"),
             std::string::npos);

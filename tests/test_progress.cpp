@@ -75,6 +75,12 @@ TEST(Progress, LabelsGlobalAndPerRankRatesUnderMpi) {
        {"12.3k tok/s (global)", "0.152 TFLOP/s/rank", "3.5 MB sent", "(1.5 MB gradients)"})
     EXPECT_NE(line.find(want), std::string::npos) << "missing '" << want << "' in: " << line;
   EXPECT_EQ(format_progress_line(sample(12)).find("(global)"), std::string::npos);
+  // --pp: the bytes between stages are shown, not a bare "0.0 MB sent"
+  m.pp_bytes = 2.25e6;
+  const std::string pp = format_progress_line(m);
+  EXPECT_NE(pp.find("(1.5 MB gradients, 2.2 MB between pipeline stages (all ranks))"),
+            std::string::npos)
+      << pp;
 }
 
 TEST(Progress, IntervalMeansAreTheStepsMeansAndRatesOverTheInterval) {

@@ -92,7 +92,14 @@ std::string format_progress_line(const StepMetrics& m) {
     s += " | a2a " + fmt("%.3f", m.a2a_s) + " s, exposed comm " + fmt("%.3f", m.exposed_comm_s) +
          " s, grad sync " + fmt("%.3f", m.grad_sync_s) + " s, " + fmt("%.1f", m.comm_bytes / 1e6) +
          " MB sent";
-    if (has(m.grad_sync_bytes)) s += " (" + fmt("%.1f", m.grad_sync_bytes / 1e6) + " MB gradients)";
+    std::string parts;
+    if (has(m.grad_sync_bytes)) parts = fmt("%.1f", m.grad_sync_bytes / 1e6) + " MB gradients";
+    if (has(m.pp_bytes))
+      parts += (parts.empty() ? "" : ", ") + fmt("%.1f", m.pp_bytes / 1e6) +
+               " MB between pipeline stages (all ranks)";
+    if (!parts.empty()) s += " (" + parts + ")";
+  } else if (has(m.pp_bytes)) {
+    s += " | " + fmt("%.1f", m.pp_bytes / 1e6) + " MB sent between pipeline stages (all ranks)";
   }
   if (has(m.ep_load_imbalance)) s += ", rank load max/mean " + fmt("%.2f", m.ep_load_imbalance);
   if (has(m.comm_bytes_other_nodes))
@@ -174,6 +181,7 @@ std::string metrics_json_line(const StepMetrics& m) {
   optional("save_s", m.save_s);
   optional("pp_run_s", m.pp_run_s);
   optional("pp_bubble", m.pp_bubble);
+  optional("pp_bytes", m.pp_bytes);
   optional("pp_schedule_s", m.pp_schedule_s);
   if (m.interval_steps > 0) {
     j["interval_steps"] = m.interval_steps;

@@ -55,6 +55,9 @@ struct StepMetrics {
   // pass times of every virtual stage.
   double pp_run_s = kNone;
   double pp_bubble = kNone;
+  // --pp: bytes every rank together sent between pipeline stages this step (activations, their
+  // gradients, MTP gradients, the embedding replica); rank 0's part is in comm_bytes.
+  double pp_bytes = kNone;
   double pp_schedule_s = kNone;
   // World size: the progress line labels rates global (tok/s) or per rank (TFLOP/s) when > 1.
   int ranks = 1;

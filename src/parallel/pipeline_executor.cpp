@@ -103,6 +103,7 @@ void PipelineExecutor::wait_receive(Communicator::Message m, const char* what) {
 void PipelineExecutor::send(Slot& s, const void* data, int64_t bytes, int peer, int tag) {
   if (trace_) trace_->add_in_flight(bytes);
   s.send_bytes += bytes;
+  times_.sent_bytes += bytes;
   s.sends.push_back(pp_.isend(data, bytes, peer, tag));
 }
 
@@ -279,6 +280,7 @@ void PipelineExecutor::sync_embedding_replica(ParamStore& params) {
   MOET_ASSERT(e.weight->replica == is_last());
   TraceRecorder::Span span(trace_, trace_lane_, "embedding replica", trace::kPipeline);
   const int64_t sent = is_first() ? int64_t(v.bytes()) : 0;
+  times_.sent_bytes += sent;
   if (trace_) trace_->add_in_flight(sent);
   if (is_first())
     pp_.wait(pp_.isend(v.ptr, int64_t(v.bytes()), int(P_ - 1), 0));
@@ -297,6 +299,7 @@ LossBreakdown PipelineExecutor::run_step(const std::function<const int32_t*(int6
     return std::chrono::duration<double>(b - a).count();
   };
   times_.wait_s = 0;
+  times_.sent_bytes = 0;
   times_.forward_s.assign(size_t(V_), 0.0);
   times_.backward_s.assign(size_t(V_), 0.0);
   const clock::time_point start = clock::now();

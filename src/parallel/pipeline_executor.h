@@ -81,6 +81,10 @@ class PipelineExecutor {
   struct StepTimes {
     double run_s = 0, wait_s = 0;
     std::vector<double> forward_s, backward_s;  // per chunk
+    // Bytes this rank sent to other stages: activations, their gradients, the MTP modules'
+    // gradients and the embedding replica's values (sync_embedding_replica counts into the step
+    // whose run_step came before it).
+    int64_t sent_bytes = 0;
   };
   const StepTimes& last_step_times() const { return times_; }
   // Forward/backward pairs this rank runs combined per step (0 without the EP overlap).

@@ -92,4 +92,24 @@ std::vector<size_t> parse_pipeline_layout(const std::string& layout, int64_t lay
   return stage_of;
 }
 
+std::string balanced_pipeline_layout(int64_t layers, int64_t mtp, int64_t virtual_stages) {
+  const int64_t S = virtual_stages;
+  if (S < 1 || layers < 0 || mtp < 0 || layers < S - 2) return "";
+  std::vector<int64_t> count(size_t(S), layers / S);
+  int64_t spare = layers % S;
+  for (int64_t k = 1; k + 1 < S && spare > 0; ++k, --spare) ++count[size_t(k)];
+  if (spare > 0) ++count[0], --spare;
+  if (spare > 0) ++count[size_t(S - 1)];
+  // (layers >= S - 2: the middle stages have a layer each)
+  auto repeat = [](char c, int64_t n) {
+    return n > 3 ? std::string(1, c) + "*" + std::to_string(n) : std::string(size_t(n), c);
+  };
+  std::string out = "E";
+  for (int64_t k = 0; k < S; ++k) {
+    if (k > 0) out += '|';
+    out += repeat('t', count[size_t(k)]);
+  }
+  return out + repeat('m', mtp) + "L";
+}
+
 }  // namespace moet

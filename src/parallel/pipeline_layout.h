@@ -18,4 +18,10 @@ namespace moet {
 std::vector<size_t> parse_pipeline_layout(const std::string& layout, int64_t layers, int64_t mtp,
                                           int64_t virtual_stages);
 
+// A layout that puts `layers` decoder layers on `virtual_stages` stages as evenly as they go (the
+// spare layers on the middle stages first, then the first: the last holds the MTP layers and the
+// loss), E on the first and the MTP layers and L on the last: "Ett|tmL" for 3 layers, 1 MTP, 2
+// stages. Empty when no layout can give every middle stage a layer.
+std::string balanced_pipeline_layout(int64_t layers, int64_t mtp, int64_t virtual_stages);
+
 }  // namespace moet

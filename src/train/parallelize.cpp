@@ -34,8 +34,13 @@ std::vector<ModelPart> pipeline_parts(const ModelConfig& cfg, const std::string&
   const int64_t L = cfg.num_hidden_layers, K = cfg.num_nextn_predict_layers;
   std::vector<size_t> stage;  // of E, the layers, the MTP layers, the loss
   if (layout.empty()) {
-    MOET_CHECK(L % S == 0, "the ", L, " decoder layers do not split evenly over ", S,
-               " virtual pipeline stages (--pp x --vpp): give --pp-layout");
+    if (L % S != 0) {
+      const std::string working = balanced_pipeline_layout(L, K, S);
+      fail(str("the ", L, " decoder layers do not split evenly over ", S,
+               " virtual pipeline stages (--pp x --vpp): give --pp-layout",
+               working.empty() ? std::string(" (no layout gives every stage a layer)")
+                               : str(", for example --pp-layout \"", working, "\"")));
+    }
     stage.push_back(0);
     for (int64_t l = 0; l < L; ++l) stage.push_back(size_t(l / (L / S)));
     for (int64_t k = 0; k <= K; ++k) stage.push_back(size_t(S - 1));

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 
 #include "checkpoint/hf.h"
 #include "core/error.h"
 #include "core/flag_check.h"
+#include "core/warning.h"
 #include "data/gpt_dataset.h"
 #include "model/precision.h"
 #include "parallel/communicator.h"
@@ -158,6 +160,23 @@ void check_train_layout(const TrainOptions& o, const ModelConfig& cfg, const Com
   spec.ep_overlap = o.a2a_overlap;
   check_pipeline_schedule(spec);
   pipeline_parts(cfg, o.pp_layout, o.pp * o.vpp);
+  // A bubble as long as the work is legal but rarely meant: say what brings it to a quarter.
+  const int64_t P = spec.stages, V = spec.chunks, M = spec.microbatches;
+  const double bubble = double(P - 1) / double(V * M);
+  auto three = [](double x) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.3f", x);
+    return std::string(b);
+  };
+  if (bubble >= 1.0) {
+    const int64_t per_accum =
+        o.deterministic ? o.micro_batch : 1;           // micro-batches per --grad-accum
+    const int64_t want_m = (4 * (P - 1) + V - 1) / V;  // (P-1)/(V*M) <= 0.25
+    const int64_t accum = (want_m + per_accum - 1) / per_accum;
+    warn(str("the pipeline bubble (P-1)/(V*M) = (", P, "-1)/(", V, "*", M, ") = ", three(bubble),
+             ": each stage waits at least as long as it computes; --grad-accum ", accum,
+             " brings it to ", three(double(P - 1) / double(V * accum * per_accum))));
+  }
 }
 
 bool fit_default_seq_to_model(TrainOptions& o) {

@@ -87,27 +87,30 @@ double evaluate(ParallelRun& par, int64_t B, const TokenDataset& ds, int64_t bat
 void pipeline_metrics(ParallelRun& par, Communicator& world, StepMetrics& m) {
   const PipelineExecutor::StepTimes& t = par.pipeline->last_step_times();
   const PipelineScheduleSpec& spec = par.pipeline->spec();
-  const int64_t V = spec.chunks, P = spec.stages, n = 2 + 2 * V;
-  std::vector<double> mine{t.run_s, t.wait_s};
+  const int64_t V = spec.chunks, P = spec.stages, n = 3 + 2 * V;
+  std::vector<double> mine{t.run_s, t.wait_s, double(t.sent_bytes)};
   mine.insert(mine.end(), t.forward_s.begin(), t.forward_s.end());
   mine.insert(mine.end(), t.backward_s.begin(), t.backward_s.end());
   std::vector<double> all(static_cast<size_t>(n * world.size()));
   world.allgather(mine.data(), n * int64_t(sizeof(double)), all.data());
-  double run = 0, busy = 0;
+  double run = 0, busy = 0, sent = 0;
+  for (int r = 0; r < world.size(); ++r) sent += all[size_t(r * n + 2)];
   std::vector<double> f(size_t(P * V)), b(size_t(P * V));
   for (int64_t r = 0; r < P; ++r) {
     const double* x = all.data() + r * par.dp * n;  // the stage's data-parallel rank 0
     run = std::max(run, x[0]);
     double compute = 0;
     for (int64_t c = 0; c < V; ++c) {
-      f[size_t(c * P + r)] = x[2 + c] / double(spec.microbatches);
-      b[size_t(c * P + r)] = x[2 + V + c] / double(spec.microbatches);
-      compute += x[2 + c] + x[2 + V + c];
+      f[size_t(c * P + r)] = x[3 + c] / double(spec.microbatches);
+      b[size_t(c * P + r)] = x[3 + V + c] / double(spec.microbatches);
+      compute += x[3 + c] + x[3 + V + c];
     }
     busy = std::max(busy, compute);
   }
   m.pp_run_s = run;
   m.pp_bubble = busy > 0 ? run / busy - 1 : 0;
+  m.pp_bytes = sent;
+  m.comm_bytes = (std::isfinite(m.comm_bytes) ? m.comm_bytes : 0.0) + all[2];  // rank 0's
   if (!spec.ep_overlap)  // combined passes have no separate forward and backward times
     m.pp_schedule_s = simulate_pipeline(spec, f, b).step_s;
 }
@@ -127,9 +130,9 @@ double run_training(const TrainOptions& o, Communicator* world, SetupAgreement* 
   ops::set_num_threads(threads);
   std::optional<DelayedNote> reading(std::in_place, verbose, "reading the data");
   const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(o.tokenizer);
-  std::unique_ptr<TokenDataset> ds = open_token_dataset(
-      o.data, *tokenizer, cfg.vocab_size, o.seed, o.split,
-      TextFormat{parse_doc_boundary(o.doc_boundary), o.json_key});
+  std::unique_ptr<TokenDataset> ds =
+      open_token_dataset(o.data, *tokenizer, cfg.vocab_size, o.seed, o.split,
+                         TextFormat{parse_doc_boundary(o.doc_boundary), o.json_key});
   TrainCheckpoints checkpoints(o, world);
   const bool resuming = !checkpoints.resume_dir().empty();
   MOET_CHECK(!root || o.metrics_path.empty() || resuming || o.overwrite ||
@@ -218,7 +221,8 @@ double run_training(const TrainOptions& o, Communicator* world, SetupAgreement* 
   if (root && !o.tensorboard_dir.empty())
     tensorboard = std::make_unique<TensorBoardWriter>(o.tensorboard_dir);
   if (tensorboard && resuming) tensorboard->mark_resume(first_step + 1);
-  if (root && !o.out_dir.empty()) write_run_info(o, tensorboard ? tensorboard->path() : "", resuming);
+  if (root && !o.out_dir.empty())
+    write_run_info(o, tensorboard ? tensorboard->path() : "", resuming);
   MemoryNeed need;
   need.params = need.grads = model.params().numel() * int64_t(sizeof(float));
   need.optimizer =
