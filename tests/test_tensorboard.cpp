@@ -3,9 +3,12 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 
 #include "error_of.h"
 #include "metrics/report.h"
@@ -169,6 +172,74 @@ TEST(Report, ReadsWhatIsThereAndDrawsIt) {
   EXPECT_EQ(html.find("<script"), std::string::npos);
   EXPECT_NE(html.find("4.5000 (step 2)"), std::string::npos);
   fs::remove_all(d);
+}
+
+// Chart ticks sit at round numbers with short labels (not "1.101e+04", "10.75" on a 0.1 grid or
+// a clipped "1.536e+"), on every axis of a page drawn from a realistic run.
+TEST(Report, TicksAreRoundNumbersWithShortLabels) {
+  AxisTicks t = axis_ticks(0, 11010);
+  EXPECT_EQ(t.step, 2500);
+  ASSERT_EQ(t.values.size(), 5u);
+  EXPECT_EQ(tick_label(t.values[1], t.step), "2.5k");
+  EXPECT_EQ(tick_label(t.values[4], t.step), "10k");
+  t = axis_ticks(10.61, 10.93);
+  EXPECT_DOUBLE_EQ(t.step, 0.1);
+  EXPECT_EQ(tick_label(t.values[0], t.step), "10.7");
+  EXPECT_EQ(tick_label(1.5e6, 5e5), "1.5M");
+  EXPECT_EQ(tick_label(150000, 50000), "150k");
+  EXPECT_EQ(tick_label(0.25, 0.25), "0.25");
+  EXPECT_EQ(tick_label(2.5e-5, 5e-6), "2.5e-05");
+  for (double lo : {-3.7, 0.0, 0.013, 10.6, 999.0, 1536.0})
+    for (double span : {0.01, 0.37, 5.0, 1234.0, 2.5e6}) {
+      const AxisTicks a = axis_ticks(lo, lo + span);
+      ASSERT_GE(a.values.size(), 2u) << lo << " " << span;
+      ASSERT_LE(a.values.size(), 6u) << lo << " " << span;
+      const double m = a.step / std::pow(10.0, std::floor(std::log10(a.step) + 1e-12));
+      EXPECT_TRUE(std::fabs(m - 1) < 1e-9 || std::fabs(m - 2) < 1e-9 || std::fabs(m - 2.5) < 1e-9 ||
+                  std::fabs(m - 5) < 1e-9)
+          << a.step;
+      for (size_t i = 0; i < a.values.size(); ++i) {
+        EXPECT_GE(a.values[i], lo - 1e-9 * span);
+        EXPECT_LE(a.values[i], lo + span + 1e-9 * span);
+        if (i) {
+          EXPECT_NE(tick_label(a.values[i], a.step), tick_label(a.values[i - 1], a.step));
+        }
+      }
+    }
+
+  std::vector<nlohmann::json> records;
+  for (int s = 1; s <= 40; ++s)
+    records.push_back({{"step", s},
+                       {"loss", 10.9 - 0.008 * s},
+                       {"lm_loss", 10.9 - 0.008 * s},
+                       {"tokens", 11010 * s},
+                       {"lr", 3e-4 * s / 40},
+                       {"tokens_per_s", 1536.0 + s},
+                       {"mfu", 0.1075},
+                       {"balance_loss", 1.0 + 0.001 * s},
+                       {"z_loss", 22.0 + 0.05 * s}});
+  const nlohmann::json run = {{"command", "moet train"},
+                              {"options", {{"balance_alpha", 1e-4}, {"z_loss_coef", 0.0}}}};
+  const std::string html = report_html(records, run, "r");
+  const std::regex tick("class=\"[xy]tick\">([^<]*)<");
+  const std::regex round_label("-?[0-9]+(\\.[0-9]+)?([kMGT]|e-[0-9]+)?%?");
+  int n = 0;
+  for (auto it = std::sregex_iterator(html.begin(), html.end(), tick); it != std::sregex_iterator();
+       ++it, ++n) {
+    const std::string label = (*it)[1];
+    if (label.rfind("expert", 0) == 0 || std::all_of(label.begin(), label.end(), ::isdigit))
+      continue;
+    EXPECT_TRUE(std::regex_match(label, round_label)) << label;
+    EXPECT_LE(label.size(), 7u) << label;
+  }
+  EXPECT_GT(n, 20);
+  // the z-loss, logged unweighted, on its own axis and saying it is not in the loss
+  EXPECT_NE(html.find("router z-loss, unweighted (--z-loss 0: not in the loss)"),
+            std::string::npos);
+  EXPECT_NE(html.find("sequence-wise balance loss, unweighted (enters the loss x 0.0001)"),
+            std::string::npos);
+  EXPECT_NE(report_html(records, nlohmann::json(), "r").find("weight not recorded"),
+            std::string::npos);
 }
 
 TEST(RunSummary, NamesTheFiles) {

@@ -42,6 +42,64 @@ double field(const json& r, const char* key) {
   return it != r.end() && it->is_number() ? it->get<double>() : std::nan("");
 }
 
+}  // namespace
+
+AxisTicks axis_ticks(double lo, double hi, int target) {
+  AxisTicks t;
+  if (!(lo <= hi) || !std::isfinite(lo) || !std::isfinite(hi)) return t;
+  if (hi == lo) {
+    t.values = {lo};
+    return t;
+  }
+  // The step: 1, 2, 2.5 or 5 times a power of ten, the smallest giving at most `target` + 1 ticks.
+  const double raw = (hi - lo) / std::max(1, target);
+  const double p = std::pow(10.0, std::floor(std::log10(raw)));
+  t.step = 10 * p;
+  for (double m : {1.0, 2.0, 2.5, 5.0})
+    if (m * p >= raw * (1 - 1e-9)) {
+      t.step = m * p;
+      break;
+    }
+  for (double k = std::ceil(lo / t.step - 1e-9); k * t.step <= hi + t.step * 1e-9; k += 1)
+    t.values.push_back(std::fabs(k) < 0.5 ? 0.0 : k * t.step);
+  return t;
+}
+
+std::string tick_label(double v, double step) {
+  if (v == 0) return "0";
+  const double a = std::max(std::fabs(v), step);
+  // Thousands and up with a suffix (12.5k, 1.5M), as few decimals as the step needs.
+  static const std::pair<double, const char*> kUnits[] = {
+      {1e12, "T"}, {1e9, "G"}, {1e6, "M"}, {1e3, "k"}};
+  double unit = 1;
+  const char* suffix = "";
+  for (const auto& [u, sfx] : kUnits)
+    if (a >= u && step >= u / 100) {
+      unit = u, suffix = sfx;
+      break;
+    }
+  const double s = step / unit;
+  if (unit == 1 && s < 1e-3) {  // tiny steps (learning rates): mantissa and exponent, 2.5e-05
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.3g", v);
+    return buf;
+  }
+  // decimals: enough that v and v + step print differently (2.5 needs one more than 2 or 5)
+  int decimals = std::max(0, int(std::ceil(-std::log10(s) - 1e-9)));
+  if (std::fabs(s * std::pow(10.0, decimals) - std::round(s * std::pow(10.0, decimals))) > 1e-6)
+    ++decimals;
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v / unit);
+  std::string out = buf;
+  if (out.find('.') != std::string::npos) {  // 10.0k beside 7.5k reads as 10k
+    out.erase(out.find_last_not_of('0') + 1);
+    if (out.back() == '.') out.pop_back();
+  }
+  return out + suffix;
+}
+
+namespace {
+
 struct Series {
   std::string name, color;
   std::vector<std::pair<double, double>> xy;
@@ -71,16 +129,19 @@ std::string line_chart(const std::string& title, const std::string& x_label,
          "</text>";
   svg += "<rect x=\"" + std::to_string(kLeft) + "\" y=\"" + std::to_string(kTop) + "\" width=\"" +
          num("%.0f", pw) + "\" height=\"" + num("%.0f", ph) + "\" class=\"frame\"/>";
-  for (int i = 0; i <= 4; ++i) {
-    const double y = y0 + (y1 - y0) * i / 4, x = x0 + (x1 - x0) * i / 4;
+  const double scale = percent ? 100 : 1;  // ticks at round percentages
+  const AxisTicks yt = axis_ticks(y0 * scale, y1 * scale), xt = axis_ticks(x0, x1);
+  for (double t : yt.values) {
+    const double y = t / scale;
     svg += "<line x1=\"" + std::to_string(kLeft) + "\" x2=\"" + num("%.1f", kLeft + pw) +
            "\" y1=\"" + num("%.1f", py(y)) + "\" y2=\"" + num("%.1f", py(y)) +
            "\" class=\"grid\"/>";
     svg += "<text x=\"" + std::to_string(kLeft - 4) + "\" y=\"" + num("%.1f", py(y) + 4) +
-           "\" class=\"ytick\">" + (percent ? num("%.3g%%", 100 * y) : num("%.4g", y)) + "</text>";
-    svg += "<text x=\"" + num("%.1f", px(x)) + "\" y=\"" + std::to_string(kH - kBottom + 14) +
-           "\" class=\"xtick\">" + num("%.4g", x) + "</text>";
+           "\" class=\"ytick\">" + tick_label(t, yt.step) + (percent ? "%" : "") + "</text>";
   }
+  for (double x : xt.values)
+    svg += "<text x=\"" + num("%.1f", px(x)) + "\" y=\"" + std::to_string(kH - kBottom + 14) +
+           "\" class=\"xtick\">" + tick_label(x, xt.step) + "</text>";
   svg += "<text x=\"" + num("%.0f", kLeft + pw / 2) + "\" y=\"" + std::to_string(kH - 6) +
          "\" class=\"xlabel\">" + escape(x_label) + "</text>";
   double legend_x = kLeft;  // a row under the title, left to right
@@ -269,9 +330,21 @@ std::string report_html(const std::vector<json>& records, const json& run_info,
                      s.dots = true;
                      return s;
                    }()});
-  h += line_chart("load-balancing loss", "step",
-                  {series(records, "step", "balance_loss", "balance", "#9467bd"),
-                   series(records, "step", "z_loss", "z", "#8c564b")});
+  // The balance and z losses are logged unweighted and differ by orders of magnitude (~1 and
+  // ~20): each on its own axis, titled with the weight it enters the loss with.
+  auto weight_of = [&](const char* key, const char* flag) -> std::string {
+    const bool known = run_info.is_object() && run_info.contains("options") &&
+                       run_info["options"].is_object() && run_info["options"].contains(key) &&
+                       run_info["options"][key].is_number();
+    if (!known) return "weight not recorded";
+    const double w = run_info["options"][key].get<double>();
+    return w == 0 ? std::string(flag) + " 0: not in the loss" : num("enters the loss x %g", w);
+  };
+  h += line_chart("sequence-wise balance loss, unweighted (" +
+                      weight_of("balance_alpha", "--balance-alpha") + ")",
+                  "step", {series(records, "step", "balance_loss", "balance", "#9467bd")});
+  h += line_chart("router z-loss, unweighted (" + weight_of("z_loss_coef", "--z-loss") + ")",
+                  "step", {series(records, "step", "z_loss", "z", "#8c564b")});
   h += "</div>\n<h2>Optimisation</h2><div class=\"charts\">";
   h += line_chart("learning rate", "step", {series(records, "step", "lr", "lr", "#2ca02c")});
   h += line_chart("gradient norm (before clipping)", "step",
@@ -308,8 +381,8 @@ std::string report_html(const std::vector<json>& records, const json& run_info,
       for (size_t i = 0; i < cmds.size(); ++i)
         if (cmds[i].is_string())
           h += row(cmds.size() == 1 ? std::string("command")
-                                    : i == 0 ? std::string("command (first start)")
-                                             : "command (resume " + std::to_string(i) + ")",
+                   : i == 0         ? std::string("command (first start)")
+                                    : "command (resume " + std::to_string(i) + ")",
                    cmds[i].get<std::string>());
     } else if (run_info.contains("command") && run_info["command"].is_string()) {
       h += row("command", run_info["command"].get<std::string>());

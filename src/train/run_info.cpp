@@ -55,7 +55,11 @@ void write_run_info(const TrainOptions& o, const std::string& tensorboard_file, 
                   {"seed", o.seed},
                   {"ep", o.ep},
                   {"pp", o.pp},
-                  {"zero1", o.zero1}};
+                  {"zero1", o.zero1},
+                  // the weights the loss gives its terms (the report says what enters the loss)
+                  {"mtp_lambda", o.mtp_lambda},
+                  {"balance_alpha", o.balance_alpha},
+                  {"z_loss_coef", o.z_loss_coef}};
   std::error_code ec;
   fs::create_directories(o.out_dir, ec);
   const fs::path path = fs::path(o.out_dir) / "run.json", tmp = path.string() + ".tmp";
