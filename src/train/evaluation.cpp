@@ -3,11 +3,14 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 
 #include "core/error.h"
 #include "data/gpt_dataset.h"
 #include "data/tokenizer.h"
 #include "optim/expert_bias.h"
+#include "parallel/communicator.h"
+#include "train/parallelize.h"
 
 namespace moet {
 
@@ -74,6 +77,26 @@ std::vector<int64_t> token_byte_lengths(const Tokenizer& tokenizer, int64_t voca
   return bytes;
 }
 
+namespace {
+
+// The loop both evaluations run: held-out batches first, first + stride, … (count of them) of B
+// sequences of T + 1 tokens read into buf, each batch's mean LM loss from `loss`; `after` sees
+// each batch once its loss is taken. Returns the sum of the batches' losses.
+double held_out_loss_sum(const TokenDataset& ds, int64_t count, int64_t first, int64_t stride,
+                         int64_t B, int64_t T, int32_t* buf,
+                         const std::function<double(const int32_t*)>& loss,
+                         const std::function<void(const int32_t*)>& after = {}) {
+  double sum = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    ds.eval_batch(i * stride + first, B, T, buf);
+    sum += loss(buf);
+    if (after) after(buf);
+  }
+  return sum;
+}
+
+}  // namespace
+
 EvalResult evaluate_held_out(Model& model, const TokenDataset& ds, int64_t batches, EvalDump* dump,
                              const Tokenizer* tokenizer) {
   MOET_CHECK(ds.has_eval(), "the data (", ds.describe(), ") have no held-out part to evaluate");
@@ -87,27 +110,55 @@ EvalResult evaluate_held_out(Model& model, const TokenDataset& ds, int64_t batch
   std::vector<float> logits(dump ? B * T * V : 0);
   const std::vector<int64_t> token_bytes =
       tokenizer ? token_byte_lengths(*tokenizer, V) : std::vector<int64_t>{};
-  double sum = 0;
-  for (int64_t i = 0; i < r.batches; ++i) {
-    ds.eval_batch(i, B, T, tokens.data());
-    sum += model.forward(tokens.data()).lm_loss;
-    if (tokenizer)  // the targets: every token of a row but its first
-      for (int64_t b = 0; b < B; ++b)
-        for (int64_t t = 1; t <= T; ++t) r.bytes += token_bytes[tokens[b * (T + 1) + t]];
-    if (!dump) continue;
-    Tensor logits_NV(logits.data(), DType::F32, {B * T, V});
-    model.logits(logits_NV);
-    dump->logits.insert(dump->logits.end(), logits.begin(), logits.end());
-    for (int64_t b = 0; b < B; ++b)
-      dump->input_ids.insert(dump->input_ids.end(), tokens.begin() + b * (T + 1),
-                             tokens.begin() + b * (T + 1) + T);
-  }
+  const double sum = held_out_loss_sum(
+      ds, r.batches, 0, 1, B, T, tokens.data(),
+      [&](const int32_t* batch) { return model.forward(batch).lm_loss; },
+      [&](const int32_t* batch) {
+        if (tokenizer)  // the targets: every token of a row but its first
+          for (int64_t b = 0; b < B; ++b)
+            for (int64_t t = 1; t <= T; ++t) r.bytes += token_bytes[batch[b * (T + 1) + t]];
+        if (!dump) return;
+        Tensor logits_NV(logits.data(), DType::F32, {B * T, V});
+        model.logits(logits_NV);
+        dump->logits.insert(dump->logits.end(), logits.begin(), logits.end());
+        for (int64_t b = 0; b < B; ++b)
+          dump->input_ids.insert(dump->input_ids.end(), batch + b * (T + 1),
+                                 batch + b * (T + 1) + T);
+      });
   reset_router_stats(model.moe_layers());  // evaluation is no training step
   r.loss = sum / double(r.batches);
   r.perplexity = std::exp(r.loss);
   // Σ NLL over the targets (the loss is their mean) in bits, per byte of their text
   if (r.bytes > 0) r.bits_per_byte = sum * double(B * T) / std::log(2.0) / double(r.bytes);
   return r;
+}
+
+double evaluate_in_training(ParallelRun& par, int64_t B, const TokenDataset& ds, int64_t batches,
+                            std::vector<int32_t>& buf, Communicator* world) {
+  Model& model = par.model();
+  const int64_t T = model.seq_len(), chunk = model.micro_batch(), chunks = B / chunk;
+  const int64_t W = par.dp, r = par.dp_rank;
+  batches = std::min(batches, ds.num_eval_batches(B, T) / W);
+  if (!ds.has_eval() || batches <= 0) return std::nan("");
+  const std::function<const int32_t*(int64_t)> part = [&](int64_t c) {
+    return buf.data() + c * chunk * (T + 1);
+  };
+  const double sum = held_out_loss_sum(ds, batches, r, W, B, T, buf.data(), [&](const int32_t*) {
+    double batch = 0;
+    if (par.pipeline)
+      batch = par.pipeline->forward_only(part, chunks);
+    else
+      for (int64_t c = 0; c < chunks; ++c) batch += model.forward(part(c)).lm_loss;
+    return batch / double(chunks);
+  });
+  reset_router_stats(par.moe_layers());
+  for (const auto& [from, into] : par.moe_merges()) reset_router_stats({from});
+  double mean = sum / double(batches);
+  if (world) {
+    world->allreduce_sum(&mean, 1);
+    mean /= double(W);
+  }
+  return mean;
 }
 
 }  // namespace moet

@@ -55,4 +55,16 @@ struct EvalDump {
 EvalResult evaluate_held_out(Model& model, const TokenDataset& ds, int64_t batches,
                              EvalDump* dump = nullptr, const Tokenizer* tokenizer = nullptr);
 
+struct ParallelRun;
+class Communicator;
+
+// The held-out evaluation of a training run (`moet train`'s eval_loss): the mean LM loss over
+// held-out batches of B sequences (run model.micro_batch() at a time, or through the pipeline);
+// under data parallelism data-parallel rank r evaluates batches r, r + W, … and the means are
+// averaged over ranks (every rank takes part in the experts' all-to-alls; under --pp only the
+// last stage has a loss, the others add 0). NaN when the data have no held-out batch. buf: room
+// for B sequences of T + 1 tokens.
+double evaluate_in_training(ParallelRun& par, int64_t B, const TokenDataset& ds, int64_t batches,
+                            std::vector<int32_t>& buf, Communicator* world);
+
 }  // namespace moet

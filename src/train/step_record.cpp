@@ -1,0 +1,135 @@
+#include "train/step_record.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "metrics/flops.h"
+#include "metrics/memory.h"
+#include "model/config.h"
+#include "model/moe_layer.h"
+#include "parallel/communicator.h"
+#include "parallel/pipeline_schedule.h"
+#include "train/parallelize.h"
+#include "train/trainer.h"
+
+namespace moet {
+
+StepRecorder::StepRecorder(const TrainOptions& o, const ModelConfig& cfg, ParallelRun& par,
+                           Communicator* world, double peak_tflops)
+    : o_(o),
+      cfg_(cfg),
+      par_(par),
+      world_(world),
+      ranks_(world ? world->size() : 1),
+      peak_tflops_(peak_tflops),
+      flops_per_token_(moet::flops_per_token(cfg, o.seq, cfg.num_nextn_predict_layers > 0)),
+      tokens_per_step_(int64_t(par.dp) * o.grad_accum * o.micro_batch * o.seq) {
+  for (int64_t l = 0; l < cfg.num_hidden_layers; ++l)
+    if (cfg.is_moe_layer(l)) moe_layer_index_.push_back(l);
+  if (cfg.mtp_is_moe())
+    for (int64_t k = 0; k < cfg.num_nextn_predict_layers; ++k)
+      moe_layer_index_.push_back(cfg.num_hidden_layers + k);
+}
+
+StepMetrics StepRecorder::record(int64_t step, const StepResult& r, double step_s,
+                                 double data_wait_s, double elapsed_s, int64_t first_step) {
+  StepMetrics m;
+  m.step = step + 1;
+  m.total_steps = o_.steps;
+  m.ranks = ranks_;
+  m.loss = r.losses.loss;
+  m.lm_loss = r.losses.lm_loss;
+  if (cfg_.num_nextn_predict_layers > 0)
+    m.mtp_loss = r.losses.mtp_loss / double(cfg_.num_nextn_predict_layers);
+  if (cfg_.num_moe_layers() > 0) {
+    m.balance_loss = r.losses.balance_loss;
+    m.z_loss = r.losses.z_loss;
+    m.max_expert_load = r.max_expert_load;
+    // the step's loads, summed over micro-batches and ranks (StepRunner::run)
+    if (o_.log_expert_load > 0 && (step + 1) % o_.log_expert_load == 0) {
+      m.expert_load_layers = moe_layer_index_;
+      for (MoeLayer* layer : par_.moe_layers()) m.expert_load.push_back(layer->stats().load_E);
+      MOET_ASSERT(m.expert_load.size() == moe_layer_index_.size());
+    }
+  }
+  m.lr = r.lr;
+  m.grad_norm = r.grad_norm;
+  m.tokens_per_s = double(tokens_per_step_) / step_s;
+  m.tflops = model_tflops(flops_per_token_, double(tokens_per_step_), step_s, ranks_);
+  m.mfu = m.tflops / peak_tflops_;
+  m.tokens = (step + 1) * tokens_per_step_;
+  m.step_time_s = step_s;
+  m.data_wait_s = data_wait_s;
+  if (par_.dp_sync) communication(m);
+  if (par_.pipeline) pipeline(m);
+  m.elapsed_s = elapsed_s;
+  m.peak_rss_mb = double(peak_rss_bytes()) / 1048576.0;
+  m.eta_s = m.elapsed_s / double(step + 1 - first_step) * double(o_.steps - step - 1);
+  return m;
+}
+
+// The expert exchanges' and the gradient sync's seconds and bytes, taken and reset.
+void StepRecorder::communication(StepMetrics& m) {
+  DataParallel& dp = *par_.dp_sync;
+  double a2a_s = 0, a2a_exposed = 0, bytes = 0, other_nodes = 0, grad_exposed = 0;
+  double rows_max = 0, rows_mean = 0;
+  for (ExpertExchangeDispatcher* d : par_.exchanges) {
+    const auto [mx, mean] = d->rows_received_max_mean();
+    rows_max += mx, rows_mean += mean;
+    a2a_s += d->a2a_seconds();
+    a2a_exposed += d->exposed_seconds();
+    bytes += double(d->bytes_sent());
+    other_nodes += double(d->bytes_sent_other_nodes());
+    d->reset_timers();
+    d->reset_bytes();
+  }
+  if (o_.ep_ranks_per_node > 0) m.comm_bytes_other_nodes = other_nodes;
+  m.grad_sync_s = dp.take_sync_seconds(&grad_exposed);
+  m.a2a_s = a2a_s;
+  m.exposed_comm_s = a2a_exposed + grad_exposed;
+  m.a2a_exposed_s = a2a_exposed;
+  m.grad_sync_bytes = double(dp.take_sync_bytes());
+  m.comm_bytes = bytes + m.grad_sync_bytes;
+  if (rows_mean > 0) m.ep_load_imbalance = rows_max / rows_mean;
+}
+
+// --pp: every rank's pass times, the bubble they make, the schedule's prediction from them and
+// the bytes sent between stages.
+void StepRecorder::pipeline(StepMetrics& m) {
+  Communicator& world = *world_;
+  const PipelineExecutor::StepTimes& t = par_.pipeline->last_step_times();
+  const PipelineScheduleSpec& spec = par_.pipeline->spec();
+  const int64_t V = spec.chunks, P = spec.stages, n = 3 + 2 * V;
+  std::vector<double> mine{t.run_s, t.wait_s, double(t.sent_bytes)};
+  mine.insert(mine.end(), t.forward_s.begin(), t.forward_s.end());
+  mine.insert(mine.end(), t.backward_s.begin(), t.backward_s.end());
+  std::vector<double> all(static_cast<size_t>(n * world.size()));
+  world.allgather(mine.data(), n * int64_t(sizeof(double)), all.data());
+  double run = 0, busy = 0, sent = 0;
+  for (int r = 0; r < world.size(); ++r) sent += all[size_t(r * n + 2)];
+  std::vector<double> f(size_t(P * V)), b(size_t(P * V));
+  for (int64_t r = 0; r < P; ++r) {
+    const double* x = all.data() + r * par_.dp * n;  // the stage's data-parallel rank 0
+    run = std::max(run, x[0]);
+    double compute = 0;
+    for (int64_t c = 0; c < V; ++c) {
+      f[size_t(c * P + r)] = x[3 + c] / double(spec.microbatches);
+      b[size_t(c * P + r)] = x[3 + V + c] / double(spec.microbatches);
+      compute += x[3 + c] + x[3 + V + c];
+    }
+    busy = std::max(busy, compute);
+  }
+  m.pp_run_s = run;
+  m.pp_bubble = busy > 0 ? run / busy - 1 : 0;
+  m.pp_bytes = sent;
+  m.comm_bytes = (std::isfinite(m.comm_bytes) ? m.comm_bytes : 0.0) + all[2];  // rank 0's
+  if (!spec.ep_overlap)  // combined passes have no separate forward and backward times
+    m.pp_schedule_s = simulate_pipeline(spec, f, b).step_s;
+}
+
+void StepRecorder::forget_exchanges() {
+  for (ExpertExchangeDispatcher* d : par_.exchanges) d->reset_timers(), d->reset_bytes();
+}
+
+}  // namespace moet
