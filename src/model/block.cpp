@@ -58,19 +58,19 @@ void DecoderBlock::plan(Workspace& ws) {
 }
 
 void DecoderBlock::forward(const Tensor& in_ND, Tensor& out_ND, const RopeCache& rope) {
-  for (int stage = 0; stage < kStages; ++stage) forward_stage(stage, in_ND, out_ND, rope);
+  for (MoeStage stage : kMoeStages) forward_stage(stage, in_ND, out_ND, rope);
 }
 
-void DecoderBlock::forward_stage(int stage, const Tensor& in_ND, Tensor& out_ND,
+void DecoderBlock::forward_stage(MoeStage stage, const Tensor& in_ND, Tensor& out_ND,
                                  const RopeCache& rope) {
-  if (stage == 0) attention_part(in_ND, rope, nullptr, 0);
+  if (stage == kFirstMoeStage) attention_part(in_ND, rope, nullptr, 0);
   if (moe_) {
     moe_->forward_stage(stage, an_ND_, out_ND, an_q_);
-  } else if (stage == 0) {
+  } else if (stage == kFirstMoeStage) {
     TraceRecorder::Span span(trace_, trace_lane_, "mlp fwd", trace::kMlp);
     mlp_->forward(an_ND_, out_ND, false, an_q_);
   }
-  if (stage == kStages - 1) ops::add(out_ND, a_ND_, out_ND);
+  if (stage == kLastMoeStage) ops::add(out_ND, a_ND_, out_ND);
 }
 
 void DecoderBlock::attention_part(const Tensor& in_ND, const RopeCache& rope, LatentCache* cache,
@@ -98,21 +98,21 @@ void DecoderBlock::forward_cached(const Tensor& in_ND, Tensor& out_ND, const Rop
 
 void DecoderBlock::backward(const Tensor& dout_ND, const Tensor& in_ND, Tensor& din_ND,
                             bool accumulate_din, const RopeCache& rope, const LossScales& ls) {
-  for (int stage = 0; stage < kStages; ++stage)
+  for (MoeStage stage : kMoeStages)
     backward_stage(stage, dout_ND, in_ND, din_ND, accumulate_din, rope, ls);
 }
 
-void DecoderBlock::backward_stage(int stage, const Tensor& dout_ND, const Tensor& in_ND,
+void DecoderBlock::backward_stage(MoeStage stage, const Tensor& dout_ND, const Tensor& in_ND,
                                   Tensor& din_ND, bool accumulate_din, const RopeCache& rope,
                                   const LossScales& ls) {
   // out = a + ffn(norm(a)): da = dout + norm'ᵀ ffn'ᵀ dout
   if (moe_) {
     moe_->backward_stage(stage, dout_ND, an_ND_, dxn_ND_, ls, an_q_);
-  } else if (stage == kStages - 1) {
+  } else if (stage == kLastMoeStage) {
     TraceRecorder::Span span(trace_, trace_lane_, "mlp bwd", trace::kMlp);
     mlp_->backward(dout_ND, an_ND_, dxn_ND_, false, an_q_);
   }
-  if (stage != kStages - 1) return;
+  if (stage != kLastMoeStage) return;
   ops::copy(dout_ND, da_ND_);
   ops::rmsnorm_backward(dxn_ND_, a_ND_, post_norm_->value, rstd2_N_, da_ND_, true, post_norm_->grad,
                         da_q_);

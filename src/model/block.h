@@ -25,11 +25,11 @@ class DecoderBlock {
   // din (= or += when accumulate_din) from dout.
   void backward(const Tensor& dout_ND, const Tensor& in_ND, Tensor& din_ND, bool accumulate_din,
                 const RopeCache& rope, const LossScales& ls);
-  // The same in kStages stages, split where an MoE layer's exchanges are in flight (a dense
-  // block does all its work in stage 0): another micro-batch's stages can run in between.
-  static constexpr int kStages = 3;
-  void forward_stage(int stage, const Tensor& in_ND, Tensor& out_ND, const RopeCache& rope);
-  void backward_stage(int stage, const Tensor& dout_ND, const Tensor& in_ND, Tensor& din_ND,
+  // The same in the stages of model/moe_stages.h, split where an MoE layer's exchanges are in
+  // flight (a dense block runs its MLP in the first forward and the last backward stage):
+  // another micro-batch's stages can run in between.
+  void forward_stage(MoeStage stage, const Tensor& in_ND, Tensor& out_ND, const RopeCache& rope);
+  void backward_stage(MoeStage stage, const Tensor& dout_ND, const Tensor& in_ND, Tensor& din_ND,
                       bool accumulate_din, const RopeCache& rope, const LossScales& ls);
   // Inference: as forward, attention over the KV cache (MlaAttention::forward_cached).
   void forward_cached(const Tensor& in_ND, Tensor& out_ND, const RopeCache& rope,

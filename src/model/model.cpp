@@ -147,7 +147,7 @@ void Model::init_parameters(uint64_t seed) { params().initialize(seed, cfg_.init
 LossBreakdown Model::forward(const int32_t* seq, double grad_scale) {
   forward_begin(seq, grad_scale);
   for (int64_t l = 0; l < num_layers(); ++l)
-    for (int stage = 0; stage < DecoderBlock::kStages; ++stage) forward_stage(l, stage);
+    for (MoeStage stage : kMoeStages) forward_stage(l, stage);
   return forward_end();
 }
 
@@ -167,7 +167,7 @@ void Model::forward_begin(const int32_t* seq, double grad_scale) {
   if (part_.embedding) ops::embedding_forward(inputs_N_, embed_->value, hidden_[0]);
 }
 
-void Model::forward_stage(int64_t l, int stage) {
+void Model::forward_stage(int64_t l, MoeStage stage) {
   TraceRecorder::Span span(trace_, trace_lane_, trace_ ? fwd_names_[l] : nullptr, trace::kLayer);
   blocks_[l]->forward_stage(stage, hidden_[l], hidden_[l + 1], rope_);
 }
@@ -228,7 +228,7 @@ void Model::forward_cached(const int32_t* tokens_T, KvCache& cache, Tensor& logi
 void Model::backward(double grad_scale) {
   backward_begin(grad_scale);
   for (int64_t l = num_layers(); l-- > 0;)
-    for (int stage = 0; stage < DecoderBlock::kStages; ++stage) backward_stage(l, stage);
+    for (MoeStage stage : kMoeStages) backward_stage(l, stage);
   backward_end();
 }
 
@@ -267,12 +267,12 @@ Tensor& Model::layer_output_grad(int64_t l) {
   return (num_layers() - 1 - l) % 2 == 0 ? dh_a_ND_ : dh_b_ND_;
 }
 
-void Model::backward_stage(int64_t l, int stage) {
+void Model::backward_stage(int64_t l, MoeStage stage) {
   TraceRecorder::Span span(trace_, trace_lane_, trace_ ? bwd_names_[l] : nullptr, trace::kLayer);
   Tensor& dout = layer_output_grad(l);
   Tensor& din = (num_layers() - 1 - l) % 2 == 0 ? dh_b_ND_ : dh_a_ND_;
   blocks_[l]->backward_stage(stage, dout, hidden_[l], din, false, rope_, ls_);
-  if (stage == DecoderBlock::kStages - 1 && hook_) hook_(part_.first_layer + l);
+  if (stage == kLastMoeStage && hook_) hook_(part_.first_layer + l);
 }
 
 void Model::backward_end() {

@@ -76,12 +76,12 @@ class Model {
   void backward(double grad_scale);
 
   // forward() and backward() in pieces, for interleaving two lanes: begin, then every decoder
-  // layer's DecoderBlock::kStages stages (forward: layers up; backward: layers down), then end.
+  // layer's stages (model/moe_stages.h; forward: layers up; backward: layers down), then end.
   void forward_begin(const int32_t* tokens_BT1, double grad_scale = 0);
-  void forward_stage(int64_t layer, int stage);
+  void forward_stage(int64_t layer, MoeStage stage);
   LossBreakdown forward_end();
   void backward_begin(double grad_scale);
-  void backward_stage(int64_t layer, int stage);
+  void backward_stage(int64_t layer, MoeStage stage);
   void backward_end();
   // Decoder layers of this part; forward_stage and backward_stage number them from 0 (the
   // part's first layer).

@@ -98,9 +98,7 @@ ops::Operand MoeLayer::expert_operand(const ops::Operand& q, int64_t M) const {
 }
 
 void MoeLayer::forward(const Tensor& x_ND, Tensor& y_ND, const ops::Operand& xq) {
-  forward_stage(0, x_ND, y_ND, xq);
-  forward_stage(1, x_ND, y_ND, xq);
-  forward_stage(2, x_ND, y_ND, xq);
+  for (MoeStage stage : kMoeStages) forward_stage(stage, x_ND, y_ND, xq);
 }
 
 void MoeLayer::route(const Tensor& x_ND) {
@@ -115,8 +113,9 @@ void MoeLayer::route(const Tensor& x_ND) {
   for (int64_t i = 0; i < idx_NK_.numel(); ++i) ++stats_.load_E[idx[i]];
 }
 
-void MoeLayer::forward_stage(int stage, const Tensor& x_ND, Tensor& y_ND, const ops::Operand& xq) {
-  if (stage == 0) {
+void MoeLayer::forward_stage(MoeStage stage, const Tensor& x_ND, Tensor& y_ND,
+                             const ops::Operand& xq) {
+  if (stage == MoeStage::kSend) {
     // route, dispatch (the shared expert computes while the tokens travel)
     route(x_ND);
     // The tokens travel in the experts' fprop format: quantized along D by x's producer (xq's
@@ -139,7 +138,7 @@ void MoeLayer::forward_stage(int stage, const Tensor& x_ND, Tensor& y_ND, const 
     }
     return;
   }
-  if (stage == 1) {
+  if (stage == MoeStage::kExperts) {
     dispatcher_->dispatch_finish();
     Tensor xp = dispatcher_->expert_rows(), off = dispatcher_->expert_offsets();
     const int64_t M = xp.size(0);
@@ -170,17 +169,17 @@ void MoeLayer::set_expert_grad_parts(Tensor gate_up_SEOD, Tensor down_SEOD) {
 
 void MoeLayer::backward(const Tensor& dy_ND, const Tensor& x_ND, Tensor& dx_ND,
                         const LossScales& ls, const ops::Operand& xq) {
-  for (int stage = 0; stage < 3; ++stage) backward_stage(stage, dy_ND, x_ND, dx_ND, ls, xq);
+  for (MoeStage stage : kMoeStages) backward_stage(stage, dy_ND, x_ND, dx_ND, ls, xq);
 }
 
-void MoeLayer::backward_stage(int stage, const Tensor& dy_ND, const Tensor& x_ND, Tensor& dx_ND,
-                              const LossScales& ls, const ops::Operand& xq) {
+void MoeLayer::backward_stage(MoeStage stage, const Tensor& dy_ND, const Tensor& x_ND,
+                              Tensor& dx_ND, const LossScales& ls, const ops::Operand& xq) {
   Tensor xp = dispatcher_->expert_rows(), off = dispatcher_->expert_offsets();
   const int64_t M = xp.size(0);
   Tensor gu = gu_M2F_.rows(0, M), h = h_rows(M), yp = yp_MD_.rows(0, M);
   Tensor dyp = dyp_MD_.rows(0, M), dh = dh_MF_.rows(0, M), dgu = dgu_M2F_.rows(0, M),
          dxp = dxp_MD_.rows(0, M);
-  if (stage == 0) {
+  if (stage == MoeStage::kSend) {
     // output gradients travel to the experts while the shared expert's backward runs
     dispatcher_->combine_backward_start(dy_ND, yp, gates_NK_, dgates_NK_);
     if (shared_) {
@@ -191,7 +190,7 @@ void MoeLayer::backward_stage(int stage, const Tensor& dy_ND, const Tensor& x_ND
     }
     return;
   }
-  if (stage == 1) {
+  if (stage == MoeStage::kExperts) {
     dispatcher_->combine_backward_finish(dyp);
     const ops::Operand dypq = expert_operand(dyp_q_, M), dguq = expert_operand(dgu_q_, M),
                        xpq = expert_operand(xp_q_, M), hq = expert_operand(h_q_, M);

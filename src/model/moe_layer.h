@@ -10,6 +10,7 @@
 #include "model/config.h"
 #include "model/dispatcher.h"
 #include "model/mlp.h"
+#include "model/moe_stages.h"
 
 namespace moet {
 
@@ -38,13 +39,11 @@ class MoeLayer {
   void backward(const Tensor& dy_ND, const Tensor& x_ND, Tensor& dx_ND, const LossScales& ls,
                 const ops::Operand& xq = {});
 
-  // The same in three stages each, split where the dispatcher's exchanges are in flight, so
-  // another micro-batch's stages can run while they travel (forward() and backward() run the
-  // three in a row). Forward: route + dispatch issued + shared expert; dispatch completed +
-  // experts + combine issued; combine completed. Backward: combine's backward issued + shared
-  // expert; experts + dispatch's backward issued + router; dispatch's backward completed.
-  void forward_stage(int stage, const Tensor& x_ND, Tensor& y_ND, const ops::Operand& xq = {});
-  void backward_stage(int stage, const Tensor& dy_ND, const Tensor& x_ND, Tensor& dx_ND,
+  // The same in the stages of model/moe_stages.h, split where the dispatcher's exchanges are in
+  // flight, so another micro-batch's stages can run while they travel (forward() and backward()
+  // run them in a row).
+  void forward_stage(MoeStage stage, const Tensor& x_ND, Tensor& y_ND, const ops::Operand& xq = {});
+  void backward_stage(MoeStage stage, const Tensor& dy_ND, const Tensor& x_ND, Tensor& dx_ND,
                       const LossScales& ls, const ops::Operand& xq = {});
   const ops::LinearPrecision& precision() const { return lin_; }
   bool has_shared_expert() const { return shared_ != nullptr; }

@@ -200,7 +200,7 @@ void PipelineExecutor::forward(int64_t chunk, int64_t microbatch, const int32_t*
     grad_hooks_.before(chunk, microbatch);
   Model& m = begin_forward(chunk, microbatch, tokens, grad_scale, training);
   for (int64_t l = 0; l < m.num_layers(); ++l)
-    for (int st = 0; st < DecoderBlock::kStages; ++st) {
+    for (MoeStage st : kMoeStages) {
       m.forward_stage(l, st);
       pp_.progress();  // the messages in flight move between layers, not only at waits
     }
@@ -244,7 +244,7 @@ void PipelineExecutor::backward(int64_t chunk, int64_t microbatch, double grad_s
   if (grad_hooks_.before && virtual_stage(chunk) != S_ - 1) grad_hooks_.before(chunk, microbatch);
   Model& m = begin_backward(chunk, microbatch, grad_scale);
   for (int64_t l = m.num_layers(); l-- > 0;)
-    for (int st = 0; st < DecoderBlock::kStages; ++st) {
+    for (MoeStage st : kMoeStages) {
       m.backward_stage(l, st);
       pp_.progress();
     }
@@ -262,11 +262,12 @@ void PipelineExecutor::combined(const PipelinePass& f, const PipelinePass& b, co
   current_microbatch_ = b.microbatch;
   Model& mf = begin_forward(f.chunk, f.microbatch, tokens, grad_scale, true);
   Model& mb = begin_backward(b.chunk, b.microbatch, grad_scale);
-  const int stages = DecoderBlock::kStages;
+  const int64_t stages = int64_t(kMoeStages.size());
   const int64_t nf = mf.num_layers() * stages, nb = mb.num_layers() * stages;
   for (int64_t i = 0; i < std::max(nf, nb); ++i) {
-    if (i < nf) mf.forward_stage(i / stages, int(i % stages));
-    if (i < nb) mb.backward_stage(mb.num_layers() - 1 - i / stages, int(i % stages));
+    const MoeStage st = kMoeStages[size_t(i % stages)];
+    if (i < nf) mf.forward_stage(i / stages, st);
+    if (i < nb) mb.backward_stage(mb.num_layers() - 1 - i / stages, st);
     pp_.progress();
   }
   end_forward(f.chunk, f.microbatch, true, grad_scale, losses);

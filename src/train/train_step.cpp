@@ -327,45 +327,45 @@ LossBreakdown StepRunner::accumulate(int64_t grad_accum,
 }
 
 void StepRunner::run_stages(Model* lanes[2], int64_t layers, bool forward) {
-  const int stages = DecoderBlock::kStages;
-  auto stage = [&](int k, int64_t l, int s) {
+  auto stage = [&](int k, int64_t l, MoeStage s) {
     forward ? lanes[k]->forward_stage(l, s) : lanes[k]->backward_stage(l, s);
   };
   if (!interleave_) {
     for (int64_t i = 0; i < layers; ++i)
       for (int k = 0; k < 2; ++k)
-        for (int s = 0; s < stages; ++s) stage(k, forward ? i : layers - 1 - i, s);
+        for (MoeStage s : kMoeStages) stage(k, forward ? i : layers - 1 - i, s);
     return;
   }
+  // Both lanes' stages between the first and the last, in turn.
+  auto middle = [&](int64_t l) {
+    for (size_t s = 1; s + 1 < kMoeStages.size(); ++s) {
+      stage(0, l, kMoeStages[s]);
+      stage(1, l, kMoeStages[s]);
+    }
+  };
   if (!forward) {
     // Backward, layers down, the same pattern: B's last exchange of a layer (its input
     // gradients) travels under A's first stage of the next layer down.
     for (int64_t l = layers; l-- > 0;) {
-      stage(0, l, 0);
-      if (l + 1 < layers) stage(1, l + 1, stages - 1);
-      stage(1, l, 0);
-      for (int s = 1; s < stages - 1; ++s) {
-        stage(0, l, s);
-        stage(1, l, s);
-      }
-      stage(0, l, stages - 1);
+      stage(0, l, kFirstMoeStage);
+      if (l + 1 < layers) stage(1, l + 1, kLastMoeStage);
+      stage(1, l, kFirstMoeStage);
+      middle(l);
+      stage(0, l, kLastMoeStage);
     }
-    stage(1, 0, stages - 1);
+    stage(1, 0, kLastMoeStage);
     return;
   }
   // Forward: A's dispatch travels under B's attention, B's under A's experts, A's combine under
   // B's experts, and B's combine under A's attention of the next layer.
   for (int64_t l = 0; l < layers; ++l) {
-    stage(0, l, 0);
-    if (l > 0) stage(1, l - 1, stages - 1);
-    stage(1, l, 0);
-    for (int s = 1; s < stages - 1; ++s) {
-      stage(0, l, s);
-      stage(1, l, s);
-    }
-    stage(0, l, stages - 1);
+    stage(0, l, kFirstMoeStage);
+    if (l > 0) stage(1, l - 1, kLastMoeStage);
+    stage(1, l, kFirstMoeStage);
+    middle(l);
+    stage(0, l, kLastMoeStage);
   }
-  stage(1, layers - 1, stages - 1);
+  stage(1, layers - 1, kLastMoeStage);
 }
 
 }  // namespace moet
