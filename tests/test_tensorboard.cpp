@@ -218,8 +218,9 @@ TEST(Report, TicksAreRoundNumbersWithShortLabels) {
                        {"mfu", 0.1075},
                        {"balance_loss", 1.0 + 0.001 * s},
                        {"z_loss", 22.0 + 0.05 * s}});
-  const nlohmann::json run = {{"command", "moet train"},
-                              {"options", {{"balance_alpha", 1e-4}, {"z_loss_coef", 0.0}}}};
+  const nlohmann::json run = {
+      {"command", "moet train"},
+      {"options", {{"optim", {{"balance_alpha", 1e-4}, {"z_loss_coef", 0.0}}}}}};
   const std::string html = report_html(records, run, "r");
   const std::regex tick("class=\"[xy]tick\">([^<]*)<");
   const std::regex round_label("-?[0-9]+(\\.[0-9]+)?([kMGT]|e-[0-9]+)?%?");

@@ -74,13 +74,13 @@ TEST(Train, MetricsFileHasOneObjectPerStepWithTheKeys) {
   std::filesystem::remove(path);
   TrainOptions o;
   o.model_path = kRoot + "/configs/tiny.json";
-  o.data = "mock";
-  o.steps = 3;
-  o.micro_batch = 2;
-  o.seq = 16;
-  o.metrics_path = path;
-  o.quiet = true;
-  o.peak_tflops = 0.1;
+  o.data.spec = "mock";
+  o.optim.steps = 3;
+  o.data.micro_batch = 2;
+  o.data.seq = 16;
+  o.logging.metrics_path = path;
+  o.logging.quiet = true;
+  o.logging.peak_tflops = 0.1;
   run_training(o);
   std::ifstream in(path);
   std::string line;
@@ -110,35 +110,37 @@ TEST(TrainOptions, EachBadNumberIsOneLineNamingTheFlag) {
     EXPECT_EQ(e.find(".cpp"), std::string::npos) << e;
   };
   for (double v : {nan, inf, -inf, -1.0}) {
-    refused("--lr", [&](TrainOptions& o) { o.lr = v; });
-    refused("--min-lr", [&](TrainOptions& o) { o.min_lr = v; });
-    refused("--weight-decay", [&](TrainOptions& o) { o.weight_decay = v; });
-    refused("--grad-clip", [&](TrainOptions& o) { o.grad_clip = v; });
-    refused("--mtp-lambda", [&](TrainOptions& o) { o.mtp_lambda = v; });
-    refused("--balance-alpha", [&](TrainOptions& o) { o.balance_alpha = v; });
-    refused("--z-loss", [&](TrainOptions& o) { o.z_loss_coef = v; });
-    refused("--bias-update-rate", [&](TrainOptions& o) { o.bias_update_rate = v; });
-    refused("--peak-tflops", [&](TrainOptions& o) { o.peak_tflops = v; });
+    refused("--lr", [&](TrainOptions& o) { o.optim.lr = v; });
+    refused("--min-lr", [&](TrainOptions& o) { o.optim.min_lr = v; });
+    refused("--weight-decay", [&](TrainOptions& o) { o.optim.weight_decay = v; });
+    refused("--grad-clip", [&](TrainOptions& o) { o.optim.grad_clip = v; });
+    refused("--mtp-lambda", [&](TrainOptions& o) { o.optim.mtp_lambda = v; });
+    refused("--balance-alpha", [&](TrainOptions& o) { o.optim.balance_alpha = v; });
+    refused("--z-loss", [&](TrainOptions& o) { o.optim.z_loss_coef = v; });
+    refused("--bias-update-rate", [&](TrainOptions& o) { o.optim.bias_update_rate = v; });
+    refused("--peak-tflops", [&](TrainOptions& o) { o.logging.peak_tflops = v; });
   }
-  refused("--min-lr", [](TrainOptions& o) { o.min_lr = o.lr * 2; });
-  refused("--warmup", [](TrainOptions& o) { o.warmup = -1; });
-  refused("--warmup", [](TrainOptions& o) { o.warmup = o.steps + 1; });
-  refused("--peak-tflops", [](TrainOptions& o) { o.peak_tflops = 0.0; });
-  refused("--steps", [](TrainOptions& o) { o.steps = 0; });
-  refused("--seq", [](TrainOptions& o) { o.seq = 1; });
-  refused("--threads", [](TrainOptions& o) { o.threads = -1; });
-  refused("--skip-nonfinite", [](TrainOptions& o) { o.skip_nonfinite = -1; });
-  refused("--deterministic", [](TrainOptions& o) { o.deterministic = o.a2a_overlap = true; });
+  refused("--min-lr", [](TrainOptions& o) { o.optim.min_lr = o.optim.lr * 2; });
+  refused("--warmup", [](TrainOptions& o) { o.optim.warmup = -1; });
+  refused("--warmup", [](TrainOptions& o) { o.optim.warmup = o.optim.steps + 1; });
+  refused("--peak-tflops", [](TrainOptions& o) { o.logging.peak_tflops = 0.0; });
+  refused("--steps", [](TrainOptions& o) { o.optim.steps = 0; });
+  refused("--seq", [](TrainOptions& o) { o.data.seq = 1; });
+  refused("--threads", [](TrainOptions& o) { o.parallel.threads = -1; });
+  refused("--skip-nonfinite", [](TrainOptions& o) { o.checkpoint.skip_nonfinite = -1; });
+  refused("--deterministic",
+          [](TrainOptions& o) { o.parallel.deterministic = o.parallel.a2a_overlap = true; });
   // the edges are accepted, and the defaults of --min-lr and --warmup filled in
   TrainOptions o;
   o.model_path = "x.json";
-  o.min_lr = o.lr;
-  o.warmup = o.steps;
-  o.weight_decay = o.grad_clip = o.mtp_lambda = o.balance_alpha = o.z_loss_coef = 0;
+  o.optim.min_lr = o.optim.lr;
+  o.optim.warmup = o.optim.steps;
+  o.optim.weight_decay = o.optim.grad_clip = o.optim.mtp_lambda = o.optim.balance_alpha =
+      o.optim.z_loss_coef = 0;
   EXPECT_EQ(test::error_of([&] { check_train_options(o); }), "");
   TrainOptions d;
-  d.steps = 1000;
-  EXPECT_EQ(train_lr_schedule(d).min_lr, d.lr / 10);
+  d.optim.steps = 1000;
+  EXPECT_EQ(train_lr_schedule(d).min_lr, d.optim.lr / 10);
   EXPECT_EQ(train_lr_schedule(d).warmup, 100);
 }
 

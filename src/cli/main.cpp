@@ -17,6 +17,7 @@
 #include "cli/sim_commands.h"
 #include "cli/suggest.h"
 #include "cli/tokenizer_commands.h"
+#include "cli/train_commands.h"
 #include "core/error.h"
 #include "core/warning.h"
 #include "parallel/mpi_communicator.h"
@@ -25,139 +26,6 @@
 #include "train/trainer.h"
 
 namespace {
-
-void add_train_command(CLI::App& app, moet::TrainOptions& o) {
-  CLI::App* t = app.add_subcommand("train", "train a DeepSeek-V3-style MoE model on the CPU");
-  // A flag given twice takes the last value (scripts add defaults, users override them).
-  t->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  t->add_option("--model", o.model_path, "Hugging Face config.json of the model")->required();
-  t->add_option("--data", o.data,
-                "training text file or directory, a Megatron PREFIX (PREFIX.bin/.idx, e.g. from "
-                "moet data prepare), a blend \"0.7 PREFIX_A 0.3 PREFIX_B\", or 'mock' for random "
-                "tokens (default: the English corpus of Debian's fortunes package)");
-  t->add_option("--tokenizer", o.tokenizer,
-                "tokenizer of text data: 'byte' or a Hugging Face tokenizer.json (kept in --out as "
-                "tokenizer.json, where moet generate and moet eval find it)")
-      ->capture_default_str();
-  t->add_option("--split", o.split,
-                "train,validation[,test] shares of the documents (default 95,5; the validation "
-                "part is held out for evaluation)");
-  moet::cli::add_text_format_options(t, o.doc_boundary, o.json_key);
-  t->add_option("--prefetch", o.prefetch,
-                "steps of batches a background thread prepares ahead (0: on the training thread)")
-      ->capture_default_str();
-  t->add_option("--steps", o.steps, "optimizer steps")->capture_default_str();
-  t->add_option("--micro-batch", o.micro_batch, "sequences per micro-batch")->capture_default_str();
-  t->add_option("--seq", o.seq,
-                "sequence length (default 256, or the model's max_position_embeddings when "
-                "that is less)")
-      ->capture_default_str();
-  t->add_option("--grad-accum", o.grad_accum, "micro-batches per step")->capture_default_str();
-  t->add_option("--lr", o.lr, "peak learning rate")->capture_default_str();
-  t->add_option("--min-lr", o.min_lr,
-                "final learning rate of the cosine, in [0, lr] (default lr/10)");
-  t->add_option("--warmup", o.warmup,
-                "warm-up steps, at most --steps (default min(200, steps/10))");
-  t->add_option("--schedule", o.schedule, "cosine or constant")->capture_default_str();
-  t->add_flag("--override-opt-param-scheduler", o.override_opt_param_scheduler,
-              "resume under a learning-rate schedule (--lr, --min-lr, --warmup, --steps, "
-              "--schedule) other than the checkpoint's (as Megatron's flag; refused otherwise)");
-  t->add_option("--seed", o.seed, "seed of initialisation and data")
-      ->check(moet::cli::unsigned_integer())
-      ->capture_default_str();
-  t->add_option("--threads", o.threads, "threads (default: all cores)");
-  t->add_option("--precision", o.precision,
-                "fp32, bf16, mxfp8, fp8-blockwise, or auto (bf16 where the CPU multiplies bf16, "
-                "else fp32)")
-      ->capture_default_str();
-  t->add_option("--bf16-layers", o.bf16_layers,
-                "FP8 recipes: the first and the last N decoder layers run in bf16")
-      ->capture_default_str();
-  t->add_option("--metrics", o.metrics_path,
-                "write one JSON object per step to this file (default with --out RUN: "
-                "RUN/metrics.jsonl)");
-  t->add_flag("--overwrite,--overwrite-metrics", o.overwrite,
-              "replace existing --metrics and --trace files (an empty one is replaced anyway)");
-  t->add_option("--tensorboard", o.tensorboard_dir,
-                "write TensorBoard event files into this directory (tags as Megatron's; "
-                "docs/metrics.md); without one, into RUN/tensorboard of --out RUN")
-      ->expected(0, 1);
-  t->add_option("--log-expert-load", o.log_expert_load,
-                "every N steps, the tokens each routed expert received per MoE layer, into "
-                "--metrics and --tensorboard (0: never)")
-      ->capture_default_str();
-  t->add_option("--log-every", o.log_every, "steps between progress lines")->capture_default_str();
-  t->add_option("--eval-every", o.eval_every, "steps between held-out evaluations (0: at the end)");
-  t->add_option("--eval-batches", o.eval_batches, "held-out micro-batches per evaluation")
-      ->capture_default_str();
-  t->add_option("--weight-decay", o.weight_decay, "AdamW weight decay")->capture_default_str();
-  t->add_option("--grad-clip", o.grad_clip, "global gradient-norm clip (0: off)")
-      ->capture_default_str();
-  t->add_option("--mtp-lambda", o.mtp_lambda, "MTP loss weight")->capture_default_str();
-  t->add_option("--balance-alpha", o.balance_alpha, "sequence-wise balance loss weight")
-      ->capture_default_str();
-  t->add_option("--z-loss", o.z_loss_coef, "router z-loss weight")->capture_default_str();
-  t->add_option("--bias-update-rate", o.bias_update_rate,
-                "aux-loss-free expert bias update rate gamma (DeepSeek-V3: 0.001; "
-                "docs/training.md)")
-      ->capture_default_str();
-  t->add_option("--peak-tflops", o.peak_tflops,
-                "peak TFLOP/s that MFU divides by, positive (default: the measured GEMM peak)");
-  t->add_flag("--quiet", o.quiet, "no progress lines");
-  t->add_option("--ep", o.ep, "expert-parallel size: ranks per expert group (under mpirun)")
-      ->capture_default_str();
-  t->add_flag("--a2a-overlap", o.a2a_overlap,
-              "split each micro-batch in two halves whose stages interleave, so one half's "
-              "all-to-alls travel under the other half's compute; under --pp, combined 1F1B: "
-              "a forward and another micro-batch's backward interleave");
-  t->add_option("--pp", o.pp,
-                "pipeline stages (under mpirun; the world is pp x data-parallel ranks, the "
-                "pipeline outermost as in Megatron)")
-      ->capture_default_str();
-  t->add_option("--vpp", o.vpp,
-                "model chunks (virtual stages) per pipeline stage: interleaved 1F1B when > 1")
-      ->capture_default_str();
-  t->add_option("--pp-layout", o.pp_layout,
-                "Megatron's pipeline layout, e.g. \"Et*2|t*2|t*2|t*2mL\" (default: the decoder "
-                "layers split evenly over pp x vpp stages)");
-  t->add_flag("--zero1", o.zero1,
-              "ZeRO-1: shard the AdamW moments over the data-parallel ranks (bitwise the same "
-              "training)");
-  t->add_flag("--deterministic", o.deterministic,
-              "one sequence at a time, gradients added in a fixed tree order: N data-parallel "
-              "ranks give bit for bit what one process gives with an N-times larger micro-batch");
-  t->add_option("--ep-ranks-per-node", o.ep_ranks_per_node,
-                "ranks of an expert-parallel group that share a node (for bytes across nodes; "
-                "n_group = nodes makes routing node-limited)");
-  t->add_option("--trace", o.trace_path,
-                "write a Perfetto/Chrome trace (compute and comm lanes), FILE.rankN.json per rank");
-  t->add_option("--dispatcher", o.dispatcher,
-                "expert token exchange with --ep > 1: alltoall or allgather")
-      ->check(CLI::IsMember({"alltoall", "allgather"}))
-      ->capture_default_str();
-  t->add_option("--out", o.out_dir,
-                "run directory for checkpoints (step-NNNNNNN/ and a 'latest' pointer); a run "
-                "with --out saves at the end and on SIGTERM/SIGINT");
-  t->add_option("--save-every", o.save_every, "steps between checkpoints (0: only at the end)")
-      ->capture_default_str();
-  t->add_option("--keep-last", o.keep_last, "keep only the newest K checkpoints (0: all)")
-      ->capture_default_str();
-  t->add_option("--resume", o.resume,
-                "'auto' (the latest checkpoint in --out, or a fresh start), a run directory (its "
-                "latest checkpoint) or a step-NNNNNNN directory");
-  t->add_flag("--sync-save", o.sync_save,
-              "write checkpoints on the training thread (default: in the background)");
-  t->add_option("--skip-nonfinite", o.skip_nonfinite,
-                "skip up to N steps whose loss is NaN or Inf (default 0: stop at the first)")
-      ->capture_default_str();
-  t->add_option("--init-from", o.init_from,
-                "start from the weights of a checkpoint or a Hugging Face directory (fresh "
-                "optimizer, step 0)");
-  t->add_option("--overlap", o.overlap,
-                "run the all-to-alls and gradient reductions on a communication thread behind "
-                "compute: auto (when a core is free for it), on, off")
-      ->capture_default_str();
-}
 
 // CLI11's line for a value it cannot convert joins every value a repeated flag was given
 // ("Could not convert: --steps = 4,x"); the one that failed is the last (a flag takes its last).
@@ -176,7 +44,7 @@ int main(int argc, char** argv) {
   CLI::App app{"moet: pre-training engine for DeepSeek-V3-style mixture-of-experts models"};
   app.require_subcommand(1);
   moet::TrainOptions train;
-  add_train_command(app, train);
+  moet::cli::add_train_command(app, train);
   moet::cli::SimulateArgs simulate;
   moet::cli::PlanArgs plan;
   moet::cli::BenchArgs bench;
@@ -260,11 +128,11 @@ int main(int argc, char** argv) {
     moet::apply_run_directory_defaults(
         train, app.get_subcommand("train")->get_option("--tensorboard")->count() > 0);
     if (app.get_subcommand("train")->get_option("--seq")->count() == 0 &&
-        moet::fit_default_seq_to_model(train) && reporter && !train.quiet)
+        moet::fit_default_seq_to_model(train) && reporter && !train.logging.quiet)
       std::printf(
           "moet train: --seq %lld, the model's max_position_embeddings (the default 256 "
           "is longer)\n",
-          (long long)train.seq);
+          (long long)train.data.seq);
     moet::run_training(train, world.get(), &*setup);
   } catch (const std::exception& e) {
     const std::string msg = moet::failure_line(e);

@@ -333,11 +333,13 @@ std::string report_html(const std::vector<json>& records, const json& run_info,
   // The balance and z losses are logged unweighted and differ by orders of magnitude (~1 and
   // ~20): each on its own axis, titled with the weight it enters the loss with.
   auto weight_of = [&](const char* key, const char* flag) -> std::string {
-    const bool known = run_info.is_object() && run_info.contains("options") &&
-                       run_info["options"].is_object() && run_info["options"].contains(key) &&
-                       run_info["options"][key].is_number();
-    if (!known) return "weight not recorded";
-    const double w = run_info["options"][key].get<double>();
+    // run.json's options.optim (train/train_options.h)
+    const nlohmann::json* optim = nullptr;
+    if (run_info.is_object() && run_info.contains("options") && run_info["options"].is_object() &&
+        run_info["options"].contains("optim") && run_info["options"]["optim"].is_object())
+      optim = &run_info["options"]["optim"];
+    if (!optim || !optim->contains(key) || !(*optim)[key].is_number()) return "weight not recorded";
+    const double w = (*optim)[key].get<double>();
     return w == 0 ? std::string(flag) + " 0: not in the loss" : num("enters the loss x %g", w);
   };
   h += line_chart("sequence-wise balance loss, unweighted (" +

@@ -42,9 +42,9 @@ std::string resumed_schedule_change(const nlohmann::json& run, const LrSchedule&
   auto num = [&](const char* k, double dflt) {
     return lr.contains(k) && lr[k].is_number() ? lr[k].get<double>() : dflt;
   };
-  const std::string kind =
-      lr.contains("schedule") && lr["schedule"].is_string() ? lr["schedule"].get<std::string>()
-                                                             : schedule_name;
+  const std::string kind = lr.contains("schedule") && lr["schedule"].is_string()
+                               ? lr["schedule"].get<std::string>()
+                               : schedule_name;
   const double max = num("max", now.max_lr), min = num("min", now.min_lr);
   const int64_t warmup = int64_t(num("warmup", double(now.warmup))),
                 total = int64_t(num("total_steps", double(now.total)));
@@ -65,12 +65,11 @@ std::string resumed_schedule_change(const nlohmann::json& run, const LrSchedule&
   LrSchedule then = now;
   then.kind = parse_schedule_kind(kind);
   then.max_lr = max, then.min_lr = min, then.warmup = warmup, then.total = total;
-  return str("the learning-rate schedule changes at step ", resume_step, " (",
-             "--override-opt-param-scheduler): was ",
-             describe_schedule(kind, max, min, warmup, total), ", now ",
-             describe_schedule(schedule_name, now.max_lr, now.min_lr, now.warmup, now.total),
-             "; the rate of the next step goes from ", then.at(resume_step), " to ",
-             now.at(resume_step));
+  return str(
+      "the learning-rate schedule changes at step ", resume_step, " (",
+      "--override-opt-param-scheduler): was ", describe_schedule(kind, max, min, warmup, total),
+      ", now ", describe_schedule(schedule_name, now.max_lr, now.min_lr, now.warmup, now.total),
+      "; the rate of the next step goes from ", then.at(resume_step), " to ", now.at(resume_step));
 }
 
 }  // namespace
@@ -78,73 +77,77 @@ std::string resumed_schedule_change(const nlohmann::json& run, const LrSchedule&
 TrainCheckpoints::TrainCheckpoints(const TrainOptions& o, Communicator* world)
     : o_(o), world_(world) {
   // (the flags alone and together: check_train_options)
-  if (o.resume == "auto") {
-    if (std::optional<std::string> latest = latest_checkpoint(o.out_dir)) resume_dir_ = *latest;
-  } else if (!o.resume.empty()) {
-    resume_dir_ = resolve_checkpoint_dir(o.resume);
+  if (o.checkpoint.resume == "auto") {
+    if (std::optional<std::string> latest = latest_checkpoint(o.checkpoint.out_dir))
+      resume_dir_ = *latest;
+  } else if (!o.checkpoint.resume.empty()) {
+    resume_dir_ = resolve_checkpoint_dir(o.checkpoint.resume);
   }
   if (!resume_dir_.empty()) resume_step_ = CheckpointReader(resume_dir_).index().step;
   model_config_ = read_json_file(o.model_path);
-  if (o.out_dir.empty()) return;
-  MOET_CHECK(!fs::exists(o.out_dir) || fs::is_directory(o.out_dir), "--out '", o.out_dir,
-             "' exists and is not a directory");
-  const auto existing = list_checkpoints(o.out_dir);
+  if (o.checkpoint.out_dir.empty()) return;
+  MOET_CHECK(!fs::exists(o.checkpoint.out_dir) || fs::is_directory(o.checkpoint.out_dir), "--out '",
+             o.checkpoint.out_dir, "' exists and is not a directory");
+  const auto existing = list_checkpoints(o.checkpoint.out_dir);
   if (resume_dir_.empty()) {
-    MOET_CHECK(existing.empty(), "--out '", o.out_dir, "' already holds checkpoints (newest: ",
-               existing.empty() ? "" : existing.back().second,
-               "); pass --resume auto to continue that run, or choose another --out");
+    MOET_CHECK(
+        existing.empty(), "--out '", o.checkpoint.out_dir,
+        "' already holds checkpoints (newest: ", existing.empty() ? "" : existing.back().second,
+        "); pass --resume auto to continue that run, or choose another --out");
   } else {
     for (const auto& [s, dir] : existing)
-      MOET_CHECK(s <= resume_step_, "--out '", o.out_dir, "' holds ", dir,
+      MOET_CHECK(s <= resume_step_, "--out '", o.checkpoint.out_dir, "' holds ", dir,
                  ", a checkpoint after step ", resume_step_,
                  " that this run would overwrite; resume from it or choose another --out");
   }
-  keep_run_tokenizer(o.out_dir, o.tokenizer, false);  // refuses another tokenizer, writes nothing
+  keep_run_tokenizer(o.checkpoint.out_dir, o.data.tokenizer,
+                     false);  // refuses another tokenizer, writes nothing
   const LrSchedule schedule = train_lr_schedule(o);
-  run_ = {{"precision", o.precision},
-          {"bf16_layers", o.bf16_layers},
-          {"micro_batch", o.micro_batch},
-          {"seq", o.seq},
-          {"grad_accum", o.grad_accum},
+  run_ = {{"precision", o.precision.name()},
+          {"bf16_layers", o.precision.bf16_layers},
+          {"micro_batch", o.data.micro_batch},
+          {"seq", o.data.seq},
+          {"grad_accum", o.data.grad_accum},
           {"ranks", world ? world->size() : 1},
-          {"ep", o.ep},
-          {"zero1", o.zero1},
-          {"deterministic", o.deterministic},
-          {"data", o.data},
+          {"ep", o.parallel.ep},
+          {"zero1", o.parallel.zero1},
+          {"deterministic", o.parallel.deterministic},
+          {"data", o.data.spec},
           // how the data were read and held out: `moet eval --checkpoint` evaluates the run's
           // held-out part the way training did
-          {"split", o.split.empty() ? "95,5" : o.split},
-          {"doc_boundary", o.doc_boundary},
-          {"json_key", o.json_key},
-          {"tokenizer", o.tokenizer},
-          {"eval_batches", o.eval_batches},
+          {"split", o.data.split.empty() ? "95,5" : o.data.split},
+          {"doc_boundary", o.data.doc_boundary},
+          {"json_key", o.data.json_key},
+          {"tokenizer", o.data.tokenizer},
+          {"eval_batches", o.logging.eval_batches},
           {"lr",
-           {{"schedule", o.schedule},
-            {"max", o.lr},
+           {{"schedule", schedule_name(o.optim.schedule)},
+            {"max", o.optim.lr},
             {"min", schedule.min_lr},
             {"warmup", schedule.warmup},
-            {"total_steps", o.steps}}},
+            {"total_steps", o.optim.steps}}},
           {"rng", "counter-based Philox4x32-10 keyed by the seed (no generator state)"},
+          {"options", to_json(o)},  // every option, as run.json has them
           {"command_line", o.command_line}};
 }
 
 void TrainCheckpoints::open() {
   const TrainOptions& o = o_;
-  if (o.out_dir.empty()) return;
+  if (o.checkpoint.out_dir.empty()) return;
   const int rank = world_ ? world_->rank() : 0, ranks = world_ ? world_->size() : 1;
   if (rank == 0) {
-    fs::create_directories(o.out_dir);
-    CheckpointSaver::remove_partial_saves(o.out_dir);
+    fs::create_directories(o.checkpoint.out_dir);
+    CheckpointSaver::remove_partial_saves(o.checkpoint.out_dir);
   }
   if (world_) world_->barrier();  // nobody writes into a directory rank 0 is cleaning
-  keep_run_tokenizer(o.out_dir, o.tokenizer, rank == 0);
+  keep_run_tokenizer(o.checkpoint.out_dir, o.data.tokenizer, rank == 0);
   CheckpointSaver::Options so;
-  so.run_dir = o.out_dir;
+  so.run_dir = o.checkpoint.out_dir;
   so.config_json_path = o.model_path;
   so.rank = rank;
   so.ranks = ranks;
-  so.keep_last = o.keep_last;
-  so.async = !o.sync_save;
+  so.keep_last = o.checkpoint.keep_last;
+  so.async = !o.checkpoint.sync_save;
   saver_ = std::make_unique<CheckpointSaver>(so);
 }
 
@@ -165,8 +168,9 @@ int64_t TrainCheckpoints::restore(const StateHolder& h, AdamW& adamw, const Data
              " sequences x ", data.grad_accum, " micro-batches) differs from the checkpoint's (",
              accum > 0 ? ix.global_batch / accum : 0, " x ", accum, ", ", resume_dir_,
              "); a resumed run keeps it so that no sample is repeated or skipped");
-  schedule_note_ = resumed_schedule_change(ix.run, train_lr_schedule(o_), o_.schedule,
-                                           o_.override_opt_param_scheduler, ix.step, resume_dir_);
+  schedule_note_ =
+      resumed_schedule_change(ix.run, train_lr_schedule(o_), schedule_name(o_.optim.schedule),
+                              o_.optim.override_opt_param_scheduler, ix.step, resume_dir_);
   const std::vector<StatePiece> pieces = training_state_pieces(h, false);
   reader.check_tensors(pieces, "param/", !h.pipeline_stage);
   bool has_moments = false;
@@ -189,7 +193,8 @@ int64_t TrainCheckpoints::prepare(const StateHolder& h) {
 }
 
 bool TrainCheckpoints::due(int64_t steps_done, bool last_step) const {
-  return saver_ && (last_step || (o_.save_every > 0 && steps_done % o_.save_every == 0));
+  return saver_ && (last_step ||
+                    (o_.checkpoint.save_every > 0 && steps_done % o_.checkpoint.save_every == 0));
 }
 
 double TrainCheckpoints::save(int64_t steps_done, const StateHolder& h, const AdamW& adamw,
@@ -216,8 +221,8 @@ std::string TrainCheckpoints::finish() {
 }
 
 std::string TrainCheckpoints::newest() const {
-  if (o_.out_dir.empty()) return "";
-  const auto all = list_checkpoints(o_.out_dir);
+  if (o_.checkpoint.out_dir.empty()) return "";
+  const auto all = list_checkpoints(o_.checkpoint.out_dir);
   return all.empty() ? "" : all.back().second;
 }
 

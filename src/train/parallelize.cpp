@@ -15,10 +15,9 @@ namespace moet {
 
 // "auto": a communication thread only pays when it has a core of its own; a thread spinning
 // in MPI on a core that compute needs slows the step (docs/benchmarks.md).
-OverlapChoice choose_overlap(const std::string& mode, int threads_per_rank) {
-  if (mode == "on") return {true, "--overlap on"};
-  if (mode == "off") return {false, "--overlap off"};
-  MOET_CHECK(mode == "auto", "--overlap '", mode, "' is not one of auto, on, off");
+OverlapChoice choose_overlap(OverlapMode mode, int threads_per_rank) {
+  if (mode == OverlapMode::kOn) return {true, "--overlap on"};
+  if (mode == OverlapMode::kOff) return {false, "--overlap off"};
   const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
   const int ranks_here = local ? std::max(1, std::atoi(local)) : 1;
   const int cores = int(std::thread::hardware_concurrency());
@@ -99,9 +98,9 @@ std::unique_ptr<ParallelRun> parallelize(const TrainOptions& o, const ModelConfi
   ParallelRun& r = *run;
   r.world_size = world ? world->size() : 1;
   r.world_rank = world ? world->rank() : 0;
-  r.pp = int(o.pp);
-  MOET_CHECK(r.world_size % r.pp == 0, "--pp ", o.pp, " does not divide the ", r.world_size,
-             " ranks");
+  r.pp = int(o.parallel.pp);
+  MOET_CHECK(r.world_size % r.pp == 0, "--pp ", o.parallel.pp, " does not divide the ",
+             r.world_size, " ranks");
   r.dp = r.world_size / r.pp;
   r.pp_rank = r.world_rank / r.dp;  // Megatron's order: the pipeline outermost
   r.dp_rank = r.world_rank % r.dp;
@@ -113,65 +112,66 @@ std::unique_ptr<ParallelRun> parallelize(const TrainOptions& o, const ModelConfi
       r.dp_group = world->split(r.pp_rank, r.world_rank);
       stage_world = r.dp_group.get();
     }
-    r.layout = make_parallel_layout(*stage_world, int(o.ep));
-    if (choose_overlap(o.overlap, threads).on && stage_world->size() > 1) {
+    r.layout = make_parallel_layout(*stage_world, int(o.parallel.ep));
+    if (choose_overlap(o.parallel.overlap, threads).on && stage_world->size() > 1) {
       r.stream = std::make_unique<CommStream>();
       r.stream->set_trace(trace);
     }
-    if (o.ep > 1)
+    if (o.parallel.ep > 1)
       dispatchers = [&r, &o, trace](int64_t E) -> std::unique_ptr<TokenDispatcher> {
         std::unique_ptr<ExpertExchangeDispatcher> d;
-        if (o.dispatcher == "allgather")
+        if (o.parallel.dispatcher == DispatcherKind::kAllGather)
           d = std::make_unique<AllGatherDispatcher>(*r.layout->ep_group, E);
         else
           d = std::make_unique<AllToAllDispatcher>(*r.layout->ep_group, E);
         d->set_stream(r.stream.get());
         d->set_trace(trace);
-        if (o.ep_ranks_per_node > 0) d->set_ranks_per_node(o.ep_ranks_per_node);
+        if (o.parallel.ep_ranks_per_node > 0) d->set_ranks_per_node(o.parallel.ep_ranks_per_node);
         r.exchanges.push_back(d.get());
         return d;
       };
   }
-  const int64_t B = o.micro_batch, T = o.seq;
-  const LossWeights lw{o.mtp_lambda, o.balance_alpha, o.z_loss_coef};
+  const int64_t B = o.data.micro_batch, T = o.data.seq;
+  const LossWeights lw{o.optim.mtp_lambda, o.optim.balance_alpha, o.optim.z_loss_coef};
   if (r.pp == 1) {
     // --deterministic: a model for one sequence, run B times per micro-batch; --a2a-overlap:
     // two lanes of B/2 sequences over one set of parameters.
-    const int64_t lane_batch = o.deterministic ? 1 : o.a2a_overlap ? B / 2 : B;
+    const int64_t lane_batch = o.parallel.deterministic ? 1 : o.parallel.a2a_overlap ? B / 2 : B;
     r.models.push_back(std::make_unique<Model>(cfg, lane_batch, T, lw, dispatchers, precision));
-    r.models[0]->init_parameters(o.seed);
-    if (o.a2a_overlap)
+    r.models[0]->init_parameters(o.data.seed);
+    if (o.parallel.a2a_overlap)
       r.models.push_back(
           std::make_unique<Model>(cfg, lane_batch, T, lw, dispatchers, *r.models[0]));
     r.chunks.push_back({r.models[0].get()});
   } else {
     PipelineScheduleSpec spec;
-    spec.stages = o.pp;
-    spec.chunks = o.vpp;
+    spec.stages = o.parallel.pp;
+    spec.chunks = o.parallel.vpp;
     // --deterministic: every sequence is a micro-batch of the pipeline
-    spec.microbatches = o.deterministic ? o.grad_accum * B : o.grad_accum;
-    spec.ep_overlap = o.a2a_overlap;  // combined 1F1B
+    spec.microbatches = o.parallel.deterministic ? o.data.grad_accum * B : o.data.grad_accum;
+    spec.ep_overlap = o.parallel.a2a_overlap;  // combined 1F1B
     check_pipeline_schedule(spec);
-    const std::vector<ModelPart> parts = pipeline_parts(cfg, o.pp_layout, o.pp * o.vpp);
+    const std::vector<ModelPart> parts =
+        pipeline_parts(cfg, o.parallel.pp_layout, o.parallel.pp * o.parallel.vpp);
     const std::vector<int64_t> slots = PipelineExecutor::slots_per_chunk(spec, r.pp_rank);
     r.stage_params.share_declarations();
-    for (int64_t c = 0; c < o.vpp; ++c) {
+    for (int64_t c = 0; c < o.parallel.vpp; ++c) {
       std::vector<Model*>& chunk = r.chunks.emplace_back();
       for (int64_t s = 0; s < slots[size_t(c)]; ++s) {
-        r.models.push_back(std::make_unique<Model>(cfg, parts[size_t(c * o.pp + r.pp_rank)],
-                                                   o.deterministic ? 1 : B, T, lw, dispatchers,
-                                                   precision, r.stage_params));
+        r.models.push_back(std::make_unique<Model>(
+            cfg, parts[size_t(c * o.parallel.pp + r.pp_rank)], o.parallel.deterministic ? 1 : B, T,
+            lw, dispatchers, precision, r.stage_params));
         chunk.push_back(r.models.back().get());
       }
     }
     r.stage_params.allocate();
-    r.stage_params.initialize(o.seed, cfg.initializer_range);
+    r.stage_params.initialize(o.data.seed, cfg.initializer_range);
     r.pipeline = std::make_unique<PipelineExecutor>(*r.pp_group, spec, r.chunks);
     r.pipeline->set_trace(trace);
   }
   for (auto& m : r.models) m->set_trace(trace);
   if (r.layout) {
-    r.dp_sync.emplace(*r.layout, r.params(), r.stream.get(), o.zero1);
+    r.dp_sync.emplace(*r.layout, r.params(), r.stream.get(), o.parallel.zero1);
     DataParallel& dp = *r.dp_sync;
     dp.set_trace(trace);
     if (r.pipeline) {

@@ -66,7 +66,7 @@ struct OverlapChoice {
   bool on = false;
   std::string why;
 };
-OverlapChoice choose_overlap(const std::string& mode, int threads_per_rank);
+OverlapChoice choose_overlap(OverlapMode mode, int threads_per_rank);
 
 // threads: compute threads per rank (the communication stream runs when a core is left).
 std::unique_ptr<ParallelRun> parallelize(const TrainOptions& o, const ModelConfig& cfg,

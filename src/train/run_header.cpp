@@ -40,15 +40,15 @@ namespace {
 void print_layout(const RunHeader& h, int64_t DP) {
   const TrainOptions& o = *h.options;
   const ParallelRun& par = *h.run;
-  const int64_t W = h.world_size, ep = o.ep;
-  std::printf("layout: %lld ranks = pp %lld x dp %lld", (long long)W, (long long)o.pp,
+  const int64_t W = h.world_size, ep = o.parallel.ep;
+  std::printf("layout: %lld ranks = pp %lld x dp %lld", (long long)W, (long long)o.parallel.pp,
               (long long)DP);
-  if (o.vpp > 1) std::printf(" (vpp %lld chunks per stage)", (long long)o.vpp);
+  if (o.parallel.vpp > 1) std::printf(" (vpp %lld chunks per stage)", (long long)o.parallel.vpp);
   std::printf("; experts over ep %lld ranks, each expert's replicas over edp %lld", (long long)ep,
               (long long)(DP / ep));
-  if (o.zero1) std::printf("; ZeRO-1 (AdamW moments sharded over dp)");
+  if (o.parallel.zero1) std::printf("; ZeRO-1 (AdamW moments sharded over dp)");
   std::printf("\n");
-  const OverlapChoice overlap = choose_overlap(o.overlap, ops::num_threads());
+  const OverlapChoice overlap = choose_overlap(o.parallel.overlap, ops::num_threads());
   const bool on = par.stream != nullptr;
   std::printf("communication: %s (%s)%s\n",
               on ? "on a communication thread, overlapping compute"
@@ -56,8 +56,9 @@ void print_layout(const RunHeader& h, int64_t DP) {
               overlap.why.c_str(),
               on || !overlap.on ? "" : "; one data-parallel rank: nothing to overlap");
   if (ep > 1)
-    std::printf("expert exchange: %s over %lld ranks%s\n", o.dispatcher.c_str(), (long long)ep,
-                o.a2a_overlap ? ", two lanes interleaved (--a2a-overlap)" : "");
+    std::printf("expert exchange: %s over %lld ranks%s\n", dispatcher_name(o.parallel.dispatcher),
+                (long long)ep,
+                o.parallel.a2a_overlap ? ", two lanes interleaved (--a2a-overlap)" : "");
 }
 
 }  // namespace
@@ -66,7 +67,7 @@ void print_run_header(const RunHeader& h) {
   const TrainOptions& o = *h.options;
   const ModelConfig& cfg = *h.config;
   ParallelRun& par = *h.run;
-  const int64_t DP = par.dp, B = o.micro_batch, T = o.seq, A = o.grad_accum;
+  const int64_t DP = par.dp, B = o.data.micro_batch, T = o.data.seq, A = o.data.grad_accum;
   const int threads = ops::num_threads();
   std::printf("moet train: %s, %.1fM parameters, %.1f MFLOP/token, %d thread%s",
               o.model_path.c_str(), double(count_parameters(cfg)) / 1e6, h.flops_per_token / 1e6,
@@ -76,7 +77,7 @@ void print_run_header(const RunHeader& h) {
   if (h.world_size > 1) print_layout(h, DP);
   std::printf("precision: %s", recipe_name(h.precision.recipe));
   if (ops::is_fp8(h.main_format))
-    std::printf(" (first and last %lld layers bf16)", (long long)o.bf16_layers);
+    std::printf(" (first and last %lld layers bf16)", (long long)o.precision.bf16_layers);
   std::printf(" | %s\n", ops::kernel_description(h.main_format).c_str());
   std::printf("data: %s\n", h.data.c_str());
   const int64_t seqs = DP * A * B;
@@ -115,13 +116,16 @@ void print_run_header(const RunHeader& h) {
   }
   if (!h.resume_dir.empty())
     std::printf("resumed from %s at step %lld\n", h.resume_dir.c_str(), (long long)h.first_step);
-  else if (!o.init_from.empty())
-    std::printf("weights from %s\n", o.init_from.c_str());
+  else if (!o.checkpoint.init_from.empty())
+    std::printf("weights from %s\n", o.checkpoint.init_from.c_str());
   if (h.saving)
-    std::printf(
-        "checkpoints: %s, %s%s at the end and on SIGTERM/SIGINT (%s)\n", o.out_dir.c_str(),
-        o.save_every > 0 ? ("every " + std::to_string(o.save_every) + " steps").c_str() : "",
-        o.save_every > 0 ? "," : "", o.sync_save ? "written synchronously" : "async");
+    std::printf("checkpoints: %s, %s%s at the end and on SIGTERM/SIGINT (%s)\n",
+                o.checkpoint.out_dir.c_str(),
+                o.checkpoint.save_every > 0
+                    ? ("every " + std::to_string(o.checkpoint.save_every) + " steps").c_str()
+                    : "",
+                o.checkpoint.save_every > 0 ? "," : "",
+                o.checkpoint.sync_save ? "written synchronously" : "async");
   std::fflush(stdout);
 }
 

@@ -24,9 +24,10 @@ void write_run_info(const TrainOptions& o, const std::string& tensorboard_file, 
   j["command"] = o.command_line;
   // every invocation of the run, the first first: a resumed run adds its own
   nlohmann::ordered_json commands = nlohmann::ordered_json::array();
-  const fs::path previous = fs::path(o.out_dir) / "run.json";
+  const fs::path previous = fs::path(o.checkpoint.out_dir) / "run.json";
   if (resuming && fs::is_regular_file(previous)) {
-    const auto old = nlohmann::ordered_json::parse(read_text_file(previous.string()), nullptr, false);
+    const auto old =
+        nlohmann::ordered_json::parse(read_text_file(previous.string()), nullptr, false);
     if (old.is_object() && old.contains("commands") && old["commands"].is_array())
       commands = old["commands"];
     else if (old.is_object() && old.contains("command") && old["command"].is_string())
@@ -36,33 +37,13 @@ void write_run_info(const TrainOptions& o, const std::string& tensorboard_file, 
   j["commands"] = commands;
   j["model_config"] = absolute(o.model_path);
   j["model"] = nlohmann::ordered_json::parse(read_text_file(o.model_path), nullptr, false);
-  j["metrics"] = absolute(o.metrics_path);
-  j["tensorboard"] = absolute(o.tensorboard_dir);
+  j["metrics"] = absolute(o.logging.metrics_path);
+  j["tensorboard"] = absolute(o.logging.tensorboard_dir);
   j["tensorboard_file"] = absolute(tensorboard_file);
-  j["options"] = {{"steps", o.steps},
-                  {"micro_batch", o.micro_batch},
-                  {"seq", o.seq},
-                  {"grad_accum", o.grad_accum},
-                  {"lr", o.lr},
-                  {"schedule", o.schedule},
-                  {"precision", o.precision},
-                  {"data", o.data},
-                  {"split", o.split.empty() ? "95,5" : o.split},
-                  {"doc_boundary", o.doc_boundary},
-                  {"json_key", o.json_key},
-                  {"tokenizer", o.tokenizer},
-                  {"eval_batches", o.eval_batches},
-                  {"seed", o.seed},
-                  {"ep", o.ep},
-                  {"pp", o.pp},
-                  {"zero1", o.zero1},
-                  // the weights the loss gives its terms (the report says what enters the loss)
-                  {"mtp_lambda", o.mtp_lambda},
-                  {"balance_alpha", o.balance_alpha},
-                  {"z_loss_coef", o.z_loss_coef}};
+  j["options"] = to_json(o);  // grouped as TrainOptions (train_options.h)
   std::error_code ec;
-  fs::create_directories(o.out_dir, ec);
-  const fs::path path = fs::path(o.out_dir) / "run.json", tmp = path.string() + ".tmp";
+  fs::create_directories(o.checkpoint.out_dir, ec);
+  const fs::path path = fs::path(o.checkpoint.out_dir) / "run.json", tmp = path.string() + ".tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);
     out << j.dump(2) << "\n";

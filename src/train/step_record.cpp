@@ -23,8 +23,8 @@ StepRecorder::StepRecorder(const TrainOptions& o, const ModelConfig& cfg, Parall
       world_(world),
       ranks_(world ? world->size() : 1),
       peak_tflops_(peak_tflops),
-      flops_per_token_(moet::flops_per_token(cfg, o.seq, cfg.num_nextn_predict_layers > 0)),
-      tokens_per_step_(int64_t(par.dp) * o.grad_accum * o.micro_batch * o.seq) {
+      flops_per_token_(moet::flops_per_token(cfg, o.data.seq, cfg.num_nextn_predict_layers > 0)),
+      tokens_per_step_(int64_t(par.dp) * o.data.grad_accum * o.data.micro_batch * o.data.seq) {
   for (int64_t l = 0; l < cfg.num_hidden_layers; ++l)
     if (cfg.is_moe_layer(l)) moe_layer_index_.push_back(l);
   if (cfg.mtp_is_moe())
@@ -36,7 +36,7 @@ StepMetrics StepRecorder::record(int64_t step, const StepResult& r, double step_
                                  double data_wait_s, double elapsed_s, int64_t first_step) {
   StepMetrics m;
   m.step = step + 1;
-  m.total_steps = o_.steps;
+  m.total_steps = o_.optim.steps;
   m.ranks = ranks_;
   m.loss = r.losses.loss;
   m.lm_loss = r.losses.lm_loss;
@@ -47,7 +47,7 @@ StepMetrics StepRecorder::record(int64_t step, const StepResult& r, double step_
     m.z_loss = r.losses.z_loss;
     m.max_expert_load = r.max_expert_load;
     // the step's loads, summed over micro-batches and ranks (StepRunner::run)
-    if (o_.log_expert_load > 0 && (step + 1) % o_.log_expert_load == 0) {
+    if (o_.logging.log_expert_load > 0 && (step + 1) % o_.logging.log_expert_load == 0) {
       m.expert_load_layers = moe_layer_index_;
       for (MoeLayer* layer : par_.moe_layers()) m.expert_load.push_back(layer->stats().load_E);
       MOET_ASSERT(m.expert_load.size() == moe_layer_index_.size());
@@ -65,7 +65,7 @@ StepMetrics StepRecorder::record(int64_t step, const StepResult& r, double step_
   if (par_.pipeline) pipeline(m);
   m.elapsed_s = elapsed_s;
   m.peak_rss_mb = double(peak_rss_bytes()) / 1048576.0;
-  m.eta_s = m.elapsed_s / double(step + 1 - first_step) * double(o_.steps - step - 1);
+  m.eta_s = m.elapsed_s / double(step + 1 - first_step) * double(o_.optim.steps - step - 1);
   return m;
 }
 
@@ -84,7 +84,7 @@ void StepRecorder::communication(StepMetrics& m) {
     d->reset_timers();
     d->reset_bytes();
   }
-  if (o_.ep_ranks_per_node > 0) m.comm_bytes_other_nodes = other_nodes;
+  if (o_.parallel.ep_ranks_per_node > 0) m.comm_bytes_other_nodes = other_nodes;
   m.grad_sync_s = dp.take_sync_seconds(&grad_exposed);
   m.a2a_s = a2a_s;
   m.exposed_comm_s = a2a_exposed + grad_exposed;

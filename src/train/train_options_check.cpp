@@ -21,57 +21,56 @@ namespace {
 
 // Each numeric flag alone.
 void check_numbers(const TrainOptions& o) {
-  check_flag_positive("--steps", o.steps);
-  check_flag_positive("--micro-batch", o.micro_batch);
-  check_flag_at_least("--seq", o.seq, 2);
-  check_flag_positive("--grad-accum", o.grad_accum);
-  check_flag_positive("--lr", o.lr);
-  MOET_CHECK(!o.min_lr || (std::isfinite(*o.min_lr) && *o.min_lr >= 0 && *o.min_lr <= o.lr),
-             "--min-lr must be a finite number in [0, --lr ", o.lr, "], got ", *o.min_lr);
+  check_flag_positive("--steps", o.optim.steps);
+  check_flag_positive("--micro-batch", o.data.micro_batch);
+  check_flag_at_least("--seq", o.data.seq, 2);
+  check_flag_positive("--grad-accum", o.data.grad_accum);
+  check_flag_positive("--lr", o.optim.lr);
+  MOET_CHECK(
+      !o.optim.min_lr ||
+          (std::isfinite(*o.optim.min_lr) && *o.optim.min_lr >= 0 && *o.optim.min_lr <= o.optim.lr),
+      "--min-lr must be a finite number in [0, --lr ", o.optim.lr, "], got ", *o.optim.min_lr);
   // A longer warm-up would end the run before the learning rate reaches --lr.
-  MOET_CHECK(!o.warmup || (*o.warmup >= 0 && *o.warmup <= o.steps),
-             "--warmup must be in [0, --steps ", o.steps, "], got ", *o.warmup);
-  check_flag_at_least("--weight-decay", o.weight_decay, 0);
-  check_flag_at_least("--grad-clip", o.grad_clip, 0);
-  check_flag_at_least("--mtp-lambda", o.mtp_lambda, 0);
-  check_flag_at_least("--balance-alpha", o.balance_alpha, 0);
-  check_flag_at_least("--z-loss", o.z_loss_coef, 0);
-  check_flag_at_least("--bias-update-rate", o.bias_update_rate, 0);
-  if (o.peak_tflops) check_flag_positive("--peak-tflops", *o.peak_tflops);
-  check_flag_threads(o.threads);
-  check_flag_in_range("--prefetch", o.prefetch, int64_t(0), int64_t(1024));
-  check_flag_at_least("--bf16-layers", o.bf16_layers, 0);
-  check_flag_positive("--log-every", o.log_every);
-  check_flag_at_least("--log-expert-load", o.log_expert_load, 0);
-  check_flag_at_least("--eval-every", o.eval_every, 0);
-  check_flag_at_least("--eval-batches", o.eval_batches, 0);
-  check_flag_positive("--ep", o.ep);
-  check_flag_at_least("--ep-ranks-per-node", o.ep_ranks_per_node, 0);
-  check_flag_positive("--pp", o.pp);
-  check_flag_positive("--vpp", o.vpp);
-  check_flag_at_least("--save-every", o.save_every, 0);
-  check_flag_at_least("--keep-last", o.keep_last, 0);
-  check_flag_at_least("--skip-nonfinite", o.skip_nonfinite, 0);
+  MOET_CHECK(!o.optim.warmup || (*o.optim.warmup >= 0 && *o.optim.warmup <= o.optim.steps),
+             "--warmup must be in [0, --steps ", o.optim.steps, "], got ", *o.optim.warmup);
+  check_flag_at_least("--weight-decay", o.optim.weight_decay, 0);
+  check_flag_at_least("--grad-clip", o.optim.grad_clip, 0);
+  check_flag_at_least("--mtp-lambda", o.optim.mtp_lambda, 0);
+  check_flag_at_least("--balance-alpha", o.optim.balance_alpha, 0);
+  check_flag_at_least("--z-loss", o.optim.z_loss_coef, 0);
+  check_flag_at_least("--bias-update-rate", o.optim.bias_update_rate, 0);
+  if (o.logging.peak_tflops) check_flag_positive("--peak-tflops", *o.logging.peak_tflops);
+  check_flag_threads(o.parallel.threads);
+  check_flag_in_range("--prefetch", o.data.prefetch, int64_t(0), int64_t(1024));
+  check_flag_at_least("--bf16-layers", o.precision.bf16_layers, 0);
+  check_flag_positive("--log-every", o.logging.log_every);
+  check_flag_at_least("--log-expert-load", o.logging.log_expert_load, 0);
+  check_flag_at_least("--eval-every", o.logging.eval_every, 0);
+  check_flag_at_least("--eval-batches", o.logging.eval_batches, 0);
+  check_flag_positive("--ep", o.parallel.ep);
+  check_flag_at_least("--ep-ranks-per-node", o.parallel.ep_ranks_per_node, 0);
+  check_flag_positive("--pp", o.parallel.pp);
+  check_flag_positive("--vpp", o.parallel.vpp);
+  check_flag_at_least("--save-every", o.checkpoint.save_every, 0);
+  check_flag_at_least("--keep-last", o.checkpoint.keep_last, 0);
+  check_flag_at_least("--skip-nonfinite", o.checkpoint.skip_nonfinite, 0);
   // A rank holds a step's token ids (with their targets) at once: 2^31 of them (8 GiB) is taken
   // for a mistake, before the product overflows.
-  const double tokens = double(o.micro_batch) * double(o.grad_accum) * (double(o.seq) + 1);
-  MOET_CHECK(tokens < 2147483648.0, "--micro-batch ", o.micro_batch, " x --grad-accum ",
-             o.grad_accum, " x (--seq ", o.seq, " + 1) = ", tokens,
+  const double tokens =
+      double(o.data.micro_batch) * double(o.data.grad_accum) * (double(o.data.seq) + 1);
+  MOET_CHECK(tokens < 2147483648.0, "--micro-batch ", o.data.micro_batch, " x --grad-accum ",
+             o.data.grad_accum, " x (--seq ", o.data.seq, " + 1) = ", tokens,
              " token ids per step and rank: more than 2^31");
   // The run's token count (all ranks) is a 64-bit integer; 2^53 per rank leaves room for 1024.
-  MOET_CHECK(double(o.steps) * tokens < 9007199254740992.0, "--steps ", o.steps, " x ", tokens,
-             " tokens per step and rank: more than 2^53 tokens");
+  MOET_CHECK(double(o.optim.steps) * tokens < 9007199254740992.0, "--steps ", o.optim.steps, " x ",
+             tokens, " tokens per step and rank: more than 2^53 tokens");
 }
 
 // The flags that name one of a few choices, or text with a syntax of its own.
 void check_words(const TrainOptions& o) {
   MOET_CHECK(!o.model_path.empty(), "--model CONFIG.json is required");
-  check_flag_choice("--schedule", o.schedule, {"cosine", "constant"});
-  check_flag_choice("--overlap", o.overlap, {"auto", "on", "off"});
-  check_flag_choice("--dispatcher", o.dispatcher, {"alltoall", "allgather"});
-  if (o.precision != "auto") parse_recipe(o.precision);  // one line naming the choices
-  if (!o.split.empty()) parse_data_split(o.split);
-  check_flag_choice("--doc-boundary", o.doc_boundary, {"percent", "blank-line", "file"});
+  if (!o.data.split.empty()) parse_data_split(o.data.split);
+  check_flag_choice("--doc-boundary", o.data.doc_boundary, {"percent", "blank-line", "file"});
 }
 
 // A file the run will write (if `path` is given): not a directory, in a directory that exists
@@ -90,36 +89,40 @@ void check_output_file(const char* flag, const std::string& path) {
 
 // Combinations the trainer cannot run, and outputs that could not be written.
 void check_combinations(const TrainOptions& o) {
-  MOET_CHECK(!o.a2a_overlap || o.pp > 1 || o.micro_batch % 2 == 0,
+  MOET_CHECK(!o.parallel.a2a_overlap || o.parallel.pp > 1 || o.data.micro_batch % 2 == 0,
              "--a2a-overlap splits each micro-batch in two: --micro-batch must be even, got ",
-             o.micro_batch);
+             o.data.micro_batch);
   // AdamW multiplies the weights by 1 - lr x weight decay at every step (as torch does).
-  MOET_CHECK(o.lr * o.weight_decay < 1, "--weight-decay ", o.weight_decay, " x --lr ", o.lr,
+  MOET_CHECK(o.optim.lr * o.optim.weight_decay < 1, "--weight-decay ", o.optim.weight_decay,
+             " x --lr ", o.optim.lr,
              " >= 1 would zero or flip the sign of every decayed weight at each step");
-  MOET_CHECK(!o.deterministic || !o.a2a_overlap,
+  MOET_CHECK(!o.parallel.deterministic || !o.parallel.a2a_overlap,
              "--deterministic runs one sequence at a time and does not combine with --a2a-overlap");
-  MOET_CHECK(o.log_expert_load == 0 || o.pp == 1,
+  MOET_CHECK(o.logging.log_expert_load == 0 || o.parallel.pp == 1,
              "--log-expert-load does not combine with --pp yet (each stage holds other layers)");
-  MOET_CHECK(o.pp > 1 || (o.vpp == 1 && o.pp_layout.empty()),
+  MOET_CHECK(o.parallel.pp > 1 || (o.parallel.vpp == 1 && o.parallel.pp_layout.empty()),
              "--vpp and --pp-layout need --pp > 1");
-  MOET_CHECK(o.pp == 1 || o.init_from.empty() || !is_hf_directory(o.init_from),
+  MOET_CHECK(o.parallel.pp == 1 || o.checkpoint.init_from.empty() ||
+                 !is_hf_directory(o.checkpoint.init_from),
              "--pp cannot start from a Hugging Face directory yet: convert it with moet "
              "import-hf and pass that checkpoint to --init-from");
-  MOET_CHECK(!o.out_dir.empty() || (o.save_every == 0 && o.keep_last == 0),
+  MOET_CHECK(!o.checkpoint.out_dir.empty() ||
+                 (o.checkpoint.save_every == 0 && o.checkpoint.keep_last == 0),
              "--save-every and --keep-last need --out RUN_DIR (where checkpoints go)");
-  MOET_CHECK(!o.out_dir.empty() || o.resume != "auto",
+  MOET_CHECK(!o.checkpoint.out_dir.empty() || o.checkpoint.resume != "auto",
              "--resume auto looks for checkpoints in --out RUN_DIR: give --out");
-  MOET_CHECK(o.resume.empty() || o.init_from.empty(),
+  MOET_CHECK(o.checkpoint.resume.empty() || o.checkpoint.init_from.empty(),
              "--resume and --init-from exclude each other (resume continues a run; init-from "
              "starts a new one from a model's weights)");
   namespace fs = std::filesystem;
-  MOET_CHECK(o.out_dir.empty() || !fs::exists(o.out_dir) || fs::is_directory(o.out_dir), "--out '",
-             o.out_dir, "' exists and is not a directory");
-  MOET_CHECK(o.tensorboard_dir.empty() || !fs::exists(o.tensorboard_dir) ||
-                 fs::is_directory(o.tensorboard_dir),
-             "--tensorboard '", o.tensorboard_dir, "' exists and is not a directory");
-  check_output_file("--metrics", o.metrics_path);
-  check_output_file("--trace", o.trace_path);
+  MOET_CHECK(o.checkpoint.out_dir.empty() || !fs::exists(o.checkpoint.out_dir) ||
+                 fs::is_directory(o.checkpoint.out_dir),
+             "--out '", o.checkpoint.out_dir, "' exists and is not a directory");
+  MOET_CHECK(o.logging.tensorboard_dir.empty() || !fs::exists(o.logging.tensorboard_dir) ||
+                 fs::is_directory(o.logging.tensorboard_dir),
+             "--tensorboard '", o.logging.tensorboard_dir, "' exists and is not a directory");
+  check_output_file("--metrics", o.logging.metrics_path);
+  check_output_file("--trace", o.logging.trace_path);
 }
 
 }  // namespace
@@ -131,35 +134,39 @@ void check_train_options(const TrainOptions& o) {
 }
 
 void check_train_layout(const TrainOptions& o, const ModelConfig& cfg, const Communicator* world) {
-  MOET_CHECK(o.ep == 1 || world, "--ep ", o.ep,
+  MOET_CHECK(o.parallel.ep == 1 || world, "--ep ", o.parallel.ep,
              " needs several processes: start moet with mpirun -np N (N divisible by --ep)");
-  MOET_CHECK(o.pp == 1 || world, "--pp ", o.pp,
+  MOET_CHECK(o.parallel.pp == 1 || world, "--pp ", o.parallel.pp,
              " needs several processes: start moet with mpirun -np N (N divisible by --pp)");
-  MOET_CHECK(!o.zero1 || world,
+  MOET_CHECK(!o.parallel.zero1 || world,
              "--zero1 shards over data-parallel ranks: start moet with mpirun -np N");
   const int64_t W = world ? world->size() : 1;
-  MOET_CHECK(W % o.pp == 0, "--pp ", o.pp, " does not divide the ", W, " ranks");
-  const int64_t stage = W / o.pp;  // the ranks of a pipeline stage, split into --ep groups
-  MOET_CHECK(stage % o.ep == 0, "--ep ", o.ep, " does not divide the ", stage, " ranks",
-             o.pp > 1 ? " of a pipeline stage" : "");
-  MOET_CHECK(o.ep_ranks_per_node == 0 || o.ep % o.ep_ranks_per_node == 0, "--ep-ranks-per-node ",
-             o.ep_ranks_per_node, " must divide --ep ", o.ep);
-  MOET_CHECK(o.ep == 1 || cfg.num_moe_layers() == 0 || cfg.n_routed_experts % o.ep == 0, "--ep ",
-             o.ep, " does not divide the model's ", cfg.n_routed_experts, " routed experts");
-  MOET_CHECK(o.seq <= cfg.max_position_embeddings, "--seq ", o.seq,
+  MOET_CHECK(W % o.parallel.pp == 0, "--pp ", o.parallel.pp, " does not divide the ", W, " ranks");
+  const int64_t stage = W / o.parallel.pp;  // the ranks of a pipeline stage, split into --ep groups
+  MOET_CHECK(stage % o.parallel.ep == 0, "--ep ", o.parallel.ep, " does not divide the ", stage,
+             " ranks", o.parallel.pp > 1 ? " of a pipeline stage" : "");
+  MOET_CHECK(o.parallel.ep_ranks_per_node == 0 || o.parallel.ep % o.parallel.ep_ranks_per_node == 0,
+             "--ep-ranks-per-node ", o.parallel.ep_ranks_per_node, " must divide --ep ",
+             o.parallel.ep);
+  MOET_CHECK(
+      o.parallel.ep == 1 || cfg.num_moe_layers() == 0 || cfg.n_routed_experts % o.parallel.ep == 0,
+      "--ep ", o.parallel.ep, " does not divide the model's ", cfg.n_routed_experts,
+      " routed experts");
+  MOET_CHECK(o.data.seq <= cfg.max_position_embeddings, "--seq ", o.data.seq,
              " exceeds the model's max_position_embeddings (", cfg.max_position_embeddings,
              "): the largest valid --seq is ", cfg.max_position_embeddings);
-  if (o.pp == 1) return;
+  if (o.parallel.pp == 1) return;
   MOET_CHECK(!cfg.tie_word_embeddings,
              "--pp does not support tie_word_embeddings: the loss stage would train a copy of the "
              "embedding");
   PipelineScheduleSpec spec;  // as parallelize() builds it
-  spec.stages = o.pp;
-  spec.chunks = o.vpp;
-  spec.microbatches = o.deterministic ? o.grad_accum * o.micro_batch : o.grad_accum;
-  spec.ep_overlap = o.a2a_overlap;
+  spec.stages = o.parallel.pp;
+  spec.chunks = o.parallel.vpp;
+  spec.microbatches =
+      o.parallel.deterministic ? o.data.grad_accum * o.data.micro_batch : o.data.grad_accum;
+  spec.ep_overlap = o.parallel.a2a_overlap;
   check_pipeline_schedule(spec);
-  pipeline_parts(cfg, o.pp_layout, o.pp * o.vpp);
+  pipeline_parts(cfg, o.parallel.pp_layout, o.parallel.pp * o.parallel.vpp);
   // A bubble as long as the work is legal but rarely meant: say what brings it to a quarter.
   const int64_t P = spec.stages, V = spec.chunks, M = spec.microbatches;
   const double bubble = double(P - 1) / double(V * M);
@@ -170,8 +177,8 @@ void check_train_layout(const TrainOptions& o, const ModelConfig& cfg, const Com
   };
   if (bubble >= 1.0) {
     const int64_t per_accum =
-        o.deterministic ? o.micro_batch : 1;           // micro-batches per --grad-accum
-    const int64_t want_m = (4 * (P - 1) + V - 1) / V;  // (P-1)/(V*M) <= 0.25
+        o.parallel.deterministic ? o.data.micro_batch : 1;  // micro-batches per --grad-accum
+    const int64_t want_m = (4 * (P - 1) + V - 1) / V;       // (P-1)/(V*M) <= 0.25
     const int64_t accum = (want_m + per_accum - 1) / per_accum;
     warn(str("the pipeline bubble (P-1)/(V*M) = (", P, "-1)/(", V, "*", M, ") = ", three(bubble),
              ": each stage waits at least as long as it computes; --grad-accum ", accum,
@@ -186,21 +193,21 @@ bool fit_default_seq_to_model(TrainOptions& o) {
   } catch (const std::exception&) {
     return false;  // the run's own checks report the config
   }
-  if (max_positions <= 0 || o.seq <= max_positions) return false;
-  o.seq = max_positions;
+  if (max_positions <= 0 || o.data.seq <= max_positions) return false;
+  o.data.seq = max_positions;
   return true;
 }
 
 void apply_run_directory_defaults(TrainOptions& o, bool tensorboard_asked) {
   namespace fs = std::filesystem;
-  if (tensorboard_asked && o.tensorboard_dir.empty()) {
-    MOET_CHECK(!o.out_dir.empty(),
+  if (tensorboard_asked && o.logging.tensorboard_dir.empty()) {
+    MOET_CHECK(!o.checkpoint.out_dir.empty(),
                "--tensorboard without a directory writes into the run directory: give --out RUN "
                "(or --tensorboard DIR)");
-    o.tensorboard_dir = (fs::path(o.out_dir) / "tensorboard").string();
+    o.logging.tensorboard_dir = (fs::path(o.checkpoint.out_dir) / "tensorboard").string();
   }
-  if (!o.out_dir.empty() && o.metrics_path.empty())
-    o.metrics_path = (fs::path(o.out_dir) / "metrics.jsonl").string();
+  if (!o.checkpoint.out_dir.empty() && o.logging.metrics_path.empty())
+    o.logging.metrics_path = (fs::path(o.checkpoint.out_dir) / "metrics.jsonl").string();
 }
 
 bool output_absent_or_empty(const std::string& path) {
@@ -212,11 +219,11 @@ bool output_absent_or_empty(const std::string& path) {
 
 LrSchedule train_lr_schedule(const TrainOptions& o) {
   LrSchedule s;
-  s.kind = parse_schedule_kind(o.schedule);
-  s.max_lr = o.lr;
-  s.min_lr = o.min_lr ? *o.min_lr : o.lr / 10;
-  s.warmup = o.warmup ? *o.warmup : std::min<int64_t>(200, o.steps / 10);
-  s.total = o.steps;
+  s.kind = o.optim.schedule;
+  s.max_lr = o.optim.lr;
+  s.min_lr = o.optim.min_lr ? *o.optim.min_lr : o.optim.lr / 10;
+  s.warmup = o.optim.warmup ? *o.optim.warmup : std::min<int64_t>(200, o.optim.steps / 10);
+  s.total = o.optim.steps;
   return s;
 }
 

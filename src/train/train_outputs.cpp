@@ -23,16 +23,16 @@ void make_parent_folder(const std::string& path) {
 }  // namespace
 
 TrainOutputs::TrainOutputs(const TrainOptions& o, int rank, int ranks, bool resuming)
-    : o_(o), root_(rank == 0), verbose_(rank == 0 && !o.quiet), resuming_(resuming) {
-  MOET_CHECK(!root_ || o.metrics_path.empty() || resuming || o.overwrite ||
-                 output_absent_or_empty(o.metrics_path),
-             "--metrics '", o.metrics_path,
+    : o_(o), root_(rank == 0), verbose_(rank == 0 && !o.logging.quiet), resuming_(resuming) {
+  MOET_CHECK(!root_ || o.logging.metrics_path.empty() || resuming || o.logging.overwrite ||
+                 output_absent_or_empty(o.logging.metrics_path),
+             "--metrics '", o.logging.metrics_path,
              "' already exists; refusing to overwrite it (pass --overwrite, or choose another "
              "path)");
-  if (!o.trace_path.empty()) {  // a trace per rank, refused up front if the file exists
-    trace_file_ = TraceRecorder::per_rank_path(o.trace_path, rank, ranks);
-    MOET_CHECK(o.overwrite || output_absent_or_empty(trace_file_), "--trace: '", trace_file_,
-               "' already exists; refusing to overwrite it (pass --overwrite)");
+  if (!o.logging.trace_path.empty()) {  // a trace per rank, refused up front if the file exists
+    trace_file_ = TraceRecorder::per_rank_path(o.logging.trace_path, rank, ranks);
+    MOET_CHECK(o.logging.overwrite || output_absent_or_empty(trace_file_), "--trace: '",
+               trace_file_, "' already exists; refusing to overwrite it (pass --overwrite)");
     trace_ = std::make_unique<TraceRecorder>(rank, "rank " + std::to_string(rank));
     step_lane_ = trace_->lane(trace::kStepsLane);  // the top lane: steps and evaluations
   }
@@ -41,27 +41,29 @@ TrainOutputs::TrainOutputs(const TrainOptions& o, int rank, int ranks, bool resu
 TrainOutputs::~TrainOutputs() = default;
 
 void TrainOutputs::open(int64_t resume_step, int64_t first_step) {
-  if (root_ && !o_.metrics_path.empty()) {
-    make_parent_folder(o_.metrics_path);
+  if (root_ && !o_.logging.metrics_path.empty()) {
+    make_parent_folder(o_.logging.metrics_path);
     if (resuming_) {  // continue the interrupted run's file from the checkpoint's step
-      MetricsWriter::keep_steps_up_to(o_.metrics_path, resume_step);
-      metrics_ = std::make_unique<MetricsWriter>(o_.metrics_path, MetricsWriter::Mode::kAppend);
+      MetricsWriter::keep_steps_up_to(o_.logging.metrics_path, resume_step);
+      metrics_ =
+          std::make_unique<MetricsWriter>(o_.logging.metrics_path, MetricsWriter::Mode::kAppend);
     } else {
       // replaces only what the constructor allowed: --overwrite, or an empty file
       metrics_ = std::make_unique<MetricsWriter>(
-          o_.metrics_path, o_.overwrite || std::filesystem::exists(o_.metrics_path));
+          o_.logging.metrics_path,
+          o_.logging.overwrite || std::filesystem::exists(o_.logging.metrics_path));
     }
   }
-  if (root_ && !o_.tensorboard_dir.empty())
-    tensorboard_ = std::make_unique<TensorBoardWriter>(o_.tensorboard_dir);
+  if (root_ && !o_.logging.tensorboard_dir.empty())
+    tensorboard_ = std::make_unique<TensorBoardWriter>(o_.logging.tensorboard_dir);
   if (tensorboard_ && resuming_) tensorboard_->mark_resume(first_step + 1);
-  if (root_ && !o_.out_dir.empty())
+  if (root_ && !o_.checkpoint.out_dir.empty())
     write_run_info(o_, tensorboard_ ? tensorboard_->path() : "", resuming_);
 }
 
 void TrainOutputs::write(StepMetrics& m, bool log_now) {
   interval_.add(m);
-  if (log_now && o_.log_every > 1) interval_.fill(m);
+  if (log_now && o_.logging.log_every > 1) interval_.fill(m);
   if (metrics_) metrics_->write(m);
   if (tensorboard_) tensorboard_->write(m);
   if (tensorboard_ && log_now) tensorboard_->flush();

@@ -46,15 +46,15 @@ MemoryNeed memory_need(TrainSession& s, std::vector<int64_t>* activations_per_ra
 std::unique_ptr<StepRunner> make_runner(const TrainOptions& o, ParallelRun& par,
                                         TraceRecorder* trace) {
   AdamWConfig oc;
-  oc.weight_decay = o.weight_decay;
-  oc.grad_clip = o.grad_clip;
+  oc.weight_decay = o.optim.weight_decay;
+  oc.grad_clip = o.optim.grad_clip;
   auto runner =
-      std::make_unique<StepRunner>(par.model(), oc, train_lr_schedule(o), o.bias_update_rate,
+      std::make_unique<StepRunner>(par.model(), oc, train_lr_schedule(o), o.optim.bias_update_rate,
                                    par.dp_sync ? &*par.dp_sync : nullptr);
   runner->set_trace(trace);
   runner->set_moe_layers(par.moe_layers(), par.moe_merges());
   if (par.second_lane()) runner->set_second_lane(par.second_lane(), true);
-  if (o.deterministic) runner->set_deterministic(o.micro_batch);
+  if (o.parallel.deterministic) runner->set_deterministic(o.data.micro_batch);
   if (par.pipeline) runner->set_pipeline(par.pipeline.get(), par.pp_group.get());
   return runner;
 }
@@ -68,7 +68,7 @@ StateHolder state_of(const TrainOptions& o, TrainSession& s) {
   state.zero1 = par.dp_sync ? par.dp_sync->zero1_state() : nullptr;
   state.world_rank = par.pipeline ? par.dp_rank : s.rank;
   state.edp_rank = par.layout ? par.layout->edp_group->rank() : 0;
-  state.ep = int(o.ep);
+  state.ep = int(o.parallel.ep);
   state.pipeline_stage = par.pipeline != nullptr;
   return state;
 }
@@ -78,14 +78,14 @@ StateHolder state_of(const TrainOptions& o, TrainSession& s) {
 double TrainSession::read_batch(int64_t step) {
   const auto t0 = std::chrono::steady_clock::now();
   if (prefetcher_) return prefetcher_->take(step, tokens_.data());
-  const int64_t B = o.micro_batch, T = o.seq;
-  for (int64_t a = 0; a < o.grad_accum; ++a)
+  const int64_t B = o.data.micro_batch, T = o.data.seq;
+  for (int64_t a = 0; a < o.data.grad_accum; ++a)
     data->fill_sequences(step, a, par->dp_rank * B, B, T, tokens_.data() + a * B * (T + 1));
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 const int32_t* TrainSession::micro_batch(int64_t a) const {
-  return tokens_.data() + a * o.micro_batch * (o.seq + 1);
+  return tokens_.data() + a * o.data.micro_batch * (o.data.seq + 1);
 }
 
 std::unique_ptr<TrainSession> start_training(const TrainOptions& o, Communicator* world,
@@ -94,35 +94,37 @@ std::unique_ptr<TrainSession> start_training(const TrainOptions& o, Communicator
   s->world = world;
   s->ranks = world ? world->size() : 1;
   s->rank = world ? world->rank() : 0;
-  s->verbose = s->rank == 0 && !o.quiet;
+  s->verbose = s->rank == 0 && !o.logging.quiet;
   // Everything that can be refused is, before any output is created.
   check_train_options(o);
   s->cfg = load_model_config(o.model_path);
   const ModelConfig& cfg = s->cfg;
   check_train_layout(o, cfg, world);
   check_model_fits(o.model_path, count_parameters(cfg), s->ranks);
-  int threads = o.threads;
+  int threads = o.parallel.threads;
   if (threads == 0) threads = std::max(1, int(std::thread::hardware_concurrency()) / s->ranks);
   ops::set_num_threads(threads);
   std::optional<DelayedNote> reading(std::in_place, s->verbose, "reading the data");
-  s->tokenizer = load_tokenizer(o.tokenizer);
-  s->data = open_token_dataset(o.data, *s->tokenizer, cfg.vocab_size, o.seed, o.split,
-                               TextFormat{parse_doc_boundary(o.doc_boundary), o.json_key});
+  s->tokenizer = load_tokenizer(o.data.tokenizer);
+  s->data =
+      open_token_dataset(o.data.spec, *s->tokenizer, cfg.vocab_size, o.data.seed, o.data.split,
+                         TextFormat{parse_doc_boundary(o.data.doc_boundary), o.data.json_key});
   s->checkpoints = std::make_unique<TrainCheckpoints>(o, world);
   const bool resuming = !s->checkpoints->resume_dir().empty();
   s->outputs = std::make_unique<TrainOutputs>(o, s->rank, s->ranks, resuming);
   // The layout: pipeline stages (--pp), data parallelism within each, experts sharded over
   // groups of --ep ranks of a stage; with overlap, one communication thread runs every
   // collective of the step in order (docs/parallel.md, docs/pipeline.md).
-  const PrecisionPolicy precision = resolve_precision(o.precision, o.bf16_layers);
+  const PrecisionPolicy precision = o.precision.policy();
   s->checkpoints->note("precision", recipe_name(precision.recipe));
   const int64_t rss_before_model = current_rss_bytes();
-  const int64_t B = o.micro_batch, T = o.seq, A = o.grad_accum;
-  const int DP = s->ranks / int(o.pp);  // data-parallel ranks per stage: the batch is DP x A x B
+  const int64_t B = o.data.micro_batch, T = o.data.seq, A = o.data.grad_accum;
+  const int DP =
+      s->ranks / int(o.parallel.pp);  // data-parallel ranks per stage: the batch is DP x A x B
   // Sample-indexed data number the global batch's sequences consecutively (the cursor is the
   // step: a resumed run reads what the uninterrupted one would have). Planned before the model
   // is built, so that data too small is refused before the start-up note.
-  s->data->plan(SampleLayout{A, int64_t(DP) * B, o.steps, T});
+  s->data->plan(SampleLayout{A, int64_t(DP) * B, o.optim.steps, T});
   reading.reset();
   if (setup) setup->agree();  // every rank's setup succeeded: the collectives may start
   startup_note(s->verbose, "building the model");
@@ -130,17 +132,17 @@ std::unique_ptr<TrainSession> start_training(const TrainOptions& o, Communicator
   MOET_ASSERT(DP == s->par->dp);
   s->runner = make_runner(o, *s->par, s->outputs->trace());
   s->state = state_of(o, *s);
-  s->data_shape = DataShape{o.seed, T, A, int64_t(DP) * A * B};
+  s->data_shape = DataShape{o.data.seed, T, A, int64_t(DP) * A * B};
   if (resuming) {
     s->first_step = s->checkpoints->restore(s->state, s->runner->optimizer(), s->data_shape);
     if (s->verbose && !s->checkpoints->schedule_note().empty())
       std::printf("moet train: %s\n", s->checkpoints->schedule_note().c_str());
-  } else if (!o.init_from.empty()) {
-    if (is_hf_directory(o.init_from))
-      load_hf_weights(o.init_from, cfg, s->par->model().params());
+  } else if (!o.checkpoint.init_from.empty()) {
+    if (is_hf_directory(o.checkpoint.init_from))
+      load_hf_weights(o.checkpoint.init_from, cfg, s->par->model().params());
     else
-      load_checkpoint_weights(resolve_checkpoint_dir(o.init_from), s->par->model().params(),
-                              !s->par->pipeline);
+      load_checkpoint_weights(resolve_checkpoint_dir(o.checkpoint.init_from),
+                              s->par->model().params(), !s->par->pipeline);
   }
   // The outputs, made once the run is known to start (a refused run leaves no file behind and
   // the run directory as it was).
@@ -153,11 +155,11 @@ std::unique_ptr<TrainSession> start_training(const TrainOptions& o, Communicator
   const ops::Format main_format =
       precision.decoder(cfg.num_hidden_layers / 2, cfg.num_hidden_layers).fprop;
   GemmPeak measured;
-  if (!o.peak_tflops) {
+  if (!o.logging.peak_tflops) {
     startup_note(s->verbose, "measuring the GEMM peak that MFU divides by");
     measured = measure_gemm_peak(main_format);
   }
-  const double peak = o.peak_tflops ? *o.peak_tflops : measured.tflops;
+  const double peak = o.logging.peak_tflops ? *o.logging.peak_tflops : measured.tflops;
   s->recorder = std::make_unique<StepRecorder>(o, cfg, *s->par, world, peak);
   if (s->verbose)
     print_run_header(RunHeader{&o, &cfg, s->par.get(), s->ranks, s->recorder->flops_per_token(),
@@ -165,12 +167,12 @@ std::unique_ptr<TrainSession> start_training(const TrainOptions& o, Communicator
                                rss_before_model, activations_per_rank, s->checkpoints->resume_dir(),
                                s->first_step, s->checkpoints->saving()});
   s->tokens_.resize(size_t(A * B * (T + 1)));
-  if (s->first_step >= o.steps && s->verbose)
+  if (s->first_step >= o.optim.steps && s->verbose)
     std::printf("the checkpoint has done %lld of --steps %lld: nothing to train\n",
-                (long long)s->first_step, (long long)o.steps);
-  if (o.prefetch > 0 && s->first_step < o.steps)
-    s->prefetcher_.emplace(*s->data, s->first_step, o.steps, A, s->par->dp_rank * B, B, T,
-                           int(o.prefetch));
+                (long long)s->first_step, (long long)o.optim.steps);
+  if (o.data.prefetch > 0 && s->first_step < o.optim.steps)
+    s->prefetcher_.emplace(*s->data, s->first_step, o.optim.steps, A, s->par->dp_rank * B, B, T,
+                           int(o.data.prefetch));
   return s;
 }
 

@@ -32,30 +32,31 @@ double seconds_since(Clock::time_point t0) {
 // than --skip-nonfinite allows, naming the last good checkpoint.
 void skip_step(TrainSession& s, int64_t step, const StepResult& r, int64_t skipped) {
   const char* what = std::isnan(r.losses.loss) ? "NaN" : "infinite";
-  if (skipped > s.o.skip_nonfinite) {
+  if (skipped > s.o.checkpoint.skip_nonfinite) {
     s.checkpoints->finish();  // the save in flight, if any, is good: it precedes this step
     const std::string good = s.checkpoints->newest();
     MOET_FAIL("training diverged at step ", step + 1, ": the loss is ", what, " (", skipped - 1,
-              " such steps skipped, --skip-nonfinite ", s.o.skip_nonfinite, "); ",
+              " such steps skipped, --skip-nonfinite ", s.o.checkpoint.skip_nonfinite, "); ",
               good.empty() ? std::string("no checkpoint was saved")
                            : "the last good checkpoint is " + good,
               "; try a lower --lr");
   }
   if (s.verbose)
     std::printf("step %lld skipped: the loss is %s (%lld of --skip-nonfinite %lld)\n",
-                (long long)(step + 1), what, (long long)skipped, (long long)s.o.skip_nonfinite);
+                (long long)(step + 1), what, (long long)skipped,
+                (long long)s.o.checkpoint.skip_nonfinite);
 }
 
 // --eval-every steps and after the last: the held-out loss (every rank takes part).
 bool evaluation_due(const TrainOptions& o, int64_t steps_done) {
-  return (o.eval_every > 0 && steps_done % o.eval_every == 0) ||
-         (steps_done == o.steps && o.eval_batches > 0);
+  return (o.logging.eval_every > 0 && steps_done % o.logging.eval_every == 0) ||
+         (steps_done == o.optim.steps && o.logging.eval_batches > 0);
 }
 
 double evaluate_now(TrainSession& s) {
   TraceRecorder::Span span(s.outputs->trace(), s.outputs->step_lane(), "eval", trace::kEval);
-  const double loss =
-      evaluate_in_training(*s.par, s.o.micro_batch, *s.data, s.o.eval_batches, s.tokens(), s.world);
+  const double loss = evaluate_in_training(*s.par, s.o.data.micro_batch, *s.data,
+                                           s.o.logging.eval_batches, s.tokens(), s.world);
   s.recorder->forget_exchanges();  // evaluation's exchanges belong to no training step
   return loss;
 }
@@ -79,8 +80,8 @@ double save_if_due(TrainSession& s, int64_t steps_done, bool last, bool stop) {
   const double waited = c.save(steps_done, s.state, s.runner->optimizer(), s.data_shape);
   if (s.verbose && !last && !stop)  // the last one is reported with the summary
     std::printf("checkpoint: step %lld -> %s/step-%07lld (the step waited %.3f s%s)\n",
-                (long long)steps_done, s.o.out_dir.c_str(), (long long)steps_done, waited,
-                s.o.sync_save ? "" : "; written in the background");
+                (long long)steps_done, s.o.checkpoint.out_dir.c_str(), (long long)steps_done,
+                waited, s.o.checkpoint.sync_save ? "" : "; written in the background");
   return waited;
 }
 
@@ -106,10 +107,10 @@ void print_end(TrainSession& s, const std::string& saved, bool stopped, int64_t 
     sum.seconds = seconds;
     sum.best_eval_loss = best_eval;
     sum.best_eval_step = best_eval_step;
-    sum.metrics_path = s.o.metrics_path;
-    sum.tensorboard_dir = s.o.tensorboard_dir;
+    sum.metrics_path = s.o.logging.metrics_path;
+    sum.tensorboard_dir = s.o.logging.tensorboard_dir;
     sum.checkpoint = saved;
-    sum.run_dir = s.o.out_dir;
+    sum.run_dir = s.o.checkpoint.out_dir;
     std::printf("%s", format_run_summary(sum).c_str());
   }
   std::fflush(stdout);
@@ -129,11 +130,11 @@ double run_training(const TrainOptions& o, Communicator* world, SetupAgreement* 
   double last_loss = 0, best_eval = StepMetrics::kNone;
   int64_t skipped = 0, steps_done = s.first_step, best_eval_step = 0;
   bool stop = false;
-  for (int64_t step = s.first_step; step < o.steps && !stop; ++step) {
+  for (int64_t step = s.first_step; step < o.optim.steps && !stop; ++step) {
     const Clock::time_point t0 = Clock::now();
     const double data_wait = s.read_batch(step);
     TraceRecorder::Span step_span(s.outputs->trace(), s.outputs->step_lane(), "step", trace::kStep);
-    const StepResult r = s.runner->run(step, o.grad_accum, micro_batch);
+    const StepResult r = s.runner->run(step, o.data.grad_accum, micro_batch);
     step_span.end();
     const double step_s = seconds_since(t0);
     if (r.skipped) {  // non-finite loss: nothing was updated
@@ -143,7 +144,7 @@ double run_training(const TrainOptions& o, Communicator* world, SetupAgreement* 
     last_loss = r.losses.loss;
     StepMetrics m =
         s.recorder->record(step, r, step_s, data_wait, seconds_since(start), s.first_step);
-    const bool last = step + 1 == o.steps;
+    const bool last = step + 1 == o.optim.steps;
     if (evaluation_due(o, step + 1)) {
       m.eval_loss = evaluate_now(s);
       if (std::isfinite(m.eval_loss) && !(m.eval_loss >= best_eval))
@@ -151,7 +152,7 @@ double run_training(const TrainOptions& o, Communicator* world, SetupAgreement* 
     }
     stop = agree_on_stop(world);
     m.save_s = save_if_due(s, step + 1, last, stop);
-    s.outputs->write(m, (step + 1) % o.log_every == 0 || last || stop);
+    s.outputs->write(m, (step + 1) % o.logging.log_every == 0 || last || stop);
     steps_done = step + 1;
   }
   const std::string saved = s.checkpoints->finish();

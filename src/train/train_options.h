@@ -1,0 +1,137 @@
+// The options of `moet train`, grouped by what they configure, with each choice among a few
+// words an enum parsed once at the command line (cli/train_commands.cpp binds the flags). The
+// trainer never compares option strings. to_json writes them all, for run.json and
+// checkpoint.json alike; check_train_options (train_options_check.h) checks them.
+#pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model/precision.h"
+#include "optim/lr_schedule.h"
+
+namespace moet {
+
+// --overlap: the collectives on a communication thread behind compute.
+enum class OverlapMode { kAuto, kOn, kOff };
+// --dispatcher: how tokens reach their experts across --ep ranks.
+enum class DispatcherKind { kAllToAll, kAllGather };
+
+// What is read and how it is batched.
+struct DataOptions {
+  std::string spec;  // --data: "" = default English corpus, "mock", text, prefix, blend
+  std::string tokenizer = "byte";        // tokenizes text data as it is read
+  std::string split;                     // train,validation shares of documents ("" = 95,5)
+  std::string doc_boundary = "percent";  // plain text: where documents end (documents.h)
+  std::string json_key = "text";         // JSONL: the field holding a document
+  int64_t prefetch = 2;                  // batches prepared ahead by a background thread (0: none)
+  int64_t micro_batch = 8;
+  int64_t seq = 256;
+  int64_t grad_accum = 1;
+  uint64_t seed = 1234;  // initialisation and data order
+};
+
+// The schedule, the optimizer and the loss's weights.
+struct OptimizerOptions {
+  int64_t steps = 200;
+  double lr = 1e-3;
+  std::optional<double> min_lr;   // unset: lr / 10
+  std::optional<int64_t> warmup;  // unset: min(200, steps / 10); at most steps
+  LrSchedule::Kind schedule = LrSchedule::Kind::Cosine;
+  bool override_opt_param_scheduler = false;  // resume under a schedule other than the run's
+  double weight_decay = 0.1;
+  double grad_clip = 1.0;
+  double mtp_lambda = 0.3;
+  double balance_alpha = 1e-4;
+  double z_loss_coef = 0.0;
+  // Aux-loss-free bias update rate γ. DeepSeek-V3 used 0.001 over thousands of steps at lr
+  // 2.2e-4; at the short, hot runs this engine starts with (the quick start: 300 steps at lr
+  // 1e-3) that leaves the routing collapsed, and 0.01 balances it within ~80 steps
+  // (docs/training.md, "Expert balance").
+  double bias_update_rate = 1e-2;
+};
+
+// The recipe (docs/precision.md).
+struct PrecisionOptions {
+  std::optional<Recipe> recipe;  // unset: --precision auto (bf16 where the CPU multiplies bf16)
+  int64_t bf16_layers = 1;       // FP8 recipes: first and last N decoder layers stay bf16
+  // The policy the run trains under, auto resolved for this CPU.
+  PrecisionPolicy policy() const;
+  // "auto" or the recipe's name, as --precision takes it.
+  std::string name() const;
+};
+
+// The parallel layout (docs/parallel.md, docs/pipeline.md) and the threads.
+struct ParallelOptions {
+  int threads = 0;                // compute threads per rank (0: the cores / ranks)
+  int64_t ep = 1;                 // expert-parallel size (ranks per expert group)
+  int64_t ep_ranks_per_node = 0;  // consecutive ranks of an EP group on one node (0: all)
+  OverlapMode overlap = OverlapMode::kAuto;
+  DispatcherKind dispatcher = DispatcherKind::kAllToAll;
+  bool a2a_overlap = false;  // split micro-batches in two lanes whose all-to-alls interleave
+  bool zero1 = false;        // ZeRO-1: shard the AdamW moments over the data-parallel ranks
+  // Pipeline: stages, model chunks per stage (interleaved 1F1B when > 1), and Megatron's layout
+  // string ("" = the decoder layers split evenly).
+  int64_t pp = 1;
+  int64_t vpp = 1;
+  std::string pp_layout;
+  // One sequence at a time, gradients added in a fixed tree order: data parallelism equals one
+  // process with a larger micro-batch bit for bit.
+  bool deterministic = false;
+};
+
+// Checkpoints (docs/checkpoints.md).
+struct CheckpointOptions {
+  std::string out_dir;         // run directory: checkpoints step-NNNNNNN/ and `latest`
+  int64_t save_every = 0;      // steps between checkpoints (0: only at the end and on a stop)
+  int64_t keep_last = 0;       // keep the newest K checkpoints (0: all)
+  std::string resume;          // "auto" (--out's latest, else a fresh start), a run or step dir
+  bool sync_save = false;      // write checkpoints on the training thread
+  int64_t skip_nonfinite = 0;  // steps with a non-finite loss to skip before stopping
+  std::string init_from;       // start from a checkpoint's weights (fresh optimizer and step 0)
+};
+
+// What the run reports: progress, metrics, TensorBoard, trace, held-out evaluation, MFU.
+struct LoggingOptions {
+  std::string metrics_path;
+  // Replace existing outputs (--metrics, --trace files); an existing empty file is replaced
+  // without it (a run killed before its first step leaves one).
+  bool overwrite = false;
+  int64_t log_every = 1;
+  std::string tensorboard_dir;  // TensorBoard event files (rank 0; flushed every log_every)
+  // Every N steps, the tokens each routed expert received, per MoE layer (0: never).
+  int64_t log_expert_load = 0;
+  int64_t eval_every = 0;  // 0: evaluate only at the end
+  int64_t eval_batches = 4;
+  std::optional<double> peak_tflops;  // unset: measure the GEMM peak at start
+  bool quiet = false;                 // no progress lines (metrics file only)
+  std::string trace_path;             // Perfetto/Chrome trace, one file per rank ("" = none)
+};
+
+struct TrainOptions {
+  std::string model_path;  // --model CONFIG.json
+  DataOptions data;
+  OptimizerOptions optim;
+  PrecisionOptions precision;
+  ParallelOptions parallel;
+  CheckpointOptions checkpoint;
+  LoggingOptions logging;
+  std::string command_line;  // recorded in run.json and checkpoints
+};
+
+// The words of each choice and what they mean, for the command line and to_json.
+const std::vector<std::pair<std::string, OverlapMode>>& overlap_choices();
+const std::vector<std::pair<std::string, DispatcherKind>>& dispatcher_choices();
+const std::vector<std::pair<std::string, LrSchedule::Kind>>& schedule_choices();
+const char* overlap_name(OverlapMode m);
+const char* dispatcher_name(DispatcherKind d);
+const char* schedule_name(LrSchedule::Kind k);
+
+// Every option, grouped as above ({"data": {...}, "optim": {...}, ...}): run.json's "options"
+// and checkpoint.json's run.options.
+nlohmann::json to_json(const TrainOptions& o);
+
+}  // namespace moet
