@@ -11,12 +11,12 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "cli/text_format_options.h"
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/flag_check.h"
-#include "data/bpe_trainer.h"
-#include "cli/hf_commands.h"
 #include "core/warning.h"
+#include "data/bpe_trainer.h"
 #include "data/dataset.h"
 #include "data/documents.h"
 #include "data/prepare.h"
