@@ -14,6 +14,7 @@
 #include "core/file_io.h"
 #include "core/flag_check.h"
 #include "data/gpt_dataset.h"
+#include "data/open_dataset.h"
 #include "data/tokenizer.h"
 #include "kernels/ops.h"
 #include "model/model.h"

@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/trace.h"
 #include "data/dataset.h"
+#include "data/open_dataset.h"
 #include "data/prefetch.h"
 #include "data/tokenizer.h"
 #include "kernels/ops.h"
