@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/flag_check.h"
+#include "core/warning.h"
 #include "model/config.h"
 #include "sim/report.h"
 
@@ -26,9 +27,18 @@ void add_model_options(CLI::App* c, std::string& model, std::string& system, int
                 "local) or a path to a system .json")
       ->required();
   c->add_option("--seq", seq, "sequence length")->capture_default_str();
-  c->add_option("--precision", precision, "bf16, fp8 (blockwise), mxfp8 or fp32")
+  c->add_option("--precision", precision,
+                "fp32, bf16, mxfp8 or fp8-blockwise, as moet train names its recipes (fp8 is read "
+                "as fp8-blockwise)")
       ->capture_default_str();
   c->add_option("--mtp", mtp, "multi-token-prediction depth (default: the model config's)");
+}
+
+// --precision in the simulator's names (sim::precision_name), noting a former name on stderr.
+std::string precision_flag(const std::string& flag) {
+  const std::string name = sim::precision_name(flag);
+  if (name != flag) warn(str("--precision ", flag, " is read as ", name, " (the trainer's name)"));
+  return name;
 }
 
 }  // namespace
@@ -87,7 +97,8 @@ void run_simulate(const SimulateArgs& a) {
   const sim::SystemSpec s = sim::load_system(a.system);
   sim::SimLayout l;
   l.tp = a.tp, l.pp = a.pp, l.vpp = a.vpp, l.ep = a.ep, l.etp = a.etp, l.mbs = a.mbs;
-  l.gbs = a.gbs, l.seq = a.seq, l.precision = a.precision, l.mtp = a.mtp.value_or(-1);
+  l.gbs = a.gbs, l.seq = a.seq, l.precision = precision_flag(a.precision);
+  l.mtp = a.mtp.value_or(-1);
   l.recompute = a.recompute, l.a2a_overlap = !a.no_a2a_overlap, l.dp_overlap = !a.no_dp_overlap;
   l.distributed_optimizer = !a.no_distributed_optimizer;
   l.expert_imbalance = a.expert_imbalance;
@@ -110,7 +121,7 @@ void run_plan(const PlanArgs& a) {
   const ModelConfig c = load_model_config(a.model);
   const sim::SystemSpec s = sim::load_system(a.system);
   sim::PlanRequest r;
-  r.gpus = a.gpus, r.gbs = a.gbs, r.seq = a.seq, r.precision = a.precision;
+  r.gpus = a.gpus, r.gbs = a.gbs, r.seq = a.seq, r.precision = precision_flag(a.precision);
   r.mtp = a.mtp.value_or(-1);
   s.peak(r.precision);
   const sim::Plan plan = sim::plan_layouts(c, s, r);
