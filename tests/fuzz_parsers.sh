@@ -27,10 +27,10 @@ flags=(-std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recov
        -Wall -Wextra -Werror -I "$root/src")
 common=(src/core/crc32c.cpp src/core/error.cpp)
 declare -A sources=(
-  [safetensors]="src/checkpoint/safetensors.cpp src/core/tensor.cpp"
+  [safetensors]="src/checkpoint/safetensors.cpp src/core/mapped_file.cpp src/core/tensor.cpp"
   [checkpoint_index]="src/checkpoint/checkpoint_index.cpp"
   [tokenizer_json]="src/data/bpe_tokenizer.cpp src/data/pretokenizer.cpp src/data/text_bytes.cpp src/core/file_io.cpp"
-  [indexed_dataset]="src/data/indexed_dataset.cpp"
+  [indexed_dataset]="src/data/indexed_dataset.cpp src/core/mapped_file.cpp"
 )
 # Libraries a target links beyond the sanitizers (PCRE2 and ICU for the tokenizer).
 declare -A libs=(

@@ -34,6 +34,18 @@ PY
 grep -q "260.0 GFLOP per token" "$tmp/table" || fail "table lacks FLOPs per token"
 grep -q "TP1 PP2 VPP8 EP32" "$tmp/table" || fail "table lacks the layout"
 
+# The FP8-blockwise recipe by the trainer's name; "fp8", the simulator's former name, is read as
+# it with one line on stderr and the same prediction.
+h100=(--model "$dsv3" --system h100-sxm --gpus 1024 --tp 2 --pp 8 --vpp 4 --ep 64 --mbs 1
+  --gbs 8192 --seq 4096 --mtp 1 --recompute selective --no-a2a-overlap)
+"$moet" simulate "${h100[@]}" --precision fp8-blockwise >"$tmp/blockwise" 2>"$tmp/err"
+[ ! -s "$tmp/err" ] || fail "fp8-blockwise wrote to stderr: $(cat "$tmp/err")"
+grep -q "^h100-sxm, fp8-blockwise, " "$tmp/blockwise" || fail "table lacks fp8-blockwise"
+"$moet" simulate "${h100[@]}" --precision fp8 >"$tmp/fp8" 2>"$tmp/err"
+[ "$(cat "$tmp/err")" = "moet: warning: --precision fp8 is read as fp8-blockwise (the trainer's name)" ] ||
+  fail "--precision fp8: $(cat "$tmp/err")"
+cmp -s "$tmp/fp8" "$tmp/blockwise" || fail "--precision fp8 predicts otherwise than fp8-blockwise"
+
 "$moet" plan --model "$dsv3" --system gb300-nvl72 --gpus 256 --gbs 4096 --seq 4096 \
   --precision mxfp8 --mtp 1 >"$tmp/plan"
 grep -q "^#5 " "$tmp/plan" || fail "plan has no 5th layout"

@@ -18,11 +18,11 @@
 #include "data/byte_tokenizer.h"
 #include "data/gpt_dataset.h"
 #include "data/indexed_dataset.h"
+#include "data/open_dataset.h"
 #include "data/prefetch.h"
 #include "data/prepare.h"
 #include "error_of.h"
 #include "temp_dir.h"
-#include "train/evaluation.h"
 
 namespace fs = std::filesystem;
 using namespace moet;

@@ -37,7 +37,7 @@ SimLayout gb300_record(int64_t gpus = 256) {
 SimLayout h100_record() {
   SimLayout l;
   l.gpus = 1024, l.tp = 2, l.pp = 8, l.vpp = 4, l.ep = 64, l.mbs = 1, l.gbs = 8192, l.seq = 4096;
-  l.precision = "fp8", l.mtp = 1, l.recompute = "selective", l.a2a_overlap = false;
+  l.precision = "fp8-blockwise", l.mtp = 1, l.recompute = "selective", l.a2a_overlap = false;
   l.pp_layout = "Et|(tt|)*30mL";  // the recipe's; Megatron's default split is the same
   return l;
 }
@@ -125,8 +125,8 @@ TEST(Simulator, MegatronBridgeRowsWithPartialGraphs) {
 
 TEST(Simulator, BreakdownAddsUpToTheStep) {
   for (const SimLayout& l : {gb300_record(), h100_record()}) {
-    const Prediction p =
-        simulate(dsv3(), l, load_system(l.precision == "fp8" ? "h100-sxm" : "gb300-nvl72"));
+    const Prediction p = simulate(
+        dsv3(), l, load_system(l.precision == "fp8-blockwise" ? "h100-sxm" : "gb300-nvl72"));
     const Breakdown& b = p.breakdown;
     EXPECT_NEAR(b.compute + b.a2a_exposed + b.pp_bubble + b.dp_exposed + b.optimizer, p.step_time_s,
                 1e-9 * p.step_time_s);
@@ -192,7 +192,8 @@ TEST(Simulator, GemmEfficiencyReproducesTheDeepGemmTable) {
   for (const Point& p : {Point{4096, 7168, 16384, 1470}, Point{4096, 7168, 2048, 1204},
                          Point{4096, 24576, 1536, 1166}, Point{8192, 4096, 7168, 1381},
                          Point{8192, 7168, 2048, 1262}}) {
-    const double predicted = s.peak("fp8") * gemm_efficiency(s, "fp8", p.m, p.n, p.k);
+    const double predicted =
+        s.peak("fp8-blockwise") * gemm_efficiency(s, "fp8-blockwise", p.m, p.n, p.k);
     EXPECT_NEAR(predicted, p.tflops, 0.05 * p.tflops) << p.m << "x" << p.n << "x" << p.k;
   }
 }
@@ -367,4 +368,34 @@ TEST(Simulator, PlannerRanksThePublishedGb300LayoutNearTheTop) {
       << "published layout #" << rank + 1 << " at " << it->tflops_per_gpu << " vs best "
       << plan.ranked.front().tflops_per_gpu;
   EXPECT_NE(explain_winner(plan).find(" beats "), std::string::npos);
+}
+
+TEST(Simulator, SpeaksTheTrainersRecipeNamesAndReadsFp8AsFp8Blockwise) {
+  // "fp8", the simulator's former name of the FP8-blockwise recipe, reads as fp8-blockwise: on
+  // the command line (sim_cli.sh checks the note on stderr) and in system files.
+  EXPECT_EQ(precision_name("fp8"), "fp8-blockwise");
+  for (const char* name : {"fp32", "bf16", "mxfp8", "fp8-blockwise", "fp4"})
+    EXPECT_EQ(precision_name(name), name);
+  SimLayout l = h100_record();
+  l.precision = precision_name("fp8");
+  const SystemSpec s = load_system("h100-sxm");
+  const Prediction p = simulate(dsv3(), l, s);
+  EXPECT_EQ(p.layout.precision, "fp8-blockwise");
+  EXPECT_EQ(p.step_time_s, simulate(dsv3(), h100_record(), s).step_time_s);
+  // A system file written with the former name gives the same system.
+  nlohmann::json j = nlohmann::json::parse(system_to_json(s));
+  for (nlohmann::json* m :
+       {&j["peak_tflops"], &j["efficiency"]["gemm_max"], &j["efficiency"]["gemm_half_dim"]}) {
+    (*m)["fp8"] = (*m)["fp8-blockwise"];
+    m->erase("fp8-blockwise");
+  }
+  const SystemSpec former = parse_system(j.dump(), "former.json");
+  EXPECT_EQ(former.peak_tflops, s.peak_tflops);
+  EXPECT_EQ(former.eff.gemm_max, s.eff.gemm_max);
+  EXPECT_EQ(former.eff.gemm_half_dim, s.eff.gemm_half_dim);
+  // Inside the model, only the trainer's names: the layout's checks refuse others as it does.
+  l.precision = "fp8";
+  EXPECT_NE(error_of(dsv3(), l).find("--precision 'fp8' is not one of fp32, bf16, mxfp8, "
+                                     "fp8-blockwise"),
+            std::string::npos);
 }

@@ -1,8 +1,6 @@
 #include "checkpoint/safetensors.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,6 +17,7 @@
 #include "core/bf16.h"
 #include "core/error.h"
 #include "core/json_depth_limit.h"
+#include "core/mapped_file.h"
 
 static_assert(std::endian::native == std::endian::little,
               "safetensors data are little-endian; moet assumes a little-endian host");
@@ -155,123 +154,89 @@ std::string StTensorInfo::shape_str() const { return shape_text(shape); }
 // ---------------------------------------------------------------------------------------------
 // Reader
 
-SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  MOET_CHECK(fd >= 0, "cannot open safetensors file '", path, "': ", errno_text());
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    MOET_FAIL("'", path, "' is not a regular file");
-  }
-  map_size_ = static_cast<size_t>(st.st_size);
-  if (map_size_ < 8) {
-    ::close(fd);
-    MOET_FAIL("safetensors file '", path, "' is truncated: ", map_size_,
-              " bytes, fewer than the 8-byte header length");
-  }
-  void* m = ::mmap(nullptr, map_size_, PROT_READ, MAP_PRIVATE, fd, 0);
-  const int mmap_errno = errno;
-  ::close(fd);
-  if (m == MAP_FAILED) {
-    map_size_ = 0;
-    MOET_FAIL("cannot map safetensors file '", path, "': ", std::strerror(mmap_errno));
-  }
-  map_ = static_cast<const unsigned char*>(m);
+SafetensorsReader::SafetensorsReader(const std::string& path)
+    : path_(path), file_(path, "safetensors file") {
+  const size_t size = file_.size();
+  MOET_CHECK(size >= 8, "safetensors file '", path, "' is truncated: ", size,
+             " bytes, fewer than the 8-byte header length");
+  const unsigned char* map = file_.data();
+  const uint64_t header_len = load<uint64_t>(map);
+  MOET_CHECK(header_len <= kMaxHeaderBytes && header_len <= size - 8, "safetensors file '", path,
+             "' is truncated or not a safetensors file: header length ", header_len,
+             " but the file has ", size - 8, " bytes after the length field");
+  data_ = map + 8 + header_len;
+  const uint64_t data_size = size - 8 - header_len;
 
+  nlohmann::json header;
   try {
-    const uint64_t header_len = load<uint64_t>(map_);
-    MOET_CHECK(header_len <= kMaxHeaderBytes && header_len <= map_size_ - 8, "safetensors file '",
-               path, "' is truncated or not a safetensors file: header length ", header_len,
-               " but the file has ", map_size_ - 8, " bytes after the length field");
-    data_ = map_ + 8 + header_len;
-    const uint64_t data_size = map_size_ - 8 - header_len;
-
-    nlohmann::json header;
-    try {
-      header = nlohmann::json::parse(
-          map_ + 8, map_ + 8 + header_len,
-          json_depth_limit("safetensors file '" + path + "' has a corrupt JSON header"));
-    } catch (const nlohmann::json::exception& e) {
-      MOET_FAIL("safetensors file '", path, "' has a corrupt JSON header: ", e.what());
-    }
-    MOET_CHECK(header.is_object(), "safetensors file '", path,
-               "' has a corrupt header: expected a JSON object");
-
-    std::vector<std::pair<uint64_t, uint64_t>> ranges;
-    for (const auto& [name, v] : header.items()) {
-      const std::string ctx = "safetensors file '" + path + "', tensor '" + name + "'";
-      if (name == "__metadata__") {
-        MOET_CHECK(v.is_object(), "safetensors file '", path,
-                   "': __metadata__ must be an object of strings");
-        for (const auto& [k, val] : v.items()) {
-          MOET_CHECK(val.is_string(), "safetensors file '", path, "': __metadata__ value of '", k,
-                     "' must be a string, found ", val.dump());
-          metadata_[k] = val.get<std::string>();
-        }
-        continue;
-      }
-      MOET_CHECK(
-          v.is_object() && v.contains("dtype") && v.contains("shape") && v.contains("data_offsets"),
-          ctx, ": entry must be an object with dtype, shape and data_offsets");
-      MOET_CHECK(v["dtype"].is_string(), ctx, ": dtype must be a string");
-      StTensorInfo info;
-      info.name = name;
-      info.dtype = st_dtype_from_name(v["dtype"].get<std::string>(), ctx);
-      MOET_CHECK(v["shape"].is_array(), ctx, ": shape must be an array");
-      for (const auto& d : v["shape"])
-        info.shape.push_back(static_cast<int64_t>(json_u64(d, ctx + ": shape entry")));
-      const auto& off = v["data_offsets"];
-      MOET_CHECK(off.is_array() && off.size() == 2, ctx, ": data_offsets must be [begin, end]");
-      info.begin = json_u64(off[0], ctx + ": data_offsets[0]");
-      info.end = json_u64(off[1], ctx + ": data_offsets[1]");
-      MOET_CHECK(info.begin <= info.end, ctx, ": data_offsets [", info.begin, ", ", info.end,
-                 "] are reversed");
-      MOET_CHECK(info.end <= data_size, "safetensors file '", path, "' is truncated: tensor '",
-                 name, "' ends at data byte ", info.end, " but the data section has ", data_size,
-                 " bytes");
-      const int64_t n = checked_numel(info.shape);
-      // Too large also when its byte count would not fit in 64 bits (it would wrap around).
-      MOET_CHECK(n >= 0 && static_cast<uint64_t>(n) <= UINT64_MAX / st_dtype_size(info.dtype), ctx,
-                 ": shape ", info.shape_str(), " is too large");
-      MOET_CHECK(info.end - info.begin == static_cast<uint64_t>(n) * st_dtype_size(info.dtype), ctx,
-                 ": ", info.end - info.begin, " bytes stored but shape ", info.shape_str(), " of ",
-                 st_dtype_name(info.dtype), " needs ",
-                 static_cast<uint64_t>(n) * st_dtype_size(info.dtype));
-      if (info.end > info.begin) ranges.emplace_back(info.begin, info.end);
-      tensors_.emplace(name, std::move(info));
-    }
-    std::sort(ranges.begin(), ranges.end());
-    for (size_t i = 1; i < ranges.size(); ++i)
-      MOET_CHECK(ranges[i].first >= ranges[i - 1].second, "safetensors file '", path,
-                 "' is corrupt: tensor data ranges overlap at byte ", ranges[i].first);
-  } catch (...) {
-    close();
-    throw;
+    header = nlohmann::json::parse(
+        map + 8, map + 8 + header_len,
+        json_depth_limit("safetensors file '" + path + "' has a corrupt JSON header"));
+  } catch (const nlohmann::json::exception& e) {
+    MOET_FAIL("safetensors file '", path, "' has a corrupt JSON header: ", e.what());
   }
-}
+  MOET_CHECK(header.is_object(), "safetensors file '", path,
+             "' has a corrupt header: expected a JSON object");
 
-SafetensorsReader::~SafetensorsReader() { close(); }
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  for (const auto& [name, v] : header.items()) {
+    const std::string ctx = "safetensors file '" + path + "', tensor '" + name + "'";
+    if (name == "__metadata__") {
+      MOET_CHECK(v.is_object(), "safetensors file '", path,
+                 "': __metadata__ must be an object of strings");
+      for (const auto& [k, val] : v.items()) {
+        MOET_CHECK(val.is_string(), "safetensors file '", path, "': __metadata__ value of '", k,
+                   "' must be a string, found ", val.dump());
+        metadata_[k] = val.get<std::string>();
+      }
+      continue;
+    }
+    MOET_CHECK(
+        v.is_object() && v.contains("dtype") && v.contains("shape") && v.contains("data_offsets"),
+        ctx, ": entry must be an object with dtype, shape and data_offsets");
+    MOET_CHECK(v["dtype"].is_string(), ctx, ": dtype must be a string");
+    StTensorInfo info;
+    info.name = name;
+    info.dtype = st_dtype_from_name(v["dtype"].get<std::string>(), ctx);
+    MOET_CHECK(v["shape"].is_array(), ctx, ": shape must be an array");
+    for (const auto& d : v["shape"])
+      info.shape.push_back(static_cast<int64_t>(json_u64(d, ctx + ": shape entry")));
+    const auto& off = v["data_offsets"];
+    MOET_CHECK(off.is_array() && off.size() == 2, ctx, ": data_offsets must be [begin, end]");
+    info.begin = json_u64(off[0], ctx + ": data_offsets[0]");
+    info.end = json_u64(off[1], ctx + ": data_offsets[1]");
+    MOET_CHECK(info.begin <= info.end, ctx, ": data_offsets [", info.begin, ", ", info.end,
+               "] are reversed");
+    MOET_CHECK(info.end <= data_size, "safetensors file '", path, "' is truncated: tensor '", name,
+               "' ends at data byte ", info.end, " but the data section has ", data_size, " bytes");
+    const int64_t n = checked_numel(info.shape);
+    // Too large also when its byte count would not fit in 64 bits (it would wrap around).
+    MOET_CHECK(n >= 0 && static_cast<uint64_t>(n) <= UINT64_MAX / st_dtype_size(info.dtype), ctx,
+               ": shape ", info.shape_str(), " is too large");
+    MOET_CHECK(info.end - info.begin == static_cast<uint64_t>(n) * st_dtype_size(info.dtype), ctx,
+               ": ", info.end - info.begin, " bytes stored but shape ", info.shape_str(), " of ",
+               st_dtype_name(info.dtype), " needs ",
+               static_cast<uint64_t>(n) * st_dtype_size(info.dtype));
+    if (info.end > info.begin) ranges.emplace_back(info.begin, info.end);
+    tensors_.emplace(name, std::move(info));
+  }
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t i = 1; i < ranges.size(); ++i)
+    MOET_CHECK(ranges[i].first >= ranges[i - 1].second, "safetensors file '", path,
+               "' is corrupt: tensor data ranges overlap at byte ", ranges[i].first);
+}
 
 SafetensorsReader::SafetensorsReader(SafetensorsReader&& o) noexcept { *this = std::move(o); }
 
 SafetensorsReader& SafetensorsReader::operator=(SafetensorsReader&& o) noexcept {
   if (this != &o) {
-    close();
     path_ = std::move(o.path_);
-    map_ = std::exchange(o.map_, nullptr);
-    map_size_ = std::exchange(o.map_size_, 0);
+    file_ = std::move(o.file_);
     data_ = std::exchange(o.data_, nullptr);
     tensors_ = std::move(o.tensors_);
     metadata_ = std::move(o.metadata_);
   }
   return *this;
-}
-
-void SafetensorsReader::close() {
-  if (map_) ::munmap(const_cast<unsigned char*>(map_), map_size_);
-  map_ = nullptr;
-  data_ = nullptr;
-  map_size_ = 0;
 }
 
 std::vector<std::string> SafetensorsReader::names() const {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/mapped_file.h"
 #include "core/tensor.h"
 
 namespace moet {
@@ -39,7 +40,6 @@ class SafetensorsReader {
   // Maps the file and validates the header; throws moet::Error for a missing, truncated or
   // corrupt file.
   explicit SafetensorsReader(const std::string& path);
-  ~SafetensorsReader();
   SafetensorsReader(SafetensorsReader&& o) noexcept;
   SafetensorsReader& operator=(SafetensorsReader&& o) noexcept;
   SafetensorsReader(const SafetensorsReader&) = delete;
@@ -71,12 +71,10 @@ class SafetensorsReader {
   void read_into(const std::string& name, const Tensor& dst) const;
 
  private:
-  void close();
   const StTensorInfo& checked(const std::string& name, int64_t count) const;
 
   std::string path_;
-  const unsigned char* map_ = nullptr;  // the whole file
-  size_t map_size_ = 0;
+  MappedFile file_;                      // the whole file
   const unsigned char* data_ = nullptr;  // start of the data section
   std::map<std::string, StTensorInfo> tensors_;
   Metadata metadata_;

@@ -7,15 +7,18 @@
 #include <string>
 #include <vector>
 
+#include "cli/bench_commands.h"
 #include "cli/checkpoint_commands.h"
 #include "cli/config_commands.h"
 #include "cli/data_commands.h"
+#include "cli/eval_commands.h"
 #include "cli/flag_validators.h"
 #include "cli/generate_commands.h"
 #include "cli/hf_commands.h"
 #include "cli/report_commands.h"
 #include "cli/sim_commands.h"
 #include "cli/suggest.h"
+#include "cli/text_format_options.h"
 #include "cli/tokenizer_commands.h"
 #include "cli/train_commands.h"
 #include "core/error.h"

@@ -1,5 +1,5 @@
-// `moet simulate`, `moet plan`, `moet bench`: argument parsing for the performance model
-// (src/sim); the work is in the library.
+// `moet simulate`, `moet plan`: argument parsing for the performance model (src/sim); the work is
+// in the library. `moet bench` is in cli/bench_commands.h.
 #pragma once
 #include <CLI/CLI.hpp>
 #include <cstdint>
@@ -26,24 +26,9 @@ struct PlanArgs {
   std::optional<int64_t> mtp;  // unset: the model config's
 };
 
-struct BenchArgs {
-  std::string out;  // default: configs/systems/local.json
-  bool overwrite = false;
-  int threads = 0;
-  // --model: a per-op profile of a training step instead of the machine calibration
-  std::string model, precision = "auto", json;
-  int64_t bf16_layers = 1, micro_batch = 4, seq = 256, steps = 3, warmup = 2;
-  // The emulated cluster (scripts/cluster.sh): ranks per node and the link between nodes,
-  // GB/s each direction (0: one shared-memory domain).
-  int ranks_per_node = 0;
-  double link_gbps = 0;
-};
-
 CLI::App* add_simulate_command(CLI::App& app, SimulateArgs& a);
 CLI::App* add_plan_command(CLI::App& app, PlanArgs& a);
-CLI::App* add_bench_command(CLI::App& app, BenchArgs& a);
 void run_simulate(const SimulateArgs& a);
 void run_plan(const PlanArgs& a);
-void run_bench(const BenchArgs& a);
 
 }  // namespace moet::cli

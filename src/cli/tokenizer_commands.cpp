@@ -11,12 +11,12 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "cli/text_format_options.h"
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/flag_check.h"
-#include "data/bpe_trainer.h"
-#include "cli/hf_commands.h"
 #include "core/warning.h"
+#include "data/bpe_trainer.h"
 #include "data/dataset.h"
 #include "data/documents.h"
 #include "data/prepare.h"
@@ -47,7 +47,7 @@ void write_stdout(const std::string& s) {
   MOET_CHECK(std::fwrite(s.data(), 1, s.size(), stdout) == s.size(), "cannot write to stdout");
 }
 
-int run_train(const TokenizerArgs& a) {
+int run_tokenizer_train(const TokenizerArgs& a) {
   check_flag_in_range("--vocab-size", a.vocab_size, int64_t(1), int64_t(1) << 21);  // ids < 2^21
   check_flag_positive("--min-frequency", a.min_frequency);
   check_flag_threads(a.threads);
@@ -96,7 +96,7 @@ int run_train(const TokenizerArgs& a) {
   return 0;
 }
 
-int run_encode(const TokenizerArgs& a) {
+int run_tokenizer_encode(const TokenizerArgs& a) {
   check_flag_threads(a.threads);
   MOET_CHECK(a.text.empty() || a.input.empty(), "give --text or --input, not both");
   const auto tok = load_tokenizer(a.tokenizer);
@@ -186,7 +186,7 @@ std::vector<int32_t> parse_ids(const std::string& text) {
   return ids;
 }
 
-int run_decode(const TokenizerArgs& a) {
+int run_tokenizer_decode(const TokenizerArgs& a) {
   const auto tok = load_tokenizer(a.tokenizer);
   if (!a.input.empty()) {
     // One line of ids per text; each text printed as a JSON string on its own line.
@@ -255,9 +255,9 @@ CLI::App* add_tokenizer_command(CLI::App& app, TokenizerArgs& a) {
 }
 
 int run_tokenizer(const TokenizerArgs& a) {
-  if (a.train->parsed()) return run_train(a);
-  if (a.encode->parsed()) return run_encode(a);
-  return run_decode(a);
+  if (a.train->parsed()) return run_tokenizer_train(a);
+  if (a.encode->parsed()) return run_tokenizer_encode(a);
+  return run_tokenizer_decode(a);
 }
 
 }  // namespace moet::cli

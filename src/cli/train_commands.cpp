@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "cli/flag_validators.h"
-#include "cli/hf_commands.h"
+#include "cli/text_format_options.h"
 
 namespace moet::cli {
 

@@ -1,8 +1,5 @@
 #include "data/indexed_dataset.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +9,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "core/mapped_file.h"
 
 namespace moet {
 namespace {
@@ -24,29 +22,6 @@ T load(const unsigned char* p) {
   T v;
   std::memcpy(&v, p, sizeof(T));
   return v;
-}
-
-// Maps `path` read-only; returns null for an empty file.
-const unsigned char* map_file(const std::string& path, const char* what, size_t& size) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  MOET_CHECK(fd >= 0, "cannot open ", what, " '", path, "': ", std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    MOET_FAIL("'", path, "' is not a regular file");
-  }
-  size = static_cast<size_t>(st.st_size);
-  void* p = nullptr;
-  if (size > 0) {
-    p = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED) {
-      const int err = errno;
-      ::close(fd);
-      MOET_FAIL("cannot map '", path, "': ", std::strerror(err));
-    }
-  }
-  ::close(fd);
-  return static_cast<const unsigned char*>(p);
 }
 
 int64_t load_token(const unsigned char* p, uint8_t code) {
@@ -160,42 +135,31 @@ IndexedDataset::IndexedDataset(const std::string& prefix)
 IndexedDataset::IndexedDataset(const std::string& idx_path, const std::string& bin_path,
                                const std::string& name)
     : name_(name), idx_path_(idx_path), bin_path_(bin_path) {
-  try {
-    open_and_check();
-  } catch (...) {
-    if (idx_) ::munmap(const_cast<unsigned char*>(idx_), idx_size_);
-    if (bin_) ::munmap(const_cast<unsigned char*>(bin_), bin_size_);
-    throw;
-  }
-}
-
-IndexedDataset::~IndexedDataset() {
-  if (idx_) ::munmap(const_cast<unsigned char*>(idx_), idx_size_);
-  if (bin_) ::munmap(const_cast<unsigned char*>(bin_), bin_size_);
+  open_and_check();
 }
 
 void IndexedDataset::open_and_check() {
   const std::string& ip = idx_path_;
-  idx_ = map_file(ip, "Megatron index", idx_size_);
-  MOET_CHECK(idx_size_ >= kHeaderBytes && std::memcmp(idx_, kMagic, 9) == 0, ip,
+  idx_ = MappedFile(ip, "Megatron index");
+  MOET_CHECK(idx_.size() >= kHeaderBytes && std::memcmp(idx_.data(), kMagic, 9) == 0, ip,
              ": not a Megatron index (the file does not start with MMIDIDX\\0\\0)");
-  const auto version = load<uint64_t>(idx_ + 9);
+  const auto version = load<uint64_t>(idx_.data() + 9);
   MOET_CHECK(version == 1, ip, ": index version ", version, " (only version 1 is known)");
-  dtype_ = idx_[17];
+  dtype_ = idx_.data()[17];
   MOET_CHECK(indexed_dtype_bytes(dtype_) > 0, ip, ": unknown dtype code ", int(dtype_),
              " (1 uint8, 2 int8, 3 int16, 4 int32, 5 int64, 6 float64, 7 float32, 8 uint16)");
   MOET_CHECK(integer_code(dtype_), ip, ": dtype ", indexed_dtype_name(dtype_),
              " holds no token ids (an integer dtype is needed)");
-  const auto seqs = load<uint64_t>(idx_ + 18), docs = load<uint64_t>(idx_ + 26);
+  const auto seqs = load<uint64_t>(idx_.data() + 18), docs = load<uint64_t>(idx_.data() + 26);
   // Bounded by the file size before any product, so nothing overflows.
-  const size_t body = idx_size_ - kHeaderBytes;
+  const size_t body = idx_.size() - kHeaderBytes;
   MOET_CHECK(seqs <= body / 12 && docs <= body / 8 && 12 * seqs + 8 * docs <= body, ip, ": ", seqs,
              " sequences and ", docs, " document boundaries need ", "more than the file's ",
-             idx_size_, " bytes");
+             idx_.size(), " bytes");
   const size_t need = kHeaderBytes + 12 * seqs + 8 * docs;
   // Megatron's multimodal indexes end with one mode byte per sequence.
-  MOET_CHECK(idx_size_ == need || idx_size_ == need + seqs, ip, ": ", seqs, " sequences and ", docs,
-             " document boundaries make ", need, " bytes, but the file has ", idx_size_);
+  MOET_CHECK(idx_.size() == need || idx_.size() == need + seqs, ip, ": ", seqs, " sequences and ",
+             docs, " document boundaries make ", need, " bytes, but the file has ", idx_.size());
   MOET_CHECK(docs >= 1, ip, ": the document index is empty (it starts with 0)");
   num_sequences_ = static_cast<int64_t>(seqs);
   num_doc_entries_ = static_cast<int64_t>(docs);
@@ -203,16 +167,16 @@ void IndexedDataset::open_and_check() {
   pointers_at_ = lengths_at_ + 4 * seqs;
   docs_at_ = pointers_at_ + 8 * seqs;
 
-  bin_ = map_file(bin_path_, "Megatron token file", bin_size_);
+  bin_ = MappedFile(bin_path_, "Megatron token file");
   const auto width = static_cast<uint64_t>(dtype_bytes());
   for (int64_t i = 0; i < num_sequences_; ++i) {
     const int32_t len = sequence_length(i);
     const int64_t ptr = sequence_pointer(i);
     MOET_CHECK(len >= 0 && ptr >= 0, ip, ": sequence ", i, " has a negative length (", len,
                ") or offset (", ptr, ")");
-    MOET_CHECK(uint64_t(ptr) <= bin_size_ && uint64_t(len) * width <= bin_size_ - uint64_t(ptr), ip,
-               ": sequence ", i, " (", len, " tokens at byte ", ptr, ") lies past the end of ",
-               bin_path_, " (", bin_size_, " bytes)");
+    MOET_CHECK(uint64_t(ptr) <= bin_.size() && uint64_t(len) * width <= bin_.size() - uint64_t(ptr),
+               ip, ": sequence ", i, " (", len, " tokens at byte ", ptr, ") lies past the end of ",
+               bin_path_, " (", bin_.size(), " bytes)");
     num_tokens_ += len;
   }
   int64_t prev = 0;
@@ -229,23 +193,23 @@ void IndexedDataset::open_and_check() {
 
 int32_t IndexedDataset::sequence_length(int64_t i) const {
   MOET_ASSERT(i >= 0 && i < num_sequences_);
-  return load<int32_t>(idx_ + lengths_at_ + 4 * size_t(i));
+  return load<int32_t>(idx_.data() + lengths_at_ + 4 * size_t(i));
 }
 
 int64_t IndexedDataset::sequence_pointer(int64_t i) const {
   MOET_ASSERT(i >= 0 && i < num_sequences_);
-  return load<int64_t>(idx_ + pointers_at_ + 8 * size_t(i));
+  return load<int64_t>(idx_.data() + pointers_at_ + 8 * size_t(i));
 }
 
 int64_t IndexedDataset::document_boundary(int64_t i) const {
   MOET_ASSERT(i >= 0 && i < num_doc_entries_);
-  return load<int64_t>(idx_ + docs_at_ + 8 * size_t(i));
+  return load<int64_t>(idx_.data() + docs_at_ + 8 * size_t(i));
 }
 
 void IndexedDataset::read(int64_t seq, int64_t offset, int64_t n, int32_t* out) const {
   MOET_ASSERT(offset >= 0 && n >= 0 && offset + n <= sequence_length(seq));
   const int64_t w = dtype_bytes();
-  const unsigned char* p = bin_ + sequence_pointer(seq) + offset * w;
+  const unsigned char* p = bin_.data() + sequence_pointer(seq) + offset * w;
   if (dtype_ == uint8_t(IndexedDType::kU16)) {
     for (int64_t i = 0; i < n; ++i) out[i] = load<uint16_t>(p + 2 * i);
   } else if (dtype_ == uint8_t(IndexedDType::kI32)) {
@@ -271,7 +235,7 @@ std::pair<int64_t, int64_t> IndexedDataset::token_range() const {
   const int64_t w = dtype_bytes();
 #pragma omp parallel for schedule(dynamic, 256) reduction(min : lo) reduction(max : hi)
   for (int64_t s = 0; s < num_sequences_; ++s) {
-    const unsigned char* p = bin_ + sequence_pointer(s);
+    const unsigned char* p = bin_.data() + sequence_pointer(s);
     const int64_t n = sequence_length(s);
     if (dtype_ == uint8_t(IndexedDType::kU16)) {
       for (int64_t i = 0; i < n; ++i) {
@@ -291,7 +255,7 @@ std::pair<int64_t, int64_t> IndexedDataset::token_range() const {
 
 uint64_t IndexedDataset::idx_fingerprint() const {
   uint64_t h = 0xcbf29ce484222325ull;
-  for (size_t i = 0; i < idx_size_; ++i) h = (h ^ idx_[i]) * 0x100000001b3ull;
+  for (size_t i = 0; i < idx_.size(); ++i) h = (h ^ idx_.data()[i]) * 0x100000001b3ull;
   return h;
 }
 

@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/mapped_file.h"
+
 namespace moet {
 
 // Megatron's dtype codes (megatron/core/datasets/indexed_dataset.py DType).
@@ -43,7 +45,6 @@ class IndexedDataset {
   explicit IndexedDataset(const std::string& prefix);
   // The two files by name (`name` is used in messages).
   IndexedDataset(const std::string& idx_path, const std::string& bin_path, const std::string& name);
-  ~IndexedDataset();
   IndexedDataset(const IndexedDataset&) = delete;
   IndexedDataset& operator=(const IndexedDataset&) = delete;
 
@@ -56,8 +57,8 @@ class IndexedDataset {
   // Documents: the boundaries of the document index less one.
   int64_t num_documents() const { return num_doc_entries_ - 1; }
   int64_t num_tokens() const { return num_tokens_; }
-  int64_t bin_bytes() const { return static_cast<int64_t>(bin_size_); }
-  int64_t idx_bytes() const { return static_cast<int64_t>(idx_size_); }
+  int64_t bin_bytes() const { return static_cast<int64_t>(bin_.size()); }
+  int64_t idx_bytes() const { return static_cast<int64_t>(idx_.size()); }
 
   int32_t sequence_length(int64_t i) const;
   int64_t sequence_pointer(int64_t i) const;  // byte offset into .bin
@@ -78,9 +79,7 @@ class IndexedDataset {
   void open_and_check();
 
   std::string name_, idx_path_, bin_path_;
-  const unsigned char* idx_ = nullptr;
-  const unsigned char* bin_ = nullptr;
-  size_t idx_size_ = 0, bin_size_ = 0;
+  MappedFile idx_, bin_;
   uint8_t dtype_ = 0;
   int64_t num_sequences_ = 0, num_doc_entries_ = 0, num_tokens_ = 0;
   size_t lengths_at_ = 0, pointers_at_ = 0, docs_at_ = 0;  // byte offsets into .idx

@@ -15,6 +15,8 @@ enum class Recipe : uint8_t { FP32, BF16, MXFP8, FP8Blockwise };
 // "fp32", "bf16", "mxfp8", "fp8-blockwise"; anything else is a user error naming the choices.
 Recipe parse_recipe(const std::string& name);
 const char* recipe_name(Recipe r);
+// MXFP8 and FP8-blockwise: the recipes whose GEMMs multiply FP8 operands.
+inline bool is_fp8_recipe(Recipe r) { return r == Recipe::MXFP8 || r == Recipe::FP8Blockwise; }
 
 struct PrecisionPolicy;
 // The policy of --precision NAME (or "auto": bf16 where the CPU multiplies bf16, else fp32) and

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "model/precision.h"
 #include "sim/routing_fanout.h"
 
 namespace moet::sim {
@@ -32,7 +33,7 @@ class SlotBuilder {
     a_ = activation_bytes(l.precision);
     low_ = l.precision;
     high_ = l.precision == "fp32" ? "fp32" : "bf16";
-    quantized_ = l.precision == "fp8" || l.precision == "mxfp8";
+    quantized_ = is_fp8_recipe(parse_recipe(l.precision));
     // The ranks may share one machine's compute and memory (the `local` CPU system, and the
     // emulated cluster, whose nodes are namespaces of that one machine).
     share_ = s.compute_shared ? static_cast<int>(l.gpus) : 1;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "model/precision.h"
 #include "parallel/pipeline_layout.h"
 
 namespace moet::sim {
@@ -30,9 +31,7 @@ void validate(const ModelConfig& c, const SimLayout& l) {
   positive(l.mbs, "--mbs");
   positive(l.gbs, "--gbs");
   positive(l.seq, "--seq");
-  if (l.precision != "bf16" && l.precision != "fp8" && l.precision != "mxfp8" &&
-      l.precision != "fp32")
-    throw Error(str("--precision '", l.precision, "' is not one of bf16, fp8, mxfp8, fp32"));
+  parse_recipe(l.precision);  // the trainer's names, refusing others as the trainer does
   if (l.recompute != "none" && l.recompute != "selective" && l.recompute != "full")
     throw Error(str("--recompute '", l.recompute, "' is not one of none, selective, full"));
   if (l.mtp > 0 && !c.mtp_is_moe() && c.n_routed_experts > 0)

@@ -16,7 +16,7 @@ struct SimLayout {
   int64_t mbs = 1;  // sequences per micro-batch
   int64_t gbs = 1;  // sequences per optimizer step
   int64_t seq = 4096;
-  std::string precision = "bf16";  // bf16 | fp8 | mxfp8 | fp32
+  std::string precision = "bf16";  // a recipe name: fp32 | bf16 | mxfp8 | fp8-blockwise
   int64_t mtp = -1;                // MTP depth; -1: the model config's num_nextn_predict_layers
   std::string recompute = "none";  // none | selective | full
   bool a2a_overlap = true;  // hide dispatch/combine behind the other half micro-batch's compute

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "metrics/flops.h"
+#include "model/precision.h"
 #include "parallel/pipeline_schedule.h"
 #include "sim/cost_model.h"
 
@@ -161,7 +162,7 @@ Prediction simulate(const ModelConfig& c, const SimLayout& l, const SystemSpec& 
 
   // Data parallel: fp32 gradients reduce-scattered, parameters all-gathered (fp32 or bf16),
   // dense over DP (stride TP), experts over expert-DP (stride EP·ETP).
-  const bool quant = l.precision == "fp8" || l.precision == "mxfp8";
+  const bool quant = is_fp8_recipe(parse_recipe(l.precision));
   // FP8 primary weights (Megatron's --fp8-param-gather): gathered in one byte.
   const double grad_b = 4, param_b = quant ? 1 : act_b;
   const double kd = members_per_domain(l.dp(), l.tp, rpd), gd = double(l.dp()) / kd;

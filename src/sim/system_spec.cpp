@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "model/precision.h"
 
 #ifndef MOET_SOURCE_DIR
 #define MOET_SOURCE_DIR "."
@@ -48,7 +49,9 @@ std::map<std::string, double> per_precision(const json& j, const char* key,
     if (!v.is_number() || v.get<double>() <= 0 || (is_fraction && v.get<double>() > 1))
       throw Error(str(where, ": ", key, ".", p, " must be a positive ",
                       is_fraction ? "fraction" : "number"));
-    out[p] = v.get<double>();
+    if (!out.emplace(precision_name(p), v.get<double>()).second)
+      throw Error(str(where, ": ", key, " gives ", precision_name(p), " twice (", p,
+                      " is its former name)"));
   }
   return out;
 }
@@ -63,6 +66,10 @@ std::vector<std::string> catalog_names() {
 }
 
 }  // namespace
+
+std::string precision_name(const std::string& name) {
+  return name == "fp8" ? recipe_name(Recipe::FP8Blockwise) : name;
+}
 
 double SystemSpec::peak(const std::string& precision) const {
   auto it = peak_tflops.find(precision);

@@ -31,9 +31,10 @@ struct Efficiency {
 struct SystemSpec {
   std::string name;
   std::string description;
-  std::map<std::string, double> peak_tflops;  // dense, per precision: bf16, fp8, mxfp8, fp32
-  double hbm_gb = 0;                          // memory per GPU
-  double hbm_tbps = 0;                        // its bandwidth, TB/s
+  // Dense, per precision: fp32, bf16, mxfp8, fp8-blockwise (precision_name).
+  std::map<std::string, double> peak_tflops;
+  double hbm_gb = 0;         // memory per GPU
+  double hbm_tbps = 0;       // its bandwidth, TB/s
   double nvlink_gbps = 0;    // NVLink (or shared-memory) bandwidth per GPU, each direction, GB/s
   int nvlink_domain = 1;     // GPUs that share one NVLink domain
   double scaleout_gbps = 0;  // scale-out NIC bandwidth per GPU, each direction, GB/s
@@ -51,6 +52,12 @@ struct SystemSpec {
   // GPUs of an N-GPU job that share a domain: the largest divisor of N within the domain.
   int ranks_per_domain(int gpus) const;
 };
+
+// The simulator names precisions as the trainer names its recipes (model/precision.h
+// recipe_name: fp32, bf16, mxfp8, fp8-blockwise). "fp8", its name for fp8-blockwise before, is
+// still read, in system files and as --precision of moet simulate and moet plan: this returns
+// "fp8-blockwise" for it and any other name as it is.
+std::string precision_name(const std::string& name);
 
 // Directory of the catalog: $MOET_SYSTEMS_DIR, else configs/systems of the source tree.
 std::string systems_dir();

@@ -8,6 +8,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/hf.h"
 #include "core/error.h"
+#include "data/open_dataset.h"
 #include "kernels/ops.h"
 #include "measure/gemm_peak.h"
 #include "metrics/flops.h"

@@ -1,0 +1,180 @@
+#include "cli/eval_commands.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/safetensors.h"
+#include "cli/flag_validators.h"
+#include "cli/text_format_options.h"
+#include "core/error.h"
+#include "core/file_io.h"
+#include "core/flag_check.h"
+#include "data/gpt_dataset.h"
+#include "data/open_dataset.h"
+#include "data/tokenizer.h"
+#include "kernels/ops.h"
+#include "model/model.h"
+#include "train/evaluation.h"
+
+namespace moet::cli {
+
+CLI::App* add_eval_command(CLI::App& app, EvalArgs& a) {
+  CLI::App* c =
+      app.add_subcommand("eval", "held-out loss, perplexity and bits per byte of a checkpoint");
+  a.app = c;
+  c->add_option("--checkpoint", a.checkpoint, "a run directory or a step directory")->required();
+  c->add_option("--data", a.data,
+                "text file or directory, Megatron PREFIX or blend \"W1 PREFIX1 W2 PREFIX2\", or "
+                "'mock', as for moet train (default: the run's data, as the checkpoint records "
+                "them)");
+  c->add_option(
+      "--tokenizer", a.tokenizer,
+      "tokenizer of text data and of bits per byte: 'byte' or a Hugging Face tokenizer.json "
+      "(default: a tokenizer.json in the checkpoint's step directory, else the one moet train "
+      "kept in the run directory, else 'byte')");
+  c->add_option("--split", a.split,
+                "train,validation shares of the documents; the held-out part is evaluated "
+                "(default: the run's, else 95,5)");
+  add_text_format_options(c, a.doc_boundary, a.json_key);
+  c->add_option("--batches", a.batches,
+                "held-out batches to evaluate (default: the run's --eval-batches, else 4)");
+  c->add_option("--micro-batch", a.micro_batch, "sequences per batch (default: the run's, else 8)");
+  c->add_option("--seq", a.seq,
+                "sequence length (default: the run's, else min(256, max_position_embeddings))");
+  c->add_option("--precision", a.precision,
+                "the recipe of the forward: auto, fp32, bf16, mxfp8, fp8-blockwise (default: the "
+                "run's, else fp32)")
+      ->check(CLI::IsMember({"auto", "fp32", "bf16", "mxfp8", "fp8-blockwise"}));
+  c->add_option("--bf16-layers", a.bf16_layers,
+                "FP8 recipes: the first and last layers in bf16 (default: the run's, else 1)");
+  c->add_option("--seed", a.seed, "seed of the data (mock data; default: the run's)")
+      ->check(unsigned_integer());
+  c->add_option("--threads", a.threads, "threads (default: all cores)");
+  c->add_flag("--overwrite", a.overwrite, "replace an existing --dump file");
+  c->add_option("--dump", a.dump,
+                "write input_ids (int64 [S, T]) and logits (fp32 [S, T, V]) of the evaluated "
+                "sequences to this safetensors file");
+  c->add_flag("--json", a.json, "print the result as one JSON line (full precision)");
+  return c;
+}
+
+namespace {
+
+// The run's settings a checkpoint records (checkpoint.json's "run"), for the flags not given.
+struct RunSettings {
+  nlohmann::json run;  // null when the checkpoint records none (an imported one)
+  uint64_t seed = 0;
+  bool has(const char* k) const { return run.is_object() && run.contains(k) && !run[k].is_null(); }
+};
+
+RunSettings run_settings(const std::string& step) {
+  RunSettings r;
+  const std::string path = step + "/checkpoint.json";
+  if (!std::filesystem::exists(path)) return r;
+  const nlohmann::json j = nlohmann::json::parse(read_text_file(path), nullptr, false);
+  if (j.is_object() && j.contains("run")) r.run = j["run"];
+  if (j.is_object() && j.contains("seed") && j["seed"].is_number_unsigned())
+    r.seed = j["seed"].get<uint64_t>();
+  return r;
+}
+
+}  // namespace
+
+void run_eval(const EvalArgs& given) {
+  // the flags as given first (a bad flag is refused before the checkpoint is read)
+  check_flag_positive("--batches", given.batches);
+  check_flag_positive("--micro-batch", given.micro_batch);
+  check_flag_at_least("--bf16-layers", given.bf16_layers, 0);
+  if (given.seq) check_flag_positive("--seq", *given.seq);
+  check_flag_threads(given.threads);
+  if (!given.split.empty()) parse_data_split(given.split);
+  MOET_CHECK(given.dump.empty() || given.overwrite || !std::filesystem::exists(given.dump),
+             "--dump file '", given.dump,
+             "' already exists; refusing to overwrite it (--overwrite replaces it)");
+  EvalArgs a = given;
+  auto set = [&](const char* flag) { return a.app && a.app->count(flag) > 0; };
+  const std::string step = resolve_checkpoint_dir(a.checkpoint);
+  const RunSettings rs = run_settings(step);
+  // each unset flag from the run; say which came from where
+  std::vector<std::string> from_run;
+  auto take_str = [&](const char* flag, const char* key, std::string& v) {
+    if (set(flag) || !rs.has(key) || !rs.run[key].is_string()) return;
+    v = rs.run[key].get<std::string>();
+    from_run.push_back(std::string(flag) + " " + (v.empty() ? "''" : v));
+  };
+  auto take_int = [&](const char* flag, const char* key, int64_t& v) {
+    if (set(flag) || !rs.has(key) || !rs.run[key].is_number_integer()) return;
+    v = rs.run[key].get<int64_t>();
+    from_run.push_back(str(flag, " ", v));
+  };
+  take_str("--data", "data", a.data);
+  take_str("--split", "split", a.split);
+  take_str("--doc-boundary", "doc_boundary", a.doc_boundary);
+  take_str("--json-key", "json_key", a.json_key);
+  take_str("--precision", "precision", a.precision);
+  take_int("--bf16-layers", "bf16_layers", a.bf16_layers);
+  take_int("--micro-batch", "micro_batch", a.micro_batch);
+  take_int("--batches", "eval_batches", a.batches);
+  if (!set("--seq") && rs.has("seq") && rs.run["seq"].is_number_integer()) {
+    a.seq = rs.run["seq"].get<int64_t>();
+    from_run.push_back(str("--seq ", *a.seq));
+  }
+  if (!set("--seed") && rs.seed != 0) a.seed = rs.seed;
+  if (a.precision.empty()) a.precision = "fp32";
+
+  if (!a.split.empty()) parse_data_split(a.split);
+  if (a.threads > 0) ops::set_num_threads(a.threads);
+  const ModelConfig cfg = load_model_config(step + "/config.json");
+  const int64_t T = a.seq.value_or(std::min<int64_t>(256, cfg.max_position_embeddings));
+  const auto tokenizer = load_tokenizer(run_tokenizer_spec(a.tokenizer, step));
+  const auto ds = open_token_dataset(a.data, *tokenizer, cfg.vocab_size, a.seed, a.split,
+                                     TextFormat{parse_doc_boundary(a.doc_boundary), a.json_key});
+  const PrecisionPolicy precision = resolve_precision(a.precision, a.bf16_layers);
+  if (!from_run.empty() && !a.json) {
+    std::string s;
+    for (const std::string& f : from_run) s += (s.empty() ? "" : ", ") + f;
+    std::printf("moet eval: as the run evaluated (%s/checkpoint.json): %s\n", step.c_str(),
+                s.c_str());
+  }
+  Model model(cfg, a.micro_batch, T, LossWeights{}, nullptr, precision);
+  load_checkpoint_weights(step, model.params());
+  EvalDump dump;
+  const EvalResult r =
+      evaluate_held_out(model, *ds, a.batches, a.dump.empty() ? nullptr : &dump, tokenizer.get());
+  if (!a.dump.empty()) {
+    const int64_t S = r.batches * a.micro_batch;
+    SafetensorsWriter w;
+    w.add("input_ids", StDType::I64, {S, T}, dump.input_ids.data());
+    w.add("logits", StDType::F32, {S, T, cfg.vocab_size}, dump.logits.data());
+    w.write(a.dump);
+  }
+  if (a.json) {
+    const nlohmann::ordered_json j = {{"checkpoint", step},
+                                      {"loss", r.loss},
+                                      {"perplexity", r.perplexity},
+                                      {"bits_per_byte", r.bits_per_byte},
+                                      {"batches", r.batches},
+                                      {"micro_batch", a.micro_batch},
+                                      {"seq", T},
+                                      {"precision", recipe_name(precision.recipe)},
+                                      {"data", ds->describe()}};
+    std::printf("%s\n", j.dump().c_str());
+    return;
+  }
+  const std::string fewer = r.batches < a.batches
+                                ? str(" (", a.batches, " asked: the held-out part holds only ",
+                                      r.batches, " batches of ", a.micro_batch, " x ", T, ")")
+                                : "";
+  std::printf(
+      "moet eval: %s: loss %.6f, perplexity %.4f, bits/byte %.6f (%lld held-out batches of "
+      "%lld x %lld tokens%s, %s; %s)\n",
+      step.c_str(), r.loss, r.perplexity, r.bits_per_byte, (long long)r.batches,
+      (long long)a.micro_batch, (long long)T, fewer.c_str(), recipe_name(precision.recipe),
+      ds->describe().c_str());
+}
+
+}  // namespace moet::cli
