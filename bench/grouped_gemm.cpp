@@ -16,7 +16,7 @@
 #include "core/arena.h"
 #include "kernels/ops.h"
 #include "model/config.h"
-#include "model/precision.h"
+#include "model/recipe.h"
 
 using namespace moet;
 

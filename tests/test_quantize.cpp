@@ -1,7 +1,7 @@
 // test_quantize.cpp — the FP8 and bf16 number formats and the recipes' block quantizers
-// (kernels/precision.h): E4M3 rounding and saturation, Transformer Engine's scale rules, partial
-// blocks as zero padding, packed and value forms agreeing, values exact in bf16, idempotence,
-// and low-precision linear layers equal to exact products of the quantized operands.
+// (kernels/number_format.h): E4M3 rounding and saturation, Transformer Engine's scale rules,
+// partial blocks as zero padding, packed and value forms agreeing, values exact in bf16,
+// idempotence, and low-precision linear layers equal to exact products of the quantized operands.
 // (Bit-for-bit against ml_dtypes: reference/quant_check.py.)
 #include <gtest/gtest.h>
 

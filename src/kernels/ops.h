@@ -16,7 +16,7 @@
 #include <string>
 
 #include "core/tensor.h"
-#include "kernels/precision.h"
+#include "kernels/number_format.h"
 
 namespace moet::ops {
 
@@ -73,7 +73,7 @@ void quantize_operand(const Tensor& x_RC, const Operand& q);
 // a and b may be BF16 (both) with c F32: products exact, accumulation in fp32.
 void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c,
           double alpha = 1.0, double beta = 0.0);
-// A weight's operands for low-precision GEMMs (precision.h), made once per parameter update
+// A weight's operands for low-precision GEMMs (number_format.h), made once per parameter update
 // and reused by every GEMM until the weights change: fprop's copy has its blocks along the input
 // dim D, dgrad's along the output dim O (FP8Block weights: 128×128 squares, which serve both).
 // Tensors in gemm_operand_dtype() of the weight's shape; for [E, O, D] expert weights each
@@ -132,7 +132,7 @@ void grouped_linear_backward(const Tensor& dy_MO, const Tensor& x_MD, const Tens
                              const WeightOperands* wq = nullptr, const Operand* dyq = nullptr,
                              const Operand* xq = nullptr);
 
-// ---------------------------------------------------------------- low precision (precision.h)
+// ---------------------------------------------------------------- low precision (number_format.h)
 // q = the values of x in `fmt` with its blocks along `axis`: each element quantized to E4M3
 // with its block's scale and multiplied back (FP8 formats), or rounded to bf16 (BF16), or
 // copied (F32); stored as F32 or BF16, exact in either (docs/precision.md). x is F32; leading

@@ -4,7 +4,7 @@
 #pragma once
 #include <string>
 
-#include "kernels/precision.h"
+#include "kernels/number_format.h"
 
 namespace moet {
 

@@ -7,7 +7,7 @@
 #include "model/attention.h"
 #include "model/mlp.h"
 #include "model/moe_layer.h"
-#include "model/precision.h"
+#include "model/recipe.h"
 
 namespace moet {
 

@@ -4,7 +4,7 @@
 #include <set>
 
 #include "core/error.h"
-#include "model/precision.h"
+#include "model/recipe.h"
 #include "sim/routing_fanout.h"
 
 namespace moet::sim {

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "model/precision.h"
+#include "model/recipe.h"
 #include "parallel/pipeline_layout.h"
 
 namespace moet::sim {

@@ -5,7 +5,7 @@
 
 #include "core/error.h"
 #include "metrics/flops.h"
-#include "model/precision.h"
+#include "model/recipe.h"
 #include "parallel/pipeline_schedule.h"
 #include "sim/cost_model.h"
 

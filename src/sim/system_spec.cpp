@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "model/precision.h"
+#include "model/recipe.h"
 
 #ifndef MOET_SOURCE_DIR
 #define MOET_SOURCE_DIR "."

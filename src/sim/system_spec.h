@@ -53,7 +53,7 @@ struct SystemSpec {
   int ranks_per_domain(int gpus) const;
 };
 
-// The simulator names precisions as the trainer names its recipes (model/precision.h
+// The simulator names precisions as the trainer names its recipes (model/recipe.h
 // recipe_name: fp32, bf16, mxfp8, fp8-blockwise). "fp8", its name for fp8-blockwise before, is
 // still read, in system files and as --precision of moet simulate and moet plan: this returns
 // "fp8-blockwise" for it and any other name as it is.

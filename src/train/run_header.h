@@ -13,7 +13,7 @@
 
 #include "measure/gemm_peak.h"
 #include "metrics/memory.h"
-#include "model/precision.h"
+#include "model/recipe.h"
 #include "train/parallelize.h"
 #include "train/trainer.h"
 

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "model/precision.h"
+#include "model/recipe.h"
 #include "optim/lr_schedule.h"
 
 namespace moet {

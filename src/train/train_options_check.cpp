@@ -10,7 +10,7 @@
 #include "core/flag_check.h"
 #include "core/warning.h"
 #include "data/gpt_dataset.h"
-#include "model/precision.h"
+#include "model/recipe.h"
 #include "parallel/communicator.h"
 #include "parallel/pipeline_schedule.h"
 #include "train/parallelize.h"

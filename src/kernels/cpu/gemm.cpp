@@ -1,5 +1,5 @@
 // gemm.cpp — matrix products: gemm, the linear layer (HF [out, in] weights) in any precision of
-// kernels/precision.h, and the weights' low-precision operand copies.
+// kernels/number_format.h, and the weights' low-precision operand copies.
 #include "kernels/cpu/emit.h"
 #include "kernels/cpu/operands.h"
 #include "kernels/profile.h"

@@ -1,5 +1,5 @@
 // grouped_gemm.cpp — the experts' grouped linear layer: one GEMM per non-empty (expert,
-// source) segment of contiguous rows, in any precision of kernels/precision.h.
+// source) segment of contiguous rows, in any precision of kernels/number_format.h.
 #include "core/tree_sum.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/operands.h"

@@ -1,4 +1,4 @@
-// quantize.cpp — the FP8 recipes' block quantizers and bf16 rounding (kernels/precision.h,
+// quantize.cpp — the FP8 recipes' block quantizers and bf16 rounding (kernels/number_format.h,
 // docs/precision.md). Scales follow Transformer Engine: MXFP8's E8M0 exponent is amax·(1/448)
 // rounded up to a power of two; FP8Block's scale is 448/amax rounded down to a power of two.
 // Amax ignores NaN (as fmaxf does); a NaN element stays NaN.

@@ -1,12 +1,12 @@
-// PrecisionPolicy: which number format each GEMM of the model runs in, from the training recipe
-// (--precision fp32 | bf16 | mxfp8 | fp8-blockwise, docs/precision.md). Layers ask it for their
-// linear layers' formats once, at construction; the kernels quantize, so the model's math reads
-// the same in every precision.
+// The training recipe (--precision fp32 | bf16 | mxfp8 | fp8-blockwise, docs/precision.md), its
+// names, and its PrecisionPolicy: which number format (kernels/number_format.h) each GEMM of the
+// model runs in. Layers ask it for their linear layers' formats once, at construction; the
+// kernels quantize, so the model's math reads the same in every precision.
 #pragma once
 #include <cstdint>
 #include <string>
 
-#include "kernels/precision.h"
+#include "kernels/number_format.h"
 
 namespace moet {
 

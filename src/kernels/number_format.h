@@ -1,6 +1,6 @@
-// Precision of GEMM operands: the number formats a linear layer's three GEMMs (fprop, dgrad,
-// wgrad) may take their operands in, and the block layouts of the FP8 recipes. Kernels quantize;
-// the model only says which format each GEMM wants (docs/precision.md).
+// Number formats of GEMM operands: the formats a linear layer's three GEMMs (fprop, dgrad, wgrad)
+// may take their operands in, and the block layouts of the FP8 recipes. Kernels quantize; the
+// model only says which format each GEMM wants (model/recipe.h, docs/precision.md).
 #pragma once
 #include <cstdint>
 #include <string>

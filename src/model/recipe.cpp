@@ -1,4 +1,4 @@
-#include "model/precision.h"
+#include "model/recipe.h"
 
 #include "core/error.h"
 #include "kernels/ops.h"
