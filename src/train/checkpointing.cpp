@@ -6,8 +6,8 @@
 #include "core/error.h"
 #include "optim/adamw.h"
 #include "parallel/communicator.h"
+#include "train/train_options.h"
 #include "train/train_options_check.h"
-#include "train/trainer.h"
 
 namespace moet {
 

@@ -21,7 +21,7 @@
 #include "parallel/expert_exchange_dispatcher.h"
 #include "parallel/layout.h"
 #include "parallel/pipeline_executor.h"
-#include "train/trainer.h"
+#include "train/train_options.h"
 
 namespace moet {
 

@@ -15,7 +15,7 @@
 #include "metrics/memory.h"
 #include "model/recipe.h"
 #include "train/parallelize.h"
-#include "train/trainer.h"
+#include "train/train_options.h"
 
 namespace moet {
 

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string>
 
-#include "train/trainer.h"
+#include "train/train_options.h"
 
 namespace moet {
 

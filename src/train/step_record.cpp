@@ -11,7 +11,7 @@
 #include "parallel/communicator.h"
 #include "parallel/pipeline_schedule.h"
 #include "train/parallelize.h"
-#include "train/trainer.h"
+#include "train/train_options.h"
 
 namespace moet {
 

@@ -7,7 +7,7 @@
 
 #include "model/config.h"
 #include "optim/lr_schedule.h"
-#include "train/trainer.h"
+#include "train/train_options.h"
 
 namespace moet {
 

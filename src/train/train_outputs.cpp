@@ -7,8 +7,8 @@
 #include "core/trace.h"
 #include "metrics/tensorboard.h"
 #include "train/run_info.h"
+#include "train/train_options.h"
 #include "train/train_options_check.h"
-#include "train/trainer.h"
 
 namespace moet {
 

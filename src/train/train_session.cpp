@@ -16,8 +16,8 @@
 #include "train/evaluation.h"
 #include "train/run_header.h"
 #include "train/setup_agreement.h"
+#include "train/train_options.h"
 #include "train/train_options_check.h"
-#include "train/trainer.h"
 
 namespace moet {
 
