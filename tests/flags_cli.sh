@@ -207,6 +207,7 @@ refuse --seq "${bench[@]}" --seq 1
 refuse --steps "${bench[@]}" --steps 0
 refuse --warmup "${bench[@]}" --warmup -1
 refuse --bf16-layers "${bench[@]}" --bf16-layers -1
+refuse --precision "${bench[@]}" --precision fp7
 refuse --threads "${bench[@]}" --threads -1
 echo '{}' >"$work/x.json"
 before=$(snapshot)

@@ -44,7 +44,7 @@ clean_refusal() {
 clean_refusal "unknown flag --stpes (did you mean --steps?)" --stpes 3
 clean_refusal "--ep 3 does not divide the 2 ranks" --ep 3 --out run --metrics m.jsonl
 clean_refusal "--seq 100 exceeds the model's max_position_embeddings (64)" --seq 100
-clean_refusal "--doc-boundary: never not in {percent,blank-line,file}" --data x.txt --doc-boundary never
+clean_refusal "--doc-boundary 'never' is not one of percent, blank-line, file" --data x.txt --doc-boundary never
 clean_refusal "--data 'nothing' is no text file or directory" --data nothing
 echo precious >"$work/m.jsonl"  # only rank 0 writes (and checks) the metrics file
 clean_refusal "--metrics 'm.jsonl' already exists" --metrics m.jsonl --out run

@@ -47,8 +47,9 @@ TrainRun train_single(int64_t B, int64_t parts, bool split, int steps, bool dete
   sched.min_lr = 3e-4;
   sched.warmup = 2;
   sched.total = steps;
-  StepRunner runner(m, AdamWConfig{}, sched, 1e-2);
-  if (deterministic) runner.set_deterministic(mb);
+  StepPlan plan;
+  if (deterministic) plan.accumulation = deterministic_accumulation(m, mb, nullptr);
+  StepRunner runner(m, AdamWConfig{}, sched, 1e-2, std::move(plan));
   MockDataset data(cfg.vocab_size, 3);
   std::vector<int32_t> tok(A * mb * (kT + 1));
   TrainRun out;

@@ -100,9 +100,15 @@ inline TrainRun train_tiny(const TrainSetup& o) {
   sched.total = o.steps;
   AdamWConfig oc;
   oc.grad_clip = o.grad_clip;
-  StepRunner runner(m, oc, sched, 1e-2, &dp);
-  if (lane2) runner.set_second_lane(lane2.get(), o.split == Split::kInterleaved);
-  if (o.deterministic) runner.set_deterministic(o.B);
+  StepPlan plan;  // the modes as ParallelRun::step_plan picks them
+  plan.dp = &dp;
+  if (lane2) {
+    plan.accumulation = two_lane_accumulation(m, *lane2, o.split == Split::kInterleaved, &dp);
+    plan.merges = second_lane_merges(m, *lane2);
+  } else if (o.deterministic) {
+    plan.accumulation = deterministic_accumulation(m, o.B, &dp);
+  }
+  StepRunner runner(m, oc, sched, 1e-2, std::move(plan));
   MockDataset data(cfg.vocab_size, 3);
   const int64_t per = o.B * (T + 1);
   std::vector<int32_t> tok(o.grad_accum * per);

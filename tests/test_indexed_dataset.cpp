@@ -560,13 +560,13 @@ TEST(Prepare, DocumentBoundariesAndMissingInputs) {
   PrepareOptions o;
   o.inputs = {dir.path("t.txt")};
   o.output = dir.path("blank");
-  o.doc_boundary = "blank-line";
+  o.doc_boundary = DocBoundary::kBlankLine;
   EXPECT_EQ(prepare_data(o, nullptr).documents, 3);
   o.output = dir.path("file");
-  o.doc_boundary = "file";
+  o.doc_boundary = DocBoundary::kFile;
   EXPECT_EQ(prepare_data(o, nullptr).documents, 1);
   o.output = dir.path("pct");
-  o.doc_boundary = "percent";
+  o.doc_boundary = DocBoundary::kPercent;
   EXPECT_EQ(prepare_data(o, nullptr).documents, 2);
   o.inputs = {dir.path("missing.jsonl")};
   EXPECT_NE(error_of([&] { prepare_data(o, nullptr); }).find("missing.jsonl' does not exist"),

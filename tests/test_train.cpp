@@ -13,6 +13,8 @@
 #include "data/dataset.h"
 #include "error_of.h"
 #include "model/model.h"
+#include "train/checkpointing.h"
+#include "train/train_options.h"
 #include "train/train_options_check.h"
 #include "train/train_step.h"
 #include "train/trainer.h"
@@ -33,8 +35,9 @@ std::vector<double> train_losses(const TokenDataset& ds, int64_t steps, uint64_t
   sched.min_lr = 3e-4;
   sched.warmup = 2;
   sched.total = steps;
-  StepRunner runner(m, AdamWConfig{}, sched, 1e-3);
-  if (deterministic) runner.set_deterministic(B);
+  StepPlan plan;
+  if (deterministic) plan.accumulation = deterministic_accumulation(m, B, nullptr);
+  StepRunner runner(m, AdamWConfig{}, sched, 1e-3, std::move(plan));
   std::vector<int32_t> tok(A * B * (T + 1));
   std::vector<double> losses;
   for (int64_t s = 0; s < steps; ++s) {
@@ -96,6 +99,85 @@ TEST(Train, MetricsFileHasOneObjectPerStepWithTheKeys) {
   // A second run must not overwrite it.
   EXPECT_THROW(run_training(o), Error);
   std::filesystem::remove(path);
+}
+
+// run.json's and checkpoint.json's options read back are the options written: every field of
+// every group set away from its default survives the round trip; a wrong type or an unknown
+// word is one line naming the key.
+TEST(TrainOptions, FromJsonReadsBackWhatToJsonWrote) {
+  TrainOptions o;
+  o.model_path = "m.json";
+  o.data.spec = "a.txt", o.data.tokenizer = "t.json", o.data.split = "90,10";
+  o.data.doc_boundary = DocBoundary::kBlankLine, o.data.json_key = "content";
+  o.data.prefetch = 0, o.data.micro_batch = 3, o.data.seq = 17, o.data.grad_accum = 5;
+  o.data.seed = 18446744073709551615ull;
+  o.optim.steps = 9, o.optim.lr = 2e-4, o.optim.min_lr = 3e-5, o.optim.warmup = 2;
+  o.optim.schedule = LrSchedule::Kind::Constant, o.optim.override_opt_param_scheduler = true;
+  o.optim.weight_decay = 0.25, o.optim.grad_clip = 0.5, o.optim.mtp_lambda = 0.125;
+  o.optim.balance_alpha = 1e-3, o.optim.z_loss_coef = 1e-5, o.optim.bias_update_rate = 1e-4;
+  o.precision.recipe = Recipe::FP8Blockwise, o.precision.bf16_layers = 2;
+  o.parallel.threads = 3, o.parallel.ep = 2, o.parallel.ep_ranks_per_node = 1;
+  o.parallel.overlap = OverlapMode::kOff, o.parallel.dispatcher = DispatcherKind::kAllGather;
+  o.parallel.a2a_overlap = o.parallel.zero1 = o.parallel.deterministic = true;
+  o.parallel.pp = 2, o.parallel.vpp = 2, o.parallel.pp_layout = "Et|tL";
+  o.checkpoint.out_dir = "run", o.checkpoint.save_every = 4, o.checkpoint.keep_last = 2;
+  o.checkpoint.resume = "auto", o.checkpoint.sync_save = true, o.checkpoint.skip_nonfinite = 3;
+  o.checkpoint.init_from = "hf";
+  o.logging.metrics_path = "m.jsonl", o.logging.overwrite = true, o.logging.log_every = 7;
+  o.logging.tensorboard_dir = "tb", o.logging.log_expert_load = 2, o.logging.eval_every = 5;
+  o.logging.eval_batches = 6, o.logging.peak_tflops = 1.5, o.logging.quiet = true;
+  o.logging.trace_path = "t.json";
+  const nlohmann::json j = to_json(o);
+  const TrainOptions back = train_options_from_json(j, "run.json");
+  EXPECT_EQ(to_json(back).dump(), j.dump());
+  EXPECT_EQ(to_json(train_options_from_json(to_json(TrainOptions{}), "x")).dump(),
+            to_json(TrainOptions{}).dump());  // and the defaults, nulls included
+  EXPECT_EQ(back.data.doc_boundary, DocBoundary::kBlankLine);
+  EXPECT_EQ(back.parallel.dispatcher, DispatcherKind::kAllGather);
+  EXPECT_EQ(*back.precision.recipe, Recipe::FP8Blockwise);
+  EXPECT_EQ(back.data.seed, o.data.seed);
+
+  nlohmann::json bad = j;
+  bad["parallel"]["overlap"] = "sometimes";
+  EXPECT_EQ(test::error_of([&] { train_options_from_json(bad, "c.json run"); }),
+            "c.json run: options.parallel.overlap 'sometimes' is not one of auto, on, off");
+  bad = j;
+  bad["data"]["seq"] = "256";
+  EXPECT_EQ(test::error_of([&] { train_options_from_json(bad, "c.json run"); }),
+            "c.json run: options.data.seq is not an integer: \"256\"");
+  bad = j;
+  bad["data"]["seed"] = -1;
+  EXPECT_EQ(test::error_of([&] { train_options_from_json(bad, "c.json run"); }),
+            "c.json run: options.data.seed is not an integer >= 0: -1");
+  bad = j;
+  bad["optim"] = 3;
+  EXPECT_EQ(test::error_of([&] { train_options_from_json(bad, "c.json run"); }),
+            "c.json run: options.optim is not an object");
+}
+
+// checkpoint.json's run: the options as to_json wrote them; a checkpoint of an earlier moet
+// recorded some as flat fields of run; an imported checkpoint records none.
+TEST(TrainOptions, CheckpointRunOptionsFromOptionsOrEarlierFlatFields) {
+  TrainOptions o;
+  o.data.seq = 64, o.data.grad_accum = 3;
+  const nlohmann::json now = {{"options", to_json(o)}, {"precision", "fp32"}};
+  std::optional<TrainOptions> r = checkpoint_run_options(now, "c");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->data.seq, 64);
+  EXPECT_EQ(r->data.grad_accum, 3);
+  const nlohmann::json earlier = {
+      {"seq", 32}, {"grad_accum", 2},     {"data", "x.txt"},   {"doc_boundary", "file"},
+      {"ep", 2},   {"precision", "bf16"}, {"eval_batches", 7}, {"command_line", "moet train"}};
+  r = checkpoint_run_options(earlier, "c");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->data.seq, 32);
+  EXPECT_EQ(r->data.grad_accum, 2);
+  EXPECT_EQ(r->data.spec, "x.txt");
+  EXPECT_EQ(r->data.doc_boundary, DocBoundary::kFile);
+  EXPECT_EQ(r->parallel.ep, 2);
+  EXPECT_EQ(r->logging.eval_batches, 7);
+  EXPECT_FALSE(checkpoint_run_options(nlohmann::json::object(), "c"));
+  EXPECT_FALSE(checkpoint_run_options(nullptr, "c"));
 }
 
 TEST(TrainOptions, EachBadNumberIsOneLineNamingTheFlag) {

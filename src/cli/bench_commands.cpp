@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "cli/choice_option.h"
 #include "core/error.h"
 #include "core/flag_check.h"
 #include "measure/calibrate_local.h"
@@ -30,8 +31,10 @@ CLI::App* add_bench_command(CLI::App& app, BenchArgs& a) {
   c->add_option("--model", a.model,
                 "profile a training step of this model per op instead (time, share, GFLOP/s or "
                 "GB/s of each op)");
-  c->add_option("--precision", a.precision, "with --model: the recipe")->capture_default_str();
-  c->add_option("--bf16-layers", a.bf16_layers, "with --model: bf16 layers of FP8 recipes")
+  add_choice_option(c, "--precision", a.precision.recipe, precision_choices(),
+                    "with --model: the recipe (as moet train takes it)");
+  c->add_option("--bf16-layers", a.precision.bf16_layers,
+                "with --model: bf16 layers of FP8 recipes")
       ->capture_default_str();
   c->add_option("--micro-batch", a.micro_batch, "with --model")->capture_default_str();
   c->add_option("--seq", a.seq, "with --model")->capture_default_str();
@@ -46,13 +49,13 @@ void run_bench(const BenchArgs& a) {
   check_flag_at_least("--ranks-per-node", a.ranks_per_node, 0);
   check_flag_at_least("--link-gbps", a.link_gbps, 0);
   if (!a.model.empty()) {
-    check_flag_at_least("--bf16-layers", a.bf16_layers, 0);
+    check_flag_at_least("--bf16-layers", a.precision.bf16_layers, 0);
     check_flag_positive("--micro-batch", a.micro_batch);
     check_flag_at_least("--seq", a.seq, 2);
     check_flag_positive("--steps", a.steps);
     check_flag_at_least("--warmup", a.warmup, 0);
     OpProfileOptions o;
-    o.model_path = a.model, o.precision = a.precision, o.bf16_layers = a.bf16_layers;
+    o.model_path = a.model, o.precision = a.precision;
     o.micro_batch = a.micro_batch, o.seq = a.seq, o.steps = a.steps, o.warmup = a.warmup;
     o.threads = a.threads;
     if (!a.json.empty() && std::filesystem::exists(a.json) && !a.overwrite)

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "train/train_options.h"
+
 namespace moet::cli {
 
 struct BenchArgs {
@@ -13,8 +15,9 @@ struct BenchArgs {
   bool overwrite = false;
   int threads = 0;
   // --model: a per-op profile of a training step instead of the machine calibration
-  std::string model, precision = "auto", json;
-  int64_t bf16_layers = 1, micro_batch = 4, seq = 256, steps = 3, warmup = 2;
+  std::string model, json;
+  PrecisionOptions precision;
+  int64_t micro_batch = 4, seq = 256, steps = 3, warmup = 2;
   // The emulated cluster (scripts/cluster.sh): ranks per node and the link between nodes,
   // GB/s each direction (0: one shared-memory domain).
   int ranks_per_node = 0;

@@ -10,6 +10,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_diff.h"
+#include "train/checkpointing.h"
 
 namespace moet::cli {
 
@@ -65,12 +66,16 @@ int run_checkpoint(const CheckpointArgs& a) {
   std::printf("step %lld | consumed samples %lld | tokens %lld | data cursor %lld | seed %llu\n",
               (long long)ix.step, (long long)ix.consumed_samples, (long long)ix.tokens,
               (long long)ix.data_cursor, (unsigned long long)ix.seed);
-  std::printf(
-      "layout: ranks %s, ep %s, zero1 %s, deterministic %s | batch %s x %s accum, seq %s "
-      "| precision %s\n",
-      field("ranks").c_str(), field("ep").c_str(), field("zero1").c_str(),
-      field("deterministic").c_str(), field("micro_batch").c_str(), field("grad_accum").c_str(),
-      field("seq").c_str(), field("precision").c_str());
+  if (const std::optional<TrainOptions> o =
+          checkpoint_run_options(run, dir + "/checkpoint.json run")) {
+    const char* yes_no[2] = {"false", "true"};
+    std::printf(
+        "layout: ranks %s, ep %lld, zero1 %s, deterministic %s | batch %lld x %lld accum, seq "
+        "%lld | precision %s\n",
+        field("ranks").c_str(), (long long)o->parallel.ep, yes_no[o->parallel.zero1],
+        yes_no[o->parallel.deterministic], (long long)o->data.micro_batch,
+        (long long)o->data.grad_accum, (long long)o->data.seq, field("precision").c_str());
+  }
   if (run.contains("command_line") && run["command_line"].is_string())
     std::printf("command: %s\n", run["command_line"].get<std::string>().c_str());
   std::map<std::string, std::pair<int64_t, int64_t>> kinds;  // prefix -> tensors, elements

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 
+#include "cli/text_format_options.h"
 #include "core/error.h"
 #include "core/flag_check.h"
 #include "data/indexed_dataset.h"
@@ -23,13 +24,7 @@ CLI::App* add_data_command(CLI::App& app, DataArgs& a) {
   p->add_option("--tokenizer", a.prep.tokenizer, "'byte' or a Hugging Face tokenizer.json")
       ->capture_default_str();
   p->add_option("--output", a.prep.output, "PREFIX of the PREFIX.bin/.idx to write")->required();
-  p->add_option("--json-key", a.prep.json_key, "the JSONL field holding each document")
-      ->capture_default_str();
-  p->add_option("--doc-boundary", a.prep.doc_boundary,
-                "plain text: documents end at lines that are exactly '%' (percent), at blank "
-                "lines (blank-line), or at the end of each file (file)")
-      ->check(CLI::IsMember({"percent", "blank-line", "file"}))
-      ->capture_default_str();
+  add_text_format_options(p, a.prep.doc_boundary, a.prep.json_key);
   p->add_option("--workers", a.prep.workers, "tokenizing threads (default: all cores)");
   p->add_option("--on-bad-line", a.prep.on_bad_line,
                 "malformed JSONL lines: skip (counted in the summary) or stop")

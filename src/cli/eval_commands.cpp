@@ -18,6 +18,7 @@
 #include "data/tokenizer.h"
 #include "kernels/ops.h"
 #include "model/model.h"
+#include "train/checkpointing.h"
 #include "train/evaluation.h"
 
 namespace moet::cli {
@@ -66,9 +67,9 @@ namespace {
 
 // The run's settings a checkpoint records (checkpoint.json's "run"), for the flags not given.
 struct RunSettings {
-  nlohmann::json run;  // null when the checkpoint records none (an imported one)
+  std::optional<TrainOptions> options;  // none when the checkpoint records none (an imported one)
+  std::string precision;                // the recipe the run resolved
   uint64_t seed = 0;
-  bool has(const char* k) const { return run.is_object() && run.contains(k) && !run[k].is_null(); }
 };
 
 RunSettings run_settings(const std::string& step) {
@@ -76,9 +77,13 @@ RunSettings run_settings(const std::string& step) {
   const std::string path = step + "/checkpoint.json";
   if (!std::filesystem::exists(path)) return r;
   const nlohmann::json j = nlohmann::json::parse(read_text_file(path), nullptr, false);
-  if (j.is_object() && j.contains("run")) r.run = j["run"];
-  if (j.is_object() && j.contains("seed") && j["seed"].is_number_unsigned())
-    r.seed = j["seed"].get<uint64_t>();
+  if (!j.is_object()) return r;
+  if (j.contains("run")) {
+    r.options = checkpoint_run_options(j["run"], path + " run");
+    if (j["run"].contains("precision") && j["run"]["precision"].is_string())
+      r.precision = j["run"]["precision"].get<std::string>();
+  }
+  if (j.contains("seed") && j["seed"].is_number_unsigned()) r.seed = j["seed"].get<uint64_t>();
   return r;
 }
 
@@ -101,27 +106,25 @@ void run_eval(const EvalArgs& given) {
   const RunSettings rs = run_settings(step);
   // each unset flag from the run; say which came from where
   std::vector<std::string> from_run;
-  auto take_str = [&](const char* flag, const char* key, std::string& v) {
-    if (set(flag) || !rs.has(key) || !rs.run[key].is_string()) return;
-    v = rs.run[key].get<std::string>();
-    from_run.push_back(std::string(flag) + " " + (v.empty() ? "''" : v));
+  auto take = [&](const char* flag, auto& v, const auto& run_value, const std::string& shown) {
+    if (set(flag)) return;
+    v = run_value;
+    from_run.push_back(std::string(flag) + " " + (shown.empty() ? "''" : shown));
   };
-  auto take_int = [&](const char* flag, const char* key, int64_t& v) {
-    if (set(flag) || !rs.has(key) || !rs.run[key].is_number_integer()) return;
-    v = rs.run[key].get<int64_t>();
-    from_run.push_back(str(flag, " ", v));
-  };
-  take_str("--data", "data", a.data);
-  take_str("--split", "split", a.split);
-  take_str("--doc-boundary", "doc_boundary", a.doc_boundary);
-  take_str("--json-key", "json_key", a.json_key);
-  take_str("--precision", "precision", a.precision);
-  take_int("--bf16-layers", "bf16_layers", a.bf16_layers);
-  take_int("--micro-batch", "micro_batch", a.micro_batch);
-  take_int("--batches", "eval_batches", a.batches);
-  if (!set("--seq") && rs.has("seq") && rs.run["seq"].is_number_integer()) {
-    a.seq = rs.run["seq"].get<int64_t>();
-    from_run.push_back(str("--seq ", *a.seq));
+  if (rs.options) {
+    const DataOptions& d = rs.options->data;
+    const std::string split = d.split.empty() ? "95,5" : d.split;
+    take("--data", a.data, d.spec, d.spec);
+    take("--split", a.split, split, split);
+    take("--doc-boundary", a.doc_boundary, d.doc_boundary, doc_boundary_name(d.doc_boundary));
+    take("--json-key", a.json_key, d.json_key, d.json_key);
+    if (!rs.precision.empty()) take("--precision", a.precision, rs.precision, rs.precision);
+    const int64_t bf16 = rs.options->precision.bf16_layers;
+    take("--bf16-layers", a.bf16_layers, bf16, std::to_string(bf16));
+    take("--micro-batch", a.micro_batch, d.micro_batch, std::to_string(d.micro_batch));
+    const int64_t batches = rs.options->logging.eval_batches;
+    take("--batches", a.batches, batches, std::to_string(batches));
+    take("--seq", a.seq, std::optional<int64_t>(d.seq), std::to_string(d.seq));
   }
   if (!set("--seed") && rs.seed != 0) a.seed = rs.seed;
   if (a.precision.empty()) a.precision = "fp32";
@@ -132,7 +135,7 @@ void run_eval(const EvalArgs& given) {
   const int64_t T = a.seq.value_or(std::min<int64_t>(256, cfg.max_position_embeddings));
   const auto tokenizer = load_tokenizer(run_tokenizer_spec(a.tokenizer, step));
   const auto ds = open_token_dataset(a.data, *tokenizer, cfg.vocab_size, a.seed, a.split,
-                                     TextFormat{parse_doc_boundary(a.doc_boundary), a.json_key});
+                                     TextFormat{a.doc_boundary, a.json_key});
   const PrecisionPolicy precision = resolve_precision(a.precision, a.bf16_layers);
   if (!from_run.empty() && !a.json) {
     std::string s;

@@ -6,6 +6,8 @@
 #include <optional>
 #include <string>
 
+#include "data/documents.h"
+
 namespace moet::cli {
 
 // Unset flags take the run's settings from the checkpoint (its checkpoint.json: the data, how they
@@ -18,7 +20,8 @@ struct EvalArgs {
   std::string data;       // = "" (the default English corpus)
   std::string tokenizer;  // = the run's tokenizer.json, else 'byte'
   std::string split;      // = 95,5
-  std::string doc_boundary = "percent", json_key = "text";
+  DocBoundary doc_boundary = DocBoundary::kPercent;
+  std::string json_key = "text";
   std::string precision;  // = fp32
   int64_t bf16_layers = 1, batches = 4, micro_batch = 8;
   std::optional<int64_t> seq;  // = min(256, max_position_embeddings)

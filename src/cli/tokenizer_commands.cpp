@@ -56,7 +56,7 @@ int run_tokenizer_train(const TokenizerArgs& a) {
   const std::vector<std::string> files = expand_inputs(a.inputs);
   // the documents, read as every reader of text reads them (data/prepare.h): JSONL's document
   // field, plain text split at the document boundary
-  const DocBoundary boundary = parse_doc_boundary(a.doc_boundary);
+  const DocBoundary boundary = a.doc_boundary;
   std::vector<std::string> docs;
   JsonlSkips skips;
   SingleDocumentFiles single(boundary);

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "data/documents.h"
+
 namespace moet::cli {
 
 struct TokenizerArgs {
@@ -13,7 +15,8 @@ struct TokenizerArgs {
   // train
   std::vector<std::string> inputs, special_tokens = {"<|endoftext|>", "<|pad|>"};
   std::string output;
-  std::string doc_boundary = "percent", json_key = "text";  // how inputs become documents
+  DocBoundary doc_boundary = DocBoundary::kPercent;  // how inputs become documents
+  std::string json_key = "text";
   int64_t vocab_size = 0, min_frequency = 2;
   bool overwrite = false;
   // encode / decode

@@ -5,47 +5,11 @@
 #include <utility>
 #include <vector>
 
+#include "cli/choice_option.h"
 #include "cli/flag_validators.h"
 #include "cli/text_format_options.h"
 
 namespace moet::cli {
-
-namespace {
-
-// A flag that takes one of a few words, parsed into its enum as the command line is read: a
-// word outside `choices` is one line naming them (as check_flag_choice words it).
-template <typename E>
-void add_choice_option(CLI::App* app, const std::string& flag, E& target,
-                       const std::vector<std::pair<std::string, E>>& choices,
-                       const std::string& help) {
-  std::string names, current;
-  for (const auto& [name, value] : choices) {
-    names += (names.empty() ? "" : ", ") + name;
-    if (value == target) current = name;
-  }
-  app->add_option_function<std::string>(
-         flag,
-         [&target, choices, flag, names](const std::string& word) {
-           for (const auto& [name, value] : choices)
-             if (name == word) {
-               target = value;
-               return;
-             }
-           throw CLI::ValidationError(flag + " '" + word + "' is not one of " + names);
-         },
-         help)
-      ->default_str(current);
-}
-
-// --precision: auto (unset) or a recipe.
-std::vector<std::pair<std::string, std::optional<Recipe>>> precision_choices() {
-  std::vector<std::pair<std::string, std::optional<Recipe>>> c = {{"auto", std::nullopt}};
-  for (Recipe r : {Recipe::FP32, Recipe::BF16, Recipe::MXFP8, Recipe::FP8Blockwise})
-    c.emplace_back(recipe_name(r), r);
-  return c;
-}
-
-}  // namespace
 
 CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
   CLI::App* t = app.add_subcommand("train", "train a DeepSeek-V3-style MoE model on the CPU");

@@ -14,22 +14,23 @@ bool is_separator(std::string_view line, DocBoundary boundary) {
 
 }  // namespace
 
+const std::vector<std::pair<std::string, DocBoundary>>& doc_boundary_choices() {
+  static const std::vector<std::pair<std::string, DocBoundary>> c = {
+      {"percent", DocBoundary::kPercent},
+      {"blank-line", DocBoundary::kBlankLine},
+      {"file", DocBoundary::kFile}};
+  return c;
+}
+
 DocBoundary parse_doc_boundary(const std::string& name) {
-  if (name == "percent") return DocBoundary::kPercent;
-  if (name == "blank-line") return DocBoundary::kBlankLine;
-  if (name == "file") return DocBoundary::kFile;
+  for (const auto& [word, b] : doc_boundary_choices())
+    if (word == name) return b;
   MOET_FAIL("document boundary '", name, "' is not known: percent, blank-line or file");
 }
 
 const char* doc_boundary_name(DocBoundary boundary) {
-  switch (boundary) {
-    case DocBoundary::kPercent:
-      return "percent";
-    case DocBoundary::kBlankLine:
-      return "blank-line";
-    case DocBoundary::kFile:
-      return "file";
-  }
+  for (const auto& [word, b] : doc_boundary_choices())
+    if (b == boundary) return word.c_str();
   return "?";
 }
 

@@ -4,6 +4,8 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace moet {
 
@@ -25,6 +27,8 @@ DocBoundary parse_doc_boundary(const std::string& name);
 
 // The flag value of a rule: "percent", "blank-line" or "file".
 const char* doc_boundary_name(DocBoundary boundary);
+// Every rule and its flag value, in that order (the command line's choices).
+const std::vector<std::pair<std::string, DocBoundary>>& doc_boundary_choices();
 
 // Collects the plain-text files that split into a single document under a rule other than
 // kFile (probably the wrong rule for that text) and warns about them in one line (moet::warn).

@@ -179,7 +179,7 @@ PrepareResult prepare_data(const PrepareOptions& o, std::FILE* progress) {
              "' is not known: skip or stop");
   MOET_CHECK(!o.json_key.empty(), "--json-key must not be empty");
   check_flag_in_range("--workers", o.workers, 0, kMaxThreads);
-  const DocBoundary boundary = parse_doc_boundary(o.doc_boundary);
+  const DocBoundary boundary = o.doc_boundary;
   PrepareResult r;
   r.files = expand_inputs(o.inputs);
   for (const std::string& f : r.files) {
@@ -333,9 +333,8 @@ std::string no_documents_message(size_t files, const JsonlSkips& skips, const st
   std::string msg = str("no documents in the input (", files, files == 1 ? " file)" : " files)");
   if (skips.missing_key > 0) msg += ": " + skips.missing_key_note(key);
   if (skips.malformed > 0)
-    msg += str(skips.missing_key > 0 ? ", and " : ": ", skips.malformed,
-               " malformed JSONL line", skips.malformed == 1 ? "" : "s", " (first: ",
-               skips.first_malformed, ")");
+    msg += str(skips.missing_key > 0 ? ", and " : ": ", skips.malformed, " malformed JSONL line",
+               skips.malformed == 1 ? "" : "s", " (first: ", skips.first_malformed, ")");
   return msg;
 }
 

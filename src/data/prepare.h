@@ -14,22 +14,22 @@
 namespace moet {
 
 struct PrepareOptions {
-  std::vector<std::string> inputs;       // files, directories, or glob patterns
-  std::string tokenizer = "byte";        // "byte" or a tokenizer.json
-  std::string output;                    // PREFIX
-  std::string json_key = "text";         // the field of each JSONL object holding the document
-  std::string doc_boundary = "percent";  // plain text: percent, blank-line or file
-  std::string on_bad_line = "skip";      // malformed JSONL lines: skip (and count) or stop
-  int workers = 0;                       // tokenizing threads (0: all cores)
-  bool overwrite = false;                // replace an existing PREFIX.bin/.idx
+  std::vector<std::string> inputs;  // files, directories, or glob patterns
+  std::string tokenizer = "byte";   // "byte" or a tokenizer.json
+  std::string output;               // PREFIX
+  std::string json_key = "text";    // the field of each JSONL object holding the document
+  DocBoundary doc_boundary = DocBoundary::kPercent;  // plain text: where documents end
+  std::string on_bad_line = "skip";  // malformed JSONL lines: skip (and count) or stop
+  int workers = 0;                   // tokenizing threads (0: all cores)
+  bool overwrite = false;            // replace an existing PREFIX.bin/.idx
 };
 
 // What reading JSON Lines skipped, so a refusal can say why: lines that are not JSON objects (or
 // whose document is not a string), and objects without the document's key — with the keys they
 // had, which names the --json-key that would read them.
 struct JsonlSkips {
-  int64_t malformed = 0;    // not JSON, not an object, or the key's value not a string
-  int64_t missing_key = 0;  // JSON objects without the key
+  int64_t malformed = 0;               // not JSON, not an object, or the key's value not a string
+  int64_t missing_key = 0;             // JSON objects without the key
   std::vector<std::string> keys_seen;  // keys of those objects, in first-seen order (a few)
   std::string first_malformed;         // "FILE:LINE: why" of the first malformed line
   int64_t total() const { return malformed + missing_key; }

@@ -1,6 +1,7 @@
 // The stages a decoder layer's forward and backward each run in, split where an MoE layer's
 // expert exchanges are in flight, so that another micro-batch's (or lane's) stages can run while
-// they travel: the two-lane overlap (--a2a-overlap, StepRunner) and combined 1F1B (--pp with
+// they travel: the two-lane overlap (--a2a-overlap, train/accumulation_lanes.cpp) and combined 1F1B
+// (--pp with
 // --a2a-overlap, PipelineExecutor) interleave them. This is the one list of them: adding a stage
 // means adding it here and giving it a body in MoeLayer::forward_stage / backward_stage (and
 // DecoderBlock's, if the block's own work moves). A dense layer does its FFN in one of them.

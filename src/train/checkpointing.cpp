@@ -15,10 +15,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-int64_t run_int(const nlohmann::json& run, const char* key) {
-  return run.contains(key) && run[key].is_number_integer() ? run[key].get<int64_t>() : -1;
-}
-
 // "cosine 1e-03 -> 1e-04, warm-up 4 steps, decay to step 40"
 std::string describe_schedule(const std::string& kind, double max, double min, int64_t warmup,
                               int64_t total) {
@@ -74,6 +70,27 @@ std::string resumed_schedule_change(const nlohmann::json& run, const LrSchedule&
 
 }  // namespace
 
+std::optional<TrainOptions> checkpoint_run_options(const nlohmann::json& run,
+                                                   const std::string& where) {
+  if (!run.is_object()) return std::nullopt;
+  if (run.contains("options")) return train_options_from_json(run["options"], where);
+  // moet before run.options: the settings as flat fields of run, in to_json's groups
+  static const std::vector<std::pair<const char*, std::vector<const char*>>> groups = {
+      {"data",
+       {"data", "split", "doc_boundary", "json_key", "tokenizer", "micro_batch", "seq",
+        "grad_accum"}},
+      {"precision", {"bf16_layers"}},
+      {"parallel", {"ep", "zero1", "deterministic"}},
+      {"logging", {"eval_batches"}}};
+  nlohmann::json options = nlohmann::json::object();
+  bool any = false;
+  for (const auto& [group, keys] : groups)
+    for (const char* k : keys)
+      if (run.contains(k)) options[group][k] = run[k], any = true;
+  if (!any) return std::nullopt;
+  return train_options_from_json(options, where);
+}
+
 TrainCheckpoints::TrainCheckpoints(const TrainOptions& o, Communicator* world)
     : o_(o), world_(world) {
   // (the flags alone and together: check_train_options)
@@ -103,23 +120,12 @@ TrainCheckpoints::TrainCheckpoints(const TrainOptions& o, Communicator* world)
   keep_run_tokenizer(o.checkpoint.out_dir, o.data.tokenizer,
                      false);  // refuses another tokenizer, writes nothing
   const LrSchedule schedule = train_lr_schedule(o);
-  run_ = {{"precision", o.precision.name()},
-          {"bf16_layers", o.precision.bf16_layers},
-          {"micro_batch", o.data.micro_batch},
-          {"seq", o.data.seq},
-          {"grad_accum", o.data.grad_accum},
+  // Every option as run.json has them (`moet eval --checkpoint` reads the data, split and batch
+  // from there), and what the run resolved from them: the recipe (note()), the ranks, the
+  // learning-rate schedule.
+  run_ = {{"options", to_json(o)},
+          {"precision", o.precision.name()},
           {"ranks", world ? world->size() : 1},
-          {"ep", o.parallel.ep},
-          {"zero1", o.parallel.zero1},
-          {"deterministic", o.parallel.deterministic},
-          {"data", o.data.spec},
-          // how the data were read and held out: `moet eval --checkpoint` evaluates the run's
-          // held-out part the way training did
-          {"split", o.data.split.empty() ? "95,5" : o.data.split},
-          {"doc_boundary", o.data.doc_boundary},
-          {"json_key", o.data.json_key},
-          {"tokenizer", o.data.tokenizer},
-          {"eval_batches", o.logging.eval_batches},
           {"lr",
            {{"schedule", schedule_name(o.optim.schedule)},
             {"max", o.optim.lr},
@@ -127,7 +133,6 @@ TrainCheckpoints::TrainCheckpoints(const TrainOptions& o, Communicator* world)
             {"warmup", schedule.warmup},
             {"total_steps", o.optim.steps}}},
           {"rng", "counter-based Philox4x32-10 keyed by the seed (no generator state)"},
-          {"options", to_json(o)},  // every option, as run.json has them
           {"command_line", o.command_line}};
 }
 
@@ -160,7 +165,9 @@ int64_t TrainCheckpoints::restore(const StateHolder& h, AdamW& adamw, const Data
   reader.check_model(model_config_);
   MOET_CHECK(ix.seed == data.seed, "--seed ", data.seed, " differs from the checkpoint's ", ix.seed,
              " (", resume_dir_, "): the data order follows the seed");
-  const int64_t seq = run_int(ix.run, "seq"), accum = run_int(ix.run, "grad_accum");
+  const std::optional<TrainOptions> then =
+      checkpoint_run_options(ix.run, resume_dir_ + "/checkpoint.json run");
+  const int64_t seq = then ? then->data.seq : -1, accum = then ? then->data.grad_accum : -1;
   MOET_CHECK(seq == data.seq, "--seq ", data.seq, " differs from the checkpoint's ", seq, " (",
              resume_dir_, ")");
   MOET_CHECK(ix.global_batch == data.global_batch && accum == data.grad_accum,

@@ -4,14 +4,15 @@
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "checkpoint/async_saver.h"
 #include "checkpoint/training_state.h"
+#include "train/train_options.h"
 
 namespace moet {
 
-struct TrainOptions;
 class Communicator;
 class AdamW;
 
@@ -23,6 +24,12 @@ struct DataShape {
   int64_t grad_accum = 0;
   int64_t global_batch = 0;  // sequences per step over all ranks
 };
+
+// The options of the run that saved a checkpoint: checkpoint.json's run.options (a checkpoint of
+// an earlier moet: the flat fields of run it recorded); nullopt when it records none (an imported
+// checkpoint). `where` names the file in an error line.
+std::optional<TrainOptions> checkpoint_run_options(const nlohmann::json& run,
+                                                   const std::string& where);
 
 class TrainCheckpoints {
  public:

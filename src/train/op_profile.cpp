@@ -25,7 +25,7 @@ OpProfile profile_training_step(const OpProfileOptions& o) {
   const ModelConfig cfg = load_model_config(o.model_path);
   ops::set_num_threads(o.threads > 0 ? o.threads
                                      : std::max(1, int(std::thread::hardware_concurrency())));
-  const PrecisionPolicy precision = resolve_precision(o.precision, o.bf16_layers);
+  const PrecisionPolicy precision = o.precision.policy();
   const int64_t B = o.micro_batch, T = o.seq;
   Model model(cfg, B, T, LossWeights{}, nullptr, precision);
   model.init_parameters(1);

@@ -7,13 +7,13 @@
 #include <vector>
 
 #include "measure/stream.h"
+#include "train/train_options.h"
 
 namespace moet {
 
 struct OpProfileOptions {
   std::string model_path;
-  std::string precision = "auto";
-  int64_t bf16_layers = 1;
+  PrecisionOptions precision;  // --precision and --bf16-layers, as moet train takes them
   int64_t micro_batch = 4, seq = 256;
   int64_t warmup = 2, steps = 3;  // untimed steps, then profiled steps
   int threads = 0;                // 0: all cores

@@ -77,12 +77,36 @@ std::vector<MoeLayer*> ParallelRun::moe_layers() const {
 }
 
 std::vector<std::pair<MoeLayer*, MoeLayer*>> ParallelRun::moe_merges() const {
-  std::vector<std::pair<MoeLayer*, MoeLayer*>> out;  // (the second lane's: StepRunner)
+  std::vector<std::pair<MoeLayer*, MoeLayer*>> out;
+  if (Model* lane = second_lane()) out = second_lane_merges(*models[0], *lane);
   for (const auto& chunk : chunks)
     for (size_t s = 1; s < chunk.size(); ++s)
       for (size_t i = 0; i < chunk[0]->moe_layers().size(); ++i)
         out.emplace_back(chunk[s]->moe_layers()[i], chunk[0]->moe_layers()[i]);
   return out;
+}
+
+StepPlan ParallelRun::step_plan(const TrainOptions& o, TraceRecorder* trace) {
+  StepPlan plan;
+  plan.dp = dp_sync ? &*dp_sync : nullptr;
+  plan.pp = pp_group.get();
+  plan.pipeline = pipeline.get();
+  plan.moe_layers = moe_layers();
+  plan.merges = moe_merges();
+  plan.trace = trace;
+  const int64_t sequences = o.data.micro_batch;
+  if (pipeline && o.parallel.deterministic)
+    plan.accumulation =
+        deterministic_pipeline_accumulation(model(), sequences, *pipeline, *pp_group, *plan.dp);
+  else if (pipeline)
+    plan.accumulation = pipeline_accumulation(model(), *pipeline, *pp_group, *plan.dp);
+  else if (o.parallel.deterministic)
+    plan.accumulation = deterministic_accumulation(model(), sequences, plan.dp);
+  else if (Model* lane = second_lane())
+    plan.accumulation = two_lane_accumulation(model(), *lane, /*interleave=*/true, plan.dp);
+  else
+    plan.accumulation = plain_accumulation(model(), plan.dp);
+  return plan;
 }
 
 int64_t ParallelRun::activation_bytes() const {

@@ -22,6 +22,7 @@
 #include "parallel/layout.h"
 #include "parallel/pipeline_executor.h"
 #include "train/train_options.h"
+#include "train/train_step.h"
 
 namespace moet {
 
@@ -51,12 +52,15 @@ struct ParallelRun {
 
   Model& model() { return *models[0]; }
   ParamStore& params() { return models[0]->params(); }
-  Model* second_lane() { return !pipeline && models.size() > 1 ? models[1].get() : nullptr; }
+  Model* second_lane() const { return !pipeline && models.size() > 1 ? models[1].get() : nullptr; }
   // The MoE layers that keep this rank's router statistics and update the expert biases (one
   // per layer), and the pipeline slots' other instances whose statistics are added into them
-  // (StepRunner::set_second_lane adds the second lane's).
+  // and the second lane's (--a2a-overlap).
   std::vector<MoeLayer*> moe_layers() const;
   std::vector<std::pair<MoeLayer*, MoeLayer*>> moe_merges() const;  // (from, into)
+  // How a step runs on this layout: the one GradientAccumulation its mode needs (plain, two
+  // lanes, deterministic, pipeline, deterministic pipeline) and what the update synchronises.
+  StepPlan step_plan(const TrainOptions& o, TraceRecorder* trace);
   int64_t activation_bytes() const;
 };
 

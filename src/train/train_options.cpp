@@ -1,5 +1,7 @@
 #include "train/train_options.h"
 
+#include "core/error.h"
+
 namespace moet {
 
 namespace {
@@ -35,6 +37,16 @@ const std::vector<std::pair<std::string, LrSchedule::Kind>>& schedule_choices() 
   return c;
 }
 
+const std::vector<std::pair<std::string, std::optional<Recipe>>>& precision_choices() {
+  static const std::vector<std::pair<std::string, std::optional<Recipe>>> c = [] {
+    std::vector<std::pair<std::string, std::optional<Recipe>>> v = {{"auto", std::nullopt}};
+    for (Recipe r : {Recipe::FP32, Recipe::BF16, Recipe::MXFP8, Recipe::FP8Blockwise})
+      v.emplace_back(recipe_name(r), r);
+    return v;
+  }();
+  return c;
+}
+
 const char* overlap_name(OverlapMode m) { return name_in(overlap_choices(), m); }
 const char* dispatcher_name(DispatcherKind d) { return name_in(dispatcher_choices(), d); }
 const char* schedule_name(LrSchedule::Kind k) { return name_in(schedule_choices(), k); }
@@ -55,7 +67,7 @@ nlohmann::json to_json(const TrainOptions& o) {
        {{"data", d.spec},
         {"tokenizer", d.tokenizer},
         {"split", d.split.empty() ? "95,5" : d.split},
-        {"doc_boundary", d.doc_boundary},
+        {"doc_boundary", doc_boundary_name(d.doc_boundary)},
         {"json_key", d.json_key},
         {"prefetch", d.prefetch},
         {"micro_batch", d.micro_batch},
@@ -108,6 +120,168 @@ nlohmann::json to_json(const TrainOptions& o) {
         {"quiet", g.quiet},
         {"trace", g.trace_path}}},
   };
+}
+
+namespace {
+
+// Reads the keys of one group of to_json's object; absent and null keys keep their defaults.
+class GroupReader {
+ public:
+  GroupReader(const nlohmann::json& j, const char* group, const std::string& where)
+      : where_(where + ": options." + group) {
+    if (j.contains(group)) {
+      MOET_CHECK(j[group].is_object(), where_, " is not an object");
+      j_ = &j[group];
+    }
+  }
+
+  template <typename T>
+  void operator()(const char* key, T& v) const {
+    const nlohmann::json* x = value(key);
+    if (!x) return;
+    if constexpr (std::is_same_v<T, bool>) {
+      MOET_CHECK(x->is_boolean(), where_, ".", key, " is not true or false: ", x->dump());
+      v = x->get<bool>();
+    } else if constexpr (std::is_same_v<T, std::string>) {
+      MOET_CHECK(x->is_string(), where_, ".", key, " is not a string: ", x->dump());
+      v = x->get<std::string>();
+    } else if constexpr (std::is_integral_v<T>) {
+      MOET_CHECK(std::is_signed_v<T> ? x->is_number_integer() : x->is_number_unsigned(), where_,
+                 ".", key, " is not an integer", std::is_signed_v<T> ? "" : " >= 0", ": ",
+                 x->dump());
+      v = x->get<T>();
+    } else {
+      MOET_CHECK(x->is_number(), where_, ".", key, " is not a number: ", x->dump());
+      v = x->get<T>();
+    }
+  }
+
+  template <typename T>
+  void operator()(const char* key, std::optional<T>& v) const {
+    if (!value(key)) return;
+    T t{};
+    (*this)(key, t);
+    v = t;
+  }
+
+  template <typename E>
+  void choice(const char* key, E& v, const std::vector<std::pair<std::string, E>>& choices) const {
+    std::string word;
+    (*this)(key, word);
+    if (value(key)) v = word_of(key, word, choices);
+  }
+
+  template <typename E>
+  void choice(const char* key, std::optional<E>& v,
+              const std::vector<std::pair<std::string, E>>& choices) const {
+    std::string word;
+    (*this)(key, word);
+    if (value(key)) v = word_of(key, word, choices);
+  }
+
+  // A list of words.
+  template <typename E>
+  void choices(const char* key, std::vector<E>& v,
+               const std::vector<std::pair<std::string, E>>& choices) const {
+    const nlohmann::json* x = value(key);
+    if (!x) return;
+    MOET_CHECK(x->is_array(), where_, ".", key, " is not a list: ", x->dump());
+    v.clear();
+    for (const nlohmann::json& w : *x) {
+      MOET_CHECK(w.is_string(), where_, ".", key, " holds a non-string: ", w.dump());
+      v.push_back(word_of(key, w.get<std::string>(), choices));
+    }
+  }
+
+ private:
+  const nlohmann::json* j_ = nullptr;
+  std::string where_;
+  template <typename E>
+  E word_of(const char* key, const std::string& word,
+            const std::vector<std::pair<std::string, E>>& choices) const {
+    std::string names;
+    for (const auto& [name, e] : choices) {
+      if (name == word) return e;
+      names += (names.empty() ? "" : ", ") + name;
+    }
+    MOET_FAIL(where_, ".", key, " '", word, "' is not one of ", names);
+  }
+
+  const nlohmann::json* value(const char* key) const {
+    return j_ && j_->contains(key) && !(*j_)[key].is_null() ? &(*j_)[key] : nullptr;
+  }
+};
+
+}  // namespace
+
+TrainOptions train_options_from_json(const nlohmann::json& j, const std::string& where) {
+  MOET_CHECK(j.is_object(), where, ": options is not an object");
+  TrainOptions o;
+  if (j.contains("model") && j["model"].is_string()) o.model_path = j["model"].get<std::string>();
+  DataOptions& d = o.data;
+  const GroupReader data(j, "data", where);
+  data("data", d.spec);
+  data("tokenizer", d.tokenizer);
+  data("split", d.split);
+  data.choice("doc_boundary", d.doc_boundary, doc_boundary_choices());
+  data("json_key", d.json_key);
+  data("prefetch", d.prefetch);
+  data("micro_batch", d.micro_batch);
+  data("seq", d.seq);
+  data("grad_accum", d.grad_accum);
+  data("seed", d.seed);
+  OptimizerOptions& p = o.optim;
+  const GroupReader optim(j, "optim", where);
+  optim("steps", p.steps);
+  optim("lr", p.lr);
+  optim("min_lr", p.min_lr);
+  optim("warmup", p.warmup);
+  optim.choice("schedule", p.schedule, schedule_choices());
+  optim("override_opt_param_scheduler", p.override_opt_param_scheduler);
+  optim("weight_decay", p.weight_decay);
+  optim("grad_clip", p.grad_clip);
+  optim("mtp_lambda", p.mtp_lambda);
+  optim("balance_alpha", p.balance_alpha);
+  optim("z_loss_coef", p.z_loss_coef);
+  optim("bias_update_rate", p.bias_update_rate);
+  const GroupReader precision(j, "precision", where);
+  precision.choice("precision", o.precision.recipe, precision_choices());
+  precision("bf16_layers", o.precision.bf16_layers);
+  ParallelOptions& l = o.parallel;
+  const GroupReader parallel(j, "parallel", where);
+  parallel("threads", l.threads);
+  parallel("ep", l.ep);
+  parallel("ep_ranks_per_node", l.ep_ranks_per_node);
+  parallel.choice("overlap", l.overlap, overlap_choices());
+  parallel.choice("dispatcher", l.dispatcher, dispatcher_choices());
+  parallel("a2a_overlap", l.a2a_overlap);
+  parallel("zero1", l.zero1);
+  parallel("pp", l.pp);
+  parallel("vpp", l.vpp);
+  parallel("pp_layout", l.pp_layout);
+  parallel("deterministic", l.deterministic);
+  CheckpointOptions& c = o.checkpoint;
+  const GroupReader checkpoint(j, "checkpoint", where);
+  checkpoint("out", c.out_dir);
+  checkpoint("save_every", c.save_every);
+  checkpoint("keep_last", c.keep_last);
+  checkpoint("resume", c.resume);
+  checkpoint("sync_save", c.sync_save);
+  checkpoint("skip_nonfinite", c.skip_nonfinite);
+  checkpoint("init_from", c.init_from);
+  LoggingOptions& g = o.logging;
+  const GroupReader logging(j, "logging", where);
+  logging("metrics", g.metrics_path);
+  logging("overwrite", g.overwrite);
+  logging("log_every", g.log_every);
+  logging("tensorboard", g.tensorboard_dir);
+  logging("log_expert_load", g.log_expert_load);
+  logging("eval_every", g.eval_every);
+  logging("eval_batches", g.eval_batches);
+  logging("peak_tflops", g.peak_tflops);
+  logging("quiet", g.quiet);
+  logging("trace", g.trace_path);
+  return o;
 }
 
 }  // namespace moet

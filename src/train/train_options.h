@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "data/documents.h"
 #include "model/recipe.h"
 #include "optim/lr_schedule.h"
 
@@ -23,11 +24,11 @@ enum class DispatcherKind { kAllToAll, kAllGather };
 // What is read and how it is batched.
 struct DataOptions {
   std::string spec;  // --data: "" = default English corpus, "mock", text, prefix, blend
-  std::string tokenizer = "byte";        // tokenizes text data as it is read
-  std::string split;                     // train,validation shares of documents ("" = 95,5)
-  std::string doc_boundary = "percent";  // plain text: where documents end (documents.h)
-  std::string json_key = "text";         // JSONL: the field holding a document
-  int64_t prefetch = 2;                  // batches prepared ahead by a background thread (0: none)
+  std::string tokenizer = "byte";  // tokenizes text data as it is read
+  std::string split;               // train,validation shares of documents ("" = 95,5)
+  DocBoundary doc_boundary = DocBoundary::kPercent;  // plain text: where documents end
+  std::string json_key = "text";                     // JSONL: the field holding a document
+  int64_t prefetch = 2;  // batches prepared ahead by a background thread (0: none)
   int64_t micro_batch = 8;
   int64_t seq = 256;
   int64_t grad_accum = 1;
@@ -126,6 +127,8 @@ struct TrainOptions {
 const std::vector<std::pair<std::string, OverlapMode>>& overlap_choices();
 const std::vector<std::pair<std::string, DispatcherKind>>& dispatcher_choices();
 const std::vector<std::pair<std::string, LrSchedule::Kind>>& schedule_choices();
+// --precision: "auto" (unset: resolved for this CPU) or a recipe's name.
+const std::vector<std::pair<std::string, std::optional<Recipe>>>& precision_choices();
 const char* overlap_name(OverlapMode m);
 const char* dispatcher_name(DispatcherKind d);
 const char* schedule_name(LrSchedule::Kind k);
@@ -133,5 +136,9 @@ const char* schedule_name(LrSchedule::Kind k);
 // Every option, grouped as above ({"data": {...}, "optim": {...}, ...}): run.json's "options"
 // and checkpoint.json's run.options.
 nlohmann::json to_json(const TrainOptions& o);
+// The options to_json wrote, read back (what `moet eval --checkpoint` and a resumed run take
+// from checkpoint.json). A key it does not hold keeps its default; a value of the wrong type or
+// an unknown choice is one moet::Error line naming `where` and the key.
+TrainOptions train_options_from_json(const nlohmann::json& j, const std::string& where);
 
 }  // namespace moet

@@ -70,7 +70,6 @@ void check_numbers(const TrainOptions& o) {
 void check_words(const TrainOptions& o) {
   MOET_CHECK(!o.model_path.empty(), "--model CONFIG.json is required");
   if (!o.data.split.empty()) parse_data_split(o.data.split);
-  check_flag_choice("--doc-boundary", o.data.doc_boundary, {"percent", "blank-line", "file"});
 }
 
 // A file the run will write (if `path` is given): not a directory, in a directory that exists

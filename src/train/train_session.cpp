@@ -49,15 +49,8 @@ std::unique_ptr<StepRunner> make_runner(const TrainOptions& o, ParallelRun& par,
   AdamWConfig oc;
   oc.weight_decay = o.optim.weight_decay;
   oc.grad_clip = o.optim.grad_clip;
-  auto runner =
-      std::make_unique<StepRunner>(par.model(), oc, train_lr_schedule(o), o.optim.bias_update_rate,
-                                   par.dp_sync ? &*par.dp_sync : nullptr);
-  runner->set_trace(trace);
-  runner->set_moe_layers(par.moe_layers(), par.moe_merges());
-  if (par.second_lane()) runner->set_second_lane(par.second_lane(), true);
-  if (o.parallel.deterministic) runner->set_deterministic(o.data.micro_batch);
-  if (par.pipeline) runner->set_pipeline(par.pipeline.get(), par.pp_group.get());
-  return runner;
+  return std::make_unique<StepRunner>(par.model(), oc, train_lr_schedule(o),
+                                      o.optim.bias_update_rate, par.step_plan(o, trace));
 }
 
 // The state a checkpoint holds, as this rank holds it.
@@ -107,9 +100,8 @@ std::unique_ptr<TrainSession> start_training(const TrainOptions& o, Communicator
   ops::set_num_threads(threads);
   std::optional<DelayedNote> reading(std::in_place, s->verbose, "reading the data");
   s->tokenizer = load_tokenizer(o.data.tokenizer);
-  s->data =
-      open_token_dataset(o.data.spec, *s->tokenizer, cfg.vocab_size, o.data.seed, o.data.split,
-                         TextFormat{parse_doc_boundary(o.data.doc_boundary), o.data.json_key});
+  s->data = open_token_dataset(o.data.spec, *s->tokenizer, cfg.vocab_size, o.data.seed,
+                               o.data.split, TextFormat{o.data.doc_boundary, o.data.json_key});
   s->checkpoints = std::make_unique<TrainCheckpoints>(o, world);
   const bool resuming = !s->checkpoints->resume_dir().empty();
   s->outputs = std::make_unique<TrainOutputs>(o, s->rank, s->ranks, resuming);
