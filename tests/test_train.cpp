@@ -120,6 +120,9 @@ TEST(TrainOptions, FromJsonReadsBackWhatToJsonWrote) {
   o.parallel.overlap = OverlapMode::kOff, o.parallel.dispatcher = DispatcherKind::kAllGather;
   o.parallel.a2a_overlap = o.parallel.zero1 = o.parallel.deterministic = true;
   o.parallel.pp = 2, o.parallel.vpp = 2, o.parallel.pp_layout = "Et|tL";
+  o.recompute.granularity = RecomputeGranularity::kSelective;
+  o.recompute.modules = {RecomputeModule::kMoeAct, RecomputeModule::kLayernorm};
+  o.recompute.method = RecomputeMethod::kBlock, o.recompute.num_layers = 2;
   o.checkpoint.out_dir = "run", o.checkpoint.save_every = 4, o.checkpoint.keep_last = 2;
   o.checkpoint.resume = "auto", o.checkpoint.sync_save = true, o.checkpoint.skip_nonfinite = 3;
   o.checkpoint.init_from = "hf";
@@ -136,6 +139,8 @@ TEST(TrainOptions, FromJsonReadsBackWhatToJsonWrote) {
   EXPECT_EQ(back.parallel.dispatcher, DispatcherKind::kAllGather);
   EXPECT_EQ(*back.precision.recipe, Recipe::FP8Blockwise);
   EXPECT_EQ(back.data.seed, o.data.seed);
+  EXPECT_EQ(back.recompute.modules, o.recompute.modules);
+  EXPECT_EQ(back.recompute.plan().describe(), "selective (moe_act layernorm)");
 
   nlohmann::json bad = j;
   bad["parallel"]["overlap"] = "sometimes";

@@ -58,6 +58,22 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
   t->add_option("--bf16-layers", o.precision.bf16_layers,
                 "FP8 recipes: the first and the last N decoder layers run in bf16")
       ->capture_default_str();
+  add_choice_option(t, "--recompute-granularity", o.recompute.granularity,
+                    recompute_granularity_choices(),
+                    "activation recomputation (as Megatron's): selective (the modules of "
+                    "--recompute-modules) or full (whole decoder layers, --recompute-method); "
+                    "bit for bit what none trains (docs/training.md, Memory)");
+  add_choices_option(t, "--recompute-modules", o.recompute.modules, recompute_module_choices(),
+                     "with --recompute-granularity selective: core_attn, mla_up_proj, moe_act, "
+                     "layernorm, mlp, moe, shared_experts (default core_attn)");
+  add_choice_option(t, "--recompute-method", o.recompute.method,
+                    optional_choices(recompute_method_choices()),
+                    "with --recompute-granularity full: uniform (every layer, in groups of "
+                    "--recompute-num-layers) or block (the first --recompute-num-layers layers of "
+                    "each pipeline chunk); default uniform");
+  t->add_option("--recompute-num-layers", o.recompute.num_layers,
+                "with --recompute-granularity full: layers per group (uniform) or recomputed "
+                "layers per chunk (block); default 1");
   t->add_option("--metrics", o.logging.metrics_path,
                 "write one JSON object per step to this file (default with --out RUN: "
                 "RUN/metrics.jsonl)");

@@ -19,6 +19,12 @@ Arena::Arena(size_t capacity_bytes) : capacity_(round_up(capacity_bytes)) {
   base_.reset(p);
 }
 
+void Arena::seek(size_t offset) {
+  MOET_CHECK(!base_ || offset <= capacity_, "arena overflow: seek to ", offset, " bytes, have ",
+             capacity_);
+  used_ = offset;
+}
+
 Tensor Arena::alloc(DType t, std::initializer_list<int64_t> dims) {
   Tensor v(nullptr, t, dims);
   size_t n = round_up(v.bytes());

@@ -27,6 +27,9 @@ class Arena {
   bool is_planning() const { return !base_; }
   char* base() const { return base_.get(); }
   void reset() { used_ = 0; }
+  // Moves the bump pointer to `offset` (a used() seen earlier, or past it): buffers whose lifetimes
+  // do not overlap are planned over the same bytes.
+  void seek(size_t offset);
 
  private:
   Arena() = default;

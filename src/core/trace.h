@@ -32,6 +32,9 @@ inline constexpr const char* kExperts = "experts";
 inline constexpr const char* kMlp = "mlp";
 inline constexpr const char* kHead = "head";
 inline constexpr const char* kOptimizer = "optimizer";
+// Activation recomputation: a layer's forward (or its selected modules) made again before its
+// backward (--recompute-granularity); the spans of what it runs nest inside.
+inline constexpr const char* kRecompute = "recompute";
 // Communication: the experts' token exchange out and back (each with its backward), gradient
 // reduction (ZeRO-1's reduce-scatter and parameter all-gather included), pipeline messages; and
 // the training thread blocked on the communication thread.

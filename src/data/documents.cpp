@@ -1,5 +1,6 @@
 #include "data/documents.h"
 
+#include "core/choices.h"
 #include "core/error.h"
 #include "core/warning.h"
 
@@ -29,9 +30,7 @@ DocBoundary parse_doc_boundary(const std::string& name) {
 }
 
 const char* doc_boundary_name(DocBoundary boundary) {
-  for (const auto& [word, b] : doc_boundary_choices())
-    if (b == boundary) return word.c_str();
-  return "?";
+  return choice_name(doc_boundary_choices(), boundary);
 }
 
 void SingleDocumentFiles::add(const std::string& path, int64_t documents) {

@@ -40,19 +40,20 @@ void MlaAttention::plan(Workspace& ws) {
   cq_rstd_N_ = a.alloc_f32({N});
   ckv_NC_ = a.alloc_f32({N, C_});
   ckv_rstd_N_ = a.alloc_f32({N});
-  q_NHK_ = a.alloc_f32({N, H_, K});
-  k_NHK_ = a.alloc_f32({N, H_, K});
-  v_NHU_ = a.alloc_f32({N, H_, U_});
-  lse_BHT_ = a.alloc_f32({B_, H_, T_});
-  o_NHU_ = a.alloc_f32({N, H_, U_});
+  q_NHK_ = ws.kept(RecomputeModule::kMlaUpProj).alloc_f32({N, H_, K});
+  k_NHK_ = ws.kept(RecomputeModule::kMlaUpProj).alloc_f32({N, H_, K});
+  v_NHU_ = ws.kept(RecomputeModule::kMlaUpProj).alloc_f32({N, H_, U_});
+  // the rotated rope key: a temporary, unless the keys are made again from it
+  kr_NR_ = (ws.recomputes(RecomputeModule::kMlaUpProj) ? a : ws.scratch).alloc_f32({N, R_});
+  lse_BHT_ = ws.kept(RecomputeModule::kCoreAttn).alloc_f32({B_, H_, T_});
+  o_NHU_ = ws.kept(RecomputeModule::kCoreAttn).alloc_f32({N, H_, U_});
   // the normalised latents are read only by q_b and kv_b; o also by attention's backward
   const GemmInput cq = plan_gemm_input(a, N, Q_, lin_), ckvn = plan_gemm_input(a, N, C_, lin_);
   cq_NQ_ = cq.values, cq_q_ = cq.q;
   ckvn_NC_ = ckvn.values, ckvn_q_ = ckvn.q;
-  o_q_ = plan_input_operand(a, N, H_ * U_, lin_);
+  o_q_ = plan_input_operand(ws.kept(RecomputeModule::kCoreAttn), N, H_ * U_, lin_);
   Arena& s = ws.scratch;
   kva_NA_ = s.alloc_f32({N, C_ + R_});
-  kr_NR_ = s.alloc_f32({N, R_});
   kv_NHW_ = s.alloc_f32({N, H_, W});
   do_NHU_ = s.alloc_f32({N, H_, U_});
   dk_NHK_ = s.alloc_f32({N, H_, K});
@@ -74,18 +75,50 @@ void MlaAttention::plan(Workspace& ws) {
 
 void MlaAttention::project_queries(const Tensor& x_ND, const ops::Operand& xq,
                                    const RopeCache& rope) {
-  const int64_t N = x_ND.size(0), K = P_ + R_;
   // queries: q = q_b(norm(q_a(x))), rope on the last R dims of each head
   ops::linear_forward(x_ND, q_a_->value, cq_raw_NQ_, lin_, q_a_->operands(), false, &xq);
   ops::rmsnorm_forward(cq_raw_NQ_, q_a_norm_->value, eps_, cq_NQ_, cq_rstd_N_, cq_q_);
+  up_project_queries(rope);
+}
+
+void MlaAttention::up_project_queries(const RopeCache& rope) {
+  const int64_t N = cq_NQ_.size(0), K = P_ + R_;
   Tensor q2 = q_NHK_.view({N, H_ * K});
   ops::linear_forward(cq_NQ_, q_b_->value, q2, lin_, q_b_->operands(), false, &cq_q_);
   ops::rope_forward(q_NHK_, P_, rope.cos_TR2, rope.sin_TR2);
 }
 
+void MlaAttention::up_project_keys_values() {
+  const int64_t N = ckvn_NC_.size(0);
+  Tensor kv2 = kv_NHW_.view({N, H_ * (P_ + U_)});
+  ops::linear_forward(ckvn_NC_, kv_b_->value, kv2, lin_, kv_b_->operands(), false, &ckvn_q_);
+  ops::mla_split_kv(kv_NHW_, kr_NR_, k_NHK_, v_NHU_);
+}
+
+void MlaAttention::core_attention(const RopeCache& rope) {
+  const int64_t N = B_ * T_, K = P_ + R_;
+  // causal softmax attention, writing o_proj's operands as it goes where their blocks lie within
+  // a head (element-wise formats)
+  Tensor o4 = o_NHU_.view({B_, T_, H_, U_});
+  const bool heads_write = !ops::is_fp8(o_q_.fmt);
+  ops::attention_forward(q_NHK_.view({B_, T_, H_, K}), k_NHK_.view({B_, T_, H_, K}),
+                         v_NHU_.view({B_, T_, H_, U_}), rope.softmax_scale, lse_BHT_, o4, attn_,
+                         heads_write ? o_q_ : ops::Operand{});
+  // FP8 blocks span heads: one pass, both ways
+  if (!heads_write) ops::quantize_operand(o_NHU_.view({N, H_ * U_}), o_q_);
+}
+
+void MlaAttention::recompute(const RecomputeModules& modules, const RopeCache& rope) {
+  if (modules.has(RecomputeModule::kMlaUpProj)) {
+    up_project_queries(rope);
+    up_project_keys_values();
+  }
+  if (modules.has(RecomputeModule::kCoreAttn)) core_attention(rope);
+}
+
 void MlaAttention::forward(const Tensor& x_ND, Tensor& y_ND, const RopeCache& rope,
                            const ops::Operand& xq) {
-  const int64_t N = x_ND.size(0), K = P_ + R_;
+  const int64_t N = x_ND.size(0);
   project_queries(x_ND, xq, rope);
   // keys and values: one projection to the compressed kv (first C outputs) and the shared rope
   // key (last R)
@@ -94,19 +127,10 @@ void MlaAttention::forward(const Tensor& x_ND, Tensor& y_ND, const RopeCache& ro
   Tensor kr = kr_NR_.view({N, 1, R_});
   ops::rope_forward(kr, 0, rope.cos_TR2, rope.sin_TR2);
   ops::rmsnorm_forward(ckv_NC_, kv_a_norm_->value, eps_, ckvn_NC_, ckv_rstd_N_, ckvn_q_);
-  Tensor kv2 = kv_NHW_.view({N, H_ * (P_ + U_)});
-  ops::linear_forward(ckvn_NC_, kv_b_->value, kv2, lin_, kv_b_->operands(), false, &ckvn_q_);
-  ops::mla_split_kv(kv_NHW_, kr_NR_, k_NHK_, v_NHU_);
-  // causal softmax attention (writing o_proj's operands as it goes where their blocks lie within
-  // a head: element-wise formats), then the output projection
-  Tensor o4 = o_NHU_.view({B_, T_, H_, U_});
-  const Tensor o2 = o_NHU_.view({N, H_ * U_});
-  const bool heads_write = !ops::is_fp8(o_q_.fmt);
-  ops::attention_forward(q_NHK_.view({B_, T_, H_, K}), k_NHK_.view({B_, T_, H_, K}),
-                         v_NHU_.view({B_, T_, H_, U_}), rope.softmax_scale, lse_BHT_, o4, attn_,
-                         heads_write ? o_q_ : ops::Operand{});
-  if (!heads_write) ops::quantize_operand(o2, o_q_);  // FP8 blocks span heads: one pass, both ways
-  ops::linear_forward(o2, o_->value, y_ND, lin_, o_->operands(), false, &o_q_);
+  up_project_keys_values();
+  core_attention(rope);
+  ops::linear_forward(o_NHU_.view({N, H_ * U_}), o_->value, y_ND, lin_, o_->operands(), false,
+                      &o_q_);
 }
 
 namespace {

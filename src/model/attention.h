@@ -32,6 +32,10 @@ class MlaAttention {
   // (plan_grad_operand), written by dy's producer; xq as forward's.
   void backward(const Tensor& dy_ND, const Tensor& x_ND, Tensor& dx_ND, const RopeCache& rope,
                 const ops::Operand& dyq = {}, const ops::Operand& xq = {});
+  // Recomputation, just before backward (model/recompute.h): the up-projections' outputs
+  // (`mla_up_proj`: the queries, keys and values) and core attention's (`core_attn`: its output
+  // and log-sum-exp) made again from what forward kept, as forward made them.
+  void recompute(const RecomputeModules& modules, const RopeCache& rope);
   // Inference with a KV cache (the one decode-only path of the model, docs/generate.md): the
   // N = x_ND.size(0) tokens at positions [pos, pos + N) (rope: their tables, from position pos)
   // write their latents into the cache's rows and attend over rows [0, pos + N), kv_b_proj
@@ -42,6 +46,12 @@ class MlaAttention {
  private:
   // q_NHK_ = the rotated queries of x (both forward paths).
   void project_queries(const Tensor& x_ND, const ops::Operand& xq, const RopeCache& rope);
+  // The up-projections: q_NHK_ from the normalised query latent (rotated), k_NHK_ and v_NHU_
+  // from the normalised kv latent and the rotated rope key.
+  void up_project_queries(const RopeCache& rope);
+  void up_project_keys_values();
+  // o_NHU_, lse_BHT_ and o's operands from q, k and v.
+  void core_attention(const RopeCache& rope);
 
   int64_t H_, P_, R_, U_, Q_, C_;
   double eps_;

@@ -1,5 +1,8 @@
 #include "model/block.h"
 
+#include <algorithm>
+#include <optional>
+
 #include "core/trace.h"
 #include "kernels/ops.h"
 #include "model/operands.h"
@@ -34,27 +37,58 @@ void DecoderBlock::plan(Workspace& ws) {
   const int64_t N = ws.N(), D = in_norm_->value.size(0);
   // the input norm's output is read only by attention's projections; the post-attention norm's
   // also by the router of an MoE layer (fp32)
-  const GemmInput xn = plan_gemm_input(ws.act, N, D, lin_);
+  // (--recompute-modules layernorm: both norms' outputs made again before backward)
+  recompute_ = ws.recompute ? ws.modules : RecomputeModules{};
+  recompute_whole_ = ws.recompute_whole;
+  const GemmInput xn = plan_gemm_input(ws.kept(RecomputeModule::kLayernorm), N, D, lin_);
   xn_ND_ = xn.values, xn_q_ = xn.q;
   rstd1_N_ = ws.act.alloc_f32({N});
   a_ND_ = ws.act.alloc_f32({N, D});
   if (moe_) {
-    an_ND_ = ws.act.alloc_f32({N, D});
-    an_q_ = plan_input_operand(ws.act, N, D, lin_);
+    an_ND_ = ws.kept(RecomputeModule::kLayernorm).alloc_f32({N, D});
+    an_q_ = plan_input_operand(ws.kept(RecomputeModule::kLayernorm), N, D, lin_);
     if (!moe_->has_shared_expert()) an_q_.cols = {};  // only the shared expert's wgrad reads it
   } else {
-    const GemmInput an = plan_gemm_input(ws.act, N, D, lin_);
+    const GemmInput an = plan_gemm_input(ws.kept(RecomputeModule::kLayernorm), N, D, lin_);
     an_ND_ = an.values, an_q_ = an.q;
   }
   rstd2_N_ = ws.act.alloc_f32({N});
   da_ND_ = ws.scratch.alloc_f32({N, D});
   dxn_ND_ = ws.scratch.alloc_f32({N, D});
   da_q_ = plan_grad_operand(ws.scratch, N, D, lin_);  // da is also the residual's gradient
+  // Attention's temporaries and the FFN's are never in use at once (attention runs before the
+  // FFN forward and after it backward): the same bytes.
+  const size_t own = ws.scratch.used();
   attn_.plan(ws);
+  const size_t attention_end = ws.scratch.used();
+  ws.scratch.seek(own);
+  Workspace ffn = ws.inside(moe_ ? RecomputeModule::kMoe : RecomputeModule::kMlp);
   if (moe_)
-    moe_->plan(ws);
+    moe_->plan(ffn);
   else
-    mlp_->plan(ws);
+    mlp_->plan(ffn);
+  ws.scratch.seek(std::max(attention_end, ws.scratch.used()));
+}
+
+void DecoderBlock::recompute(const Tensor& in_ND, const RopeCache& rope) {
+  if (recompute_.empty() && !recompute_whole_) return;
+  TraceRecorder::Span span(trace_, trace_lane_, "recompute", trace::kRecompute);
+  if (recompute_whole_) {
+    std::optional<MoeLayer::Recomputing> again;
+    if (moe_) again.emplace(*moe_);
+    for (MoeStage stage : kMoeStages)
+      forward_stage(stage, in_ND, da_ND_, rope);  // da: written first in backward
+    return;
+  }
+  if (recompute_.has(RecomputeModule::kLayernorm)) {
+    ops::rmsnorm_forward(in_ND, in_norm_->value, eps_, xn_ND_, rstd1_N_, xn_q_);
+    ops::rmsnorm_forward(a_ND_, post_norm_->value, eps_, an_ND_, rstd2_N_, an_q_);
+  }
+  attn_.recompute(recompute_, rope);
+  if (moe_)
+    moe_->recompute(recompute_, an_ND_, dxn_ND_, an_q_);  // dxn: written first in backward
+  else if (recompute_.has(RecomputeModule::kMlp))
+    mlp_->forward_activation(an_ND_, an_q_);
 }
 
 void DecoderBlock::forward(const Tensor& in_ND, Tensor& out_ND, const RopeCache& rope) {

@@ -31,6 +31,11 @@ class DecoderBlock {
   void forward_stage(MoeStage stage, const Tensor& in_ND, Tensor& out_ND, const RopeCache& rope);
   void backward_stage(MoeStage stage, const Tensor& dout_ND, const Tensor& in_ND, Tensor& din_ND,
                       bool accumulate_din, const RopeCache& rope, const LossScales& ls);
+  // Recomputation, just before the block's backward (model/recompute.h): the modules its plan put
+  // in the recompute region (--recompute-granularity selective), or the whole forward again from
+  // `in` when it was planned whole into the region (full; the output is discarded: it is the
+  // next layer's kept input). Nothing when it keeps everything.
+  void recompute(const Tensor& in_ND, const RopeCache& rope);
   // Inference: as forward, attention over the KV cache (MlaAttention::forward_cached).
   void forward_cached(const Tensor& in_ND, Tensor& out_ND, const RopeCache& rope,
                       LatentCache& cache, int64_t pos);
@@ -53,7 +58,9 @@ class DecoderBlock {
   ops::Operand xn_q_, an_q_;  // the norms' outputs as attention's and the FFN's GEMMs read them
   // temporaries
   Tensor da_ND_, dxn_ND_;
-  ops::Operand da_q_;  // o_proj's dy, written by the post-attention norm's backward
+  ops::Operand da_q_;           // o_proj's dy, written by the post-attention norm's backward
+  RecomputeModules recompute_;  // the selective modules its plan put in the recompute region
+  bool recompute_whole_ = false;
   TraceRecorder* trace_ = nullptr;
   int trace_lane_ = 0;
 };

@@ -28,9 +28,13 @@ void SwiGluMlp::plan(Workspace& ws) {
 }
 
 void SwiGluMlp::forward(const Tensor& x_ND, Tensor& y_ND, bool accumulate, const ops::Operand& xq) {
+  forward_activation(x_ND, xq);
+  ops::linear_forward(h_NF_, down_->value, y_ND, lin_, down_->operands(), accumulate, &h_q_);
+}
+
+void SwiGluMlp::forward_activation(const Tensor& x_ND, const ops::Operand& xq) {
   ops::linear_forward(x_ND, gate_up_->value, gu_N2F_, lin_, gate_up_->operands(), false, &xq);
   ops::swiglu_forward(gu_N2F_, h_NF_, h_q_);
-  ops::linear_forward(h_NF_, down_->value, y_ND, lin_, down_->operands(), accumulate, &h_q_);
 }
 
 void SwiGluMlp::backward(const Tensor& dy_ND, const Tensor& x_ND, Tensor& dx_ND, bool accumulate_dx,

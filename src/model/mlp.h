@@ -19,6 +19,9 @@ class SwiGluMlp {
   // y_ND = mlp(x_ND), or y += mlp(x) when accumulate. xq: x's operands in the MLP's formats
   // (plan_input_operand), written by x's producer; empty: none.
   void forward(const Tensor& x_ND, Tensor& y_ND, bool accumulate, const ops::Operand& xq = {});
+  // The first part of forward: gate/up projection and SwiGLU, all that backward reads
+  // (recomputation, --recompute-modules mlp and shared_experts, runs it again).
+  void forward_activation(const Tensor& x_ND, const ops::Operand& xq = {});
   // dx_ND = d/dx, or dx += when accumulate_dx; weight gradients accumulate.
   void backward(const Tensor& dy_ND, const Tensor& x_ND, Tensor& dx_ND, bool accumulate_dx,
                 const ops::Operand& xq = {});

@@ -13,20 +13,30 @@ namespace moet {
 Model::Model(const ModelConfig& c, int64_t B, int64_t T, LossWeights lw,
              DispatcherFactory dispatchers, Model& shared)
     : Model(c, shared.part(), B, T, lw, std::move(dispatchers), &shared, shared.precision(),
-            nullptr) {}
+            nullptr, shared.recompute_plan()) {}
 
 Model::Model(const ModelConfig& c, int64_t B, int64_t T, LossWeights lw,
-             DispatcherFactory dispatchers, const PrecisionPolicy& precision)
-    : Model(c, ModelPart{}, B, T, lw, std::move(dispatchers), nullptr, precision, nullptr) {}
+             DispatcherFactory dispatchers, const PrecisionPolicy& precision,
+             const RecomputePlan& recompute)
+    : Model(c, ModelPart{}, B, T, lw, std::move(dispatchers), nullptr, precision, nullptr,
+            recompute) {}
 
 Model::Model(const ModelConfig& c, const ModelPart& part, int64_t B, int64_t T, LossWeights lw,
-             DispatcherFactory dispatchers, const PrecisionPolicy& precision, ParamStore& store)
-    : Model(c, part, B, T, lw, std::move(dispatchers), nullptr, precision, &store) {}
+             DispatcherFactory dispatchers, const PrecisionPolicy& precision, ParamStore& store,
+             const RecomputePlan& recompute)
+    : Model(c, part, B, T, lw, std::move(dispatchers), nullptr, precision, &store, recompute) {}
 
 Model::Model(const ModelConfig& c, const ModelPart& part, int64_t B, int64_t T, LossWeights lw,
              DispatcherFactory dispatchers, Model* shared, const PrecisionPolicy& precision,
-             ParamStore* store)
-    : cfg_(c), precision_(precision), B_(B), T_(T), lw_(lw), part_(part), shared_(shared) {
+             ParamStore* store, const RecomputePlan& recompute)
+    : cfg_(c),
+      precision_(precision),
+      B_(B),
+      T_(T),
+      lw_(lw),
+      part_(part),
+      recompute_plan_(recompute),
+      shared_(shared) {
   if (part_.end_layer < 0) part_.end_layer = c.num_hidden_layers;
   MOET_ASSERT(0 <= part_.first_layer && part_.first_layer <= part_.end_layer &&
               part_.end_layer <= c.num_hidden_layers);
@@ -69,12 +79,15 @@ Model::Model(const ModelConfig& c, const ModelPart& part, int64_t B, int64_t T, 
     }
   }
   if (!shared_ && !store) params_.allocate();
+  const int64_t n = num_layers();
+  for (int64_t l = 0; l < n; ++l) group_start_.push_back(recompute_plan_.group_start(l, n));
   // Plan once to size the arenas, then again to place every buffer in them.
-  Arena act = Arena::planning(), scratch = Arena::planning();
-  plan_all(act, scratch);
+  Arena act = Arena::planning(), scratch = Arena::planning(), again = Arena::planning();
+  plan_all(act, scratch, again);
   act_ = Arena(act.used());
   scratch_ = Arena(scratch.used());
-  plan_all(act_, scratch_);
+  recompute_ = Arena(again.used());
+  plan_all(act_, scratch_, recompute_);
   if (replica)
     for (size_t k = 0; k < mtp_.size(); ++k) mtp_[k]->export_embedding_grad(&mtp_de_[k]);
   fill_rope_tables(c, rope_.cos_TR2, rope_.sin_TR2);
@@ -83,7 +96,7 @@ Model::Model(const ModelConfig& c, const ModelPart& part, int64_t B, int64_t T, 
 
 Model::~Model() = default;
 
-void Model::plan_all(Arena& act, Arena& scratch) {
+void Model::plan_all(Arena& act, Arena& scratch, Arena& recompute) {
   const int64_t N = B_ * T_, D = cfg_.hidden_size;
   act.reset();
   rope_.cos_TR2 = act.alloc_f32({T_, cfg_.qk_rope_head_dim / 2});
@@ -104,16 +117,45 @@ void Model::plan_all(Arena& act, Arena& scratch) {
       mtp_de_.push_back(act.alloc_f32({N, D}));
     mtp_tok_N_ = act.alloc_i32({N});
   }
+  // The decoder layers and the MTP modules' blocks: what recomputation makes again goes into one
+  // region that every layer (selective) or group of layers (full) reuses.
   size_t scratch_needed = 0;
-  auto plan_part = [&](auto& part) {
-    scratch.reset();
-    Workspace ws{act, scratch, B_, T_};
-    part.plan(ws);
-    scratch_needed = std::max(scratch_needed, scratch.used());
+  RecomputeRegion region(recompute);
+  const RecomputeGranularity granularity = recompute_plan_.granularity;
+  // The workspace of a layer that starts a recompute group (group == -1: kept whole).
+  auto layer_workspace = [&](bool starts, int64_t group) {
+    if (granularity == RecomputeGranularity::kSelective || starts) region.start_layer();
+    Workspace ws(group >= 0 ? region.arena() : act, scratch, B_, T_);
+    if (granularity == RecomputeGranularity::kSelective)
+      ws.recompute = &region, ws.modules = recompute_plan_.modules;
+    ws.recompute_whole = group >= 0;
+    return ws;
   };
-  for (auto& b : blocks_) plan_part(*b);
-  if (head_) plan_part(*head_);
-  for (auto& m : mtp_) plan_part(*m);
+  for (size_t l = 0; l < blocks_.size(); ++l) {
+    scratch.reset();
+    Workspace ws = layer_workspace(group_start_[l] == int64_t(l), group_start_[l]);
+    blocks_[l]->plan(ws);
+    scratch_needed = std::max(scratch_needed, scratch.used());
+  }
+  if (head_) {
+    scratch.reset();
+    Workspace ws(act, scratch, B_, T_);
+    head_->plan(ws);
+    scratch_needed = std::max(scratch_needed, scratch.used());
+  }
+  // an MTP module's block: a layer of its own (full: recomputed whole, whatever the method)
+  const bool full = granularity == RecomputeGranularity::kFull;
+  for (auto& m : mtp_) {
+    scratch.reset();
+    Workspace ws(act, scratch, B_, T_);
+    Workspace block = layer_workspace(full, full ? 0 : -1);
+    m->plan(ws, block);
+    scratch_needed = std::max(scratch_needed, scratch.used());
+  }
+  region.finish();
+  recompute_memory_ = RecomputeMemory{region.total_bytes(), region.region_bytes(), {}};
+  for (int m = 0; m < kRecomputeModules; ++m)
+    recompute_memory_.module_bytes[m] = region.bytes(RecomputeModule(m));
   // A planning arena must report the maximum, not the last part's size.
   if (scratch.is_planning()) {
     scratch.reset();
@@ -267,8 +309,20 @@ Tensor& Model::layer_output_grad(int64_t l) {
   return (num_layers() - 1 - l) % 2 == 0 ? dh_a_ND_ : dh_b_ND_;
 }
 
+void Model::recompute_before_backward(int64_t l) {
+  if (recompute_plan_.granularity != RecomputeGranularity::kFull) {
+    blocks_[l]->recompute(hidden_[l], rope_);  // its selected modules (if any)
+    return;
+  }
+  // full: a group's layers, all of them, before the backward of its last layer
+  const int64_t g = group_start_[l];
+  if (g < 0 || (l + 1 < num_layers() && group_start_[l + 1] == g)) return;
+  for (int64_t k = g; k <= l; ++k) blocks_[k]->recompute(hidden_[k], rope_);
+}
+
 void Model::backward_stage(int64_t l, MoeStage stage) {
   TraceRecorder::Span span(trace_, trace_lane_, trace_ ? bwd_names_[l] : nullptr, trace::kLayer);
+  if (stage == kFirstMoeStage) recompute_before_backward(l);
   Tensor& dout = layer_output_grad(l);
   Tensor& din = (num_layers() - 1 - l) % 2 == 0 ? dh_b_ND_ : dh_a_ND_;
   blocks_[l]->backward_stage(stage, dout, hidden_[l], din, false, rope_, ls_);

@@ -23,6 +23,13 @@ struct LossWeights {
 };
 
 // Losses of one micro-batch (docs/model.md, "Losses"). mtp/balance/z are unweighted sums.
+// What recomputation saves (Model::recompute_memory).
+struct RecomputeMemory {
+  int64_t recomputed_bytes = 0;                  // the activations made again, over all layers
+  int64_t region_bytes = 0;                      // the region they share (one layer's or group's)
+  int64_t module_bytes[kRecomputeModules] = {};  // selective: each module's recomputed_bytes
+};
+
 struct LossBreakdown {
   double loss = 0;
   double lm_loss = 0;
@@ -50,11 +57,14 @@ class Model {
   // Declares and allocates the parameters (uninitialised until init_parameters or a load) and
   // plans activations for micro-batches of B sequences of T tokens; precision says which format
   // each GEMM runs in.
+  // recompute: which activations of the decoder layers are made again before their backward
+  // instead of kept (model/recompute.h).
   Model(const ModelConfig& c, int64_t B, int64_t T, LossWeights lw = {},
-        DispatcherFactory dispatchers = nullptr, const PrecisionPolicy& precision = {});
+        DispatcherFactory dispatchers = nullptr, const PrecisionPolicy& precision = {},
+        const RecomputePlan& recompute = {});
   // A second lane over `shared`'s parameters and gradients (its own activations and
-  // dispatchers): with --a2a-overlap each micro-batch is split over two lanes whose stages
-  // interleave, so one lane's all-to-alls travel under the other lane's compute.
+  // dispatchers; `shared`'s recomputation): with --a2a-overlap each micro-batch is split over two
+  // lanes whose stages interleave, so one lane's all-to-alls travel under the other lane's compute.
   Model(const ModelConfig& c, int64_t B, int64_t T, LossWeights lw, DispatcherFactory dispatchers,
         Model& shared);
   // One pipeline stage's part, declaring its parameters into `store` (in shared mode, so the
@@ -62,7 +72,8 @@ class Model {
   // store. With the loss but not the embedding, the MTP modules read a replica of the embedding
   // (ParamStore's Weight::replica) and leave its gradient rows in mtp_embedding_grads().
   Model(const ModelConfig& c, const ModelPart& part, int64_t B, int64_t T, LossWeights lw,
-        DispatcherFactory dispatchers, const PrecisionPolicy& precision, ParamStore& store);
+        DispatcherFactory dispatchers, const PrecisionPolicy& precision, ParamStore& store,
+        const RecomputePlan& recompute = {});
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
@@ -126,13 +137,26 @@ class Model {
   double total_loss(const LossBreakdown& parts) const;
   int64_t micro_batch() const { return B_; }
   int64_t seq_len() const { return T_; }
-  size_t activation_bytes() const { return act_.capacity() + scratch_.capacity(); }
+  size_t activation_bytes() const {
+    return act_.capacity() + scratch_.capacity() + recompute_.capacity();
+  }
+  // Its parts: kept from forward to backward; the temporaries of one layer call; the region
+  // recomputed layers share.
+  size_t kept_activation_bytes() const { return act_.capacity(); }
+  size_t temporary_activation_bytes() const { return scratch_.capacity(); }
+  size_t recompute_region_bytes() const { return recompute_.capacity(); }
+  // What recomputation saves: the recomputed activations' bytes over all layers (per module
+  // under selective) and the region they share instead (included in activation_bytes()).
+  const RecomputePlan& recompute_plan() const { return recompute_plan_; }
+  const RecomputeMemory& recompute_memory() const { return recompute_memory_; }
 
  private:
   Model(const ModelConfig& c, const ModelPart& part, int64_t B, int64_t T, LossWeights lw,
         DispatcherFactory dispatchers, Model* shared, const PrecisionPolicy& precision,
-        ParamStore* store);
-  void plan_all(Arena& act, Arena& scratch);
+        ParamStore* store, const RecomputePlan& recompute);
+  void plan_all(Arena& act, Arena& scratch, Arena& recompute);
+  // Before decoder layer l's backward: what recomputation dropped, made again.
+  void recompute_before_backward(int64_t l);
   Tensor& layer_output_grad(int64_t layer);
 
   ModelConfig cfg_;
@@ -147,7 +171,10 @@ class Model {
   std::unique_ptr<LmHead> head_;
   std::vector<std::unique_ptr<MtpModule>> mtp_;
   std::vector<MoeLayer*> moe_layers_;
-  Arena act_ = Arena::planning(), scratch_ = Arena::planning();
+  Arena act_ = Arena::planning(), scratch_ = Arena::planning(), recompute_ = Arena::planning();
+  RecomputePlan recompute_plan_;
+  std::vector<int64_t> group_start_;  // full: each layer's group's first layer (-1: kept)
+  RecomputeMemory recompute_memory_;
   RopeCache rope_;
   Tensor tokens_BT1_, inputs_N_, targets_N_;
   std::vector<Tensor> hidden_;  // hidden_[l]: input of block l; hidden_[L]: final

@@ -58,14 +58,18 @@ void MoeLayer::plan(Workspace& ws) {
   idx_NK_ = a.alloc_i32({N, K});
   gates_NK_ = a.alloc_f32({N, K});
   gu_M2F_ = a.alloc_f32({M, 2 * F_});
-  const GemmInput h = plan_gemm_input(a, M, F_, lin_);  // read only by the down projection
+  // read only by the down projection
+  const GemmInput h = plan_gemm_input(ws.kept(RecomputeModule::kMoeAct), M, F_, lin_);
   h_MF_ = h.values, h_q_ = h.q;
   yp_MD_ = a.alloc_f32({M, D_});
   // the expert rows are their own rows copy; FP8 wgrads read a cols copy of them
   xp_q_.fmt = lin_.wgrad;
   if (ops::is_fp8(lin_.wgrad) && lin_.fprop == lin_.wgrad)
     xp_q_.cols = a.alloc(ops::gemm_operand_dtype(), {M, D_});
-  if (shared_) shared_->plan(ws);
+  if (shared_) {
+    Workspace shared = ws.inside(RecomputeModule::kSharedExperts);
+    shared_->plan(shared);
+  }
   Arena& s = ws.scratch;
   if (lin_.fprop != ops::Format::F32) xq_ND_ = s.alloc_f32({N, D_});
   dgates_NK_ = s.alloc_f32({N, K});
@@ -107,6 +111,7 @@ void MoeLayer::route(const Tensor& x_ND) {
   ops::router_forward(logits_NE_, bias_->value, spec_, scores_NE_, idx_NK_, gates_NK_);
   last_balance_ = ops::balance_loss(scores_NE_, idx_NK_, B_, T_, 0.0, no_grad_);
   last_z_ = ops::z_loss(logits_NE_, 0.0, no_grad_);
+  if (recomputing_) return;
   stats_.balance_loss += last_balance_;
   stats_.z_loss += last_z_;
   const int32_t* idx = idx_NK_.i32();
@@ -160,6 +165,22 @@ void MoeLayer::forward_stage(MoeStage stage, const Tensor& x_ND, Tensor& y_ND,
     return;
   }
   dispatcher_->combine_finish(gates_NK_, y_ND, shared_ != nullptr);
+}
+
+void MoeLayer::recompute(const RecomputeModules& modules, const Tensor& x_ND, Tensor& discard_ND,
+                         const ops::Operand& xq) {
+  if (modules.has(RecomputeModule::kMoe)) {
+    Recomputing again(*this);
+    forward(x_ND, discard_ND, xq);
+    return;
+  }
+  if (shared_ && modules.has(RecomputeModule::kSharedExperts))
+    shared_->forward_activation(x_ND, xq);
+  if (modules.has(RecomputeModule::kMoeAct)) {
+    const int64_t M = dispatcher_->expert_rows().size(0);
+    Tensor h = h_rows(M);
+    ops::swiglu_forward(gu_M2F_.rows(0, M), h, expert_operand(h_q_, M));
+  }
 }
 
 void MoeLayer::set_expert_grad_parts(Tensor gate_up_SEOD, Tensor down_SEOD) {

@@ -45,6 +45,23 @@ class MoeLayer {
   void forward_stage(MoeStage stage, const Tensor& x_ND, Tensor& y_ND, const ops::Operand& xq = {});
   void backward_stage(MoeStage stage, const Tensor& dy_ND, const Tensor& x_ND, Tensor& dx_ND,
                       const LossScales& ls, const ops::Operand& xq = {});
+  // Recomputation, just before backward (model/recompute.h): with `moe` the whole layer's forward
+  // again from x (its exchanges too; the output goes to discard_ND), else the shared expert
+  // (`shared_experts`) and the experts' SwiGLU (`moe_act`) as selected.
+  void recompute(const RecomputeModules& modules, const Tensor& x_ND, Tensor& discard_ND,
+                 const ops::Operand& xq = {});
+  // While one is alive, forward runs as a recomputation: the step's router statistics and
+  // losses are not counted again.
+  class Recomputing {
+   public:
+    explicit Recomputing(MoeLayer& m) : m_(m) { m_.recomputing_ = true; }
+    ~Recomputing() { m_.recomputing_ = false; }
+    Recomputing(const Recomputing&) = delete;
+    Recomputing& operator=(const Recomputing&) = delete;
+
+   private:
+    MoeLayer& m_;
+  };
   const ops::LinearPrecision& precision() const { return lin_; }
   bool has_shared_expert() const { return shared_ != nullptr; }
 
@@ -96,6 +113,7 @@ class MoeLayer {
   Tensor gate_up_parts_, down_parts_;  // set_expert_grad_parts (empty: the weights' gradients)
   double last_balance_ = 0, last_z_ = 0;
   RouterStats stats_;
+  bool recomputing_ = false;
   TraceRecorder* trace_ = nullptr;
   int trace_lane_ = 0;
 };

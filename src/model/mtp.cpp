@@ -1,5 +1,7 @@
 #include "model/mtp.h"
 
+#include <algorithm>
+
 #include "kernels/ops.h"
 #include "model/operands.h"
 
@@ -23,7 +25,7 @@ MtpModule::MtpModule(const ModelConfig& c, ParamStore& ps, const std::string& p,
   ps.reserve_operands(eh_proj_, eh_lin_);
 }
 
-void MtpModule::plan(Workspace& ws) {
+void MtpModule::plan(Workspace& ws, Workspace& block_ws) {
   const int64_t N = ws.N(), D = enorm_->value.size(0);
   Arena& a = ws.act;
   in_tok_N_ = a.alloc_i32({N});
@@ -44,8 +46,13 @@ void MtpModule::plan(Workspace& ws) {
   den_ND_ = s.alloc_f32({N, D});
   dhn_ND_ = s.alloc_f32({N, D});
   de_ND_ = s.alloc_f32({N, D});
-  block_.plan(ws);
+  // the block's temporaries and the head's are never in use at once: the same bytes
+  const size_t own = s.used();
+  block_.plan(block_ws);
+  const size_t block_end = s.used();
+  s.seek(own);
   head_.plan(ws);
+  s.seek(std::max(block_end, s.used()));
 }
 
 void MtpModule::shifted_tokens(const int32_t* seq, int64_t B, int64_t T, int64_t k, int32_t* in,
@@ -76,6 +83,7 @@ void MtpModule::backward(const Tensor& h_prev_ND, const Tensor& d_out_ND, double
                          Tensor& dh_prev_ND, const RopeCache& rope, const LossScales& ls) {
   head_.backward(out_ND_, tgt_N_, loss_weight * ls.grad_scale, dout_ND_, false);
   if (!d_out_ND.empty()) ops::add_inplace(dout_ND_, d_out_ND, 1.0);
+  block_.recompute(x_ND_, rope);  // what recomputation dropped (model/recompute.h)
   block_.backward(dout_ND_, x_ND_, dx_ND_, false, rope, ls);
   ops::linear_backward(dx_ND_, cat_N2D_, eh_proj_->value, dcat_N2D_, false, eh_proj_->grad, eh_lin_,
                        eh_proj_->operands(), nullptr, &cat_q_);

@@ -15,7 +15,9 @@ class MtpModule {
   MtpModule(const ModelConfig& c, ParamStore& ps, const std::string& prefix, int64_t depth,
             Weight* embed, Weight* head, std::unique_ptr<TokenDispatcher> dispatcher,
             const PrecisionPolicy& precision = {});
-  void plan(Workspace& ws);
+  // block_ws: where its decoder block plans (the recompute region's under recomputation; the same
+  // scratch).
+  void plan(Workspace& ws, Workspace& block_ws);
   // Mean MTP loss of this depth; tokens_BT1 holds B sequences of T+1 tokens.
   // head_grad_scale: passed to the LM head (LmHead::forward): the scale of its part of the
   // backward to come, or 0.

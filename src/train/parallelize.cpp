@@ -157,11 +157,13 @@ std::unique_ptr<ParallelRun> parallelize(const TrainOptions& o, const ModelConfi
   }
   const int64_t B = o.data.micro_batch, T = o.data.seq;
   const LossWeights lw{o.optim.mtp_lambda, o.optim.balance_alpha, o.optim.z_loss_coef};
+  const RecomputePlan recompute = o.recompute.plan();
   if (r.pp == 1) {
     // --deterministic: a model for one sequence, run B times per micro-batch; --a2a-overlap:
     // two lanes of B/2 sequences over one set of parameters.
     const int64_t lane_batch = o.parallel.deterministic ? 1 : o.parallel.a2a_overlap ? B / 2 : B;
-    r.models.push_back(std::make_unique<Model>(cfg, lane_batch, T, lw, dispatchers, precision));
+    r.models.push_back(
+        std::make_unique<Model>(cfg, lane_batch, T, lw, dispatchers, precision, recompute));
     r.models[0]->init_parameters(o.data.seed);
     if (o.parallel.a2a_overlap)
       r.models.push_back(
@@ -184,7 +186,7 @@ std::unique_ptr<ParallelRun> parallelize(const TrainOptions& o, const ModelConfi
       for (int64_t s = 0; s < slots[size_t(c)]; ++s) {
         r.models.push_back(std::make_unique<Model>(
             cfg, parts[size_t(c * o.parallel.pp + r.pp_rank)], o.parallel.deterministic ? 1 : B, T,
-            lw, dispatchers, precision, r.stage_params));
+            lw, dispatchers, precision, r.stage_params, recompute));
         chunk.push_back(r.models.back().get());
       }
     }

@@ -61,6 +61,43 @@ void print_layout(const RunHeader& h, int64_t DP) {
                 o.parallel.a2a_overlap ? ", two lanes interleaved (--a2a-overlap)" : "");
 }
 
+// What the activation arenas hold on this rank, over its models (lanes, pipeline slots); with
+// recomputation, what it saves.
+void print_recompute(const ParallelRun& par) {
+  double kept = 0, temporaries = 0, region = 0;
+  for (const auto& m : par.models) {
+    kept += double(m->kept_activation_bytes());
+    temporaries += double(m->temporary_activation_bytes());
+    region += double(m->recompute_region_bytes());
+  }
+  std::printf(
+      "activations: %.1f MB kept from forward to backward, %.1f MB temporaries, %.1f MB "
+      "the region recomputed layers share\n",
+      kept / 1048576.0, temporaries / 1048576.0, region / 1048576.0);
+  const RecomputePlan& plan = par.models[0]->recompute_plan();
+  if (plan.granularity == RecomputeGranularity::kNone) return;
+  RecomputeMemory sum;
+  for (const auto& m : par.models) {
+    const RecomputeMemory& r = m->recompute_memory();
+    sum.recomputed_bytes += r.recomputed_bytes;
+    sum.region_bytes += r.region_bytes;
+    for (int k = 0; k < kRecomputeModules; ++k) sum.module_bytes[k] += r.module_bytes[k];
+  }
+  const double MB = 1048576.0;
+  std::printf("recompute: %s: %.1f MB of activations made again before backward instead of kept",
+              plan.describe().c_str(), double(sum.recomputed_bytes) / MB);
+  if (plan.granularity == RecomputeGranularity::kSelective) {
+    std::printf(" (");
+    const std::vector<RecomputeModule> mods = plan.modules.list();
+    for (size_t k = 0; k < mods.size(); ++k)
+      std::printf("%s%s %.1f", k ? ", " : "", recompute_module_name(mods[k]),
+                  double(sum.module_bytes[int(mods[k])]) / MB);
+    std::printf(")");
+  }
+  std::printf(", sharing a %.1f MB region: saves %.1f MB\n", double(sum.region_bytes) / MB,
+              double(sum.recomputed_bytes - sum.region_bytes) / MB);
+}
+
 }  // namespace
 
 void print_run_header(const RunHeader& h) {
@@ -93,6 +130,7 @@ void print_run_header(const RunHeader& h) {
                 h.world_size > 1 ? " per rank" : "");
   std::printf("memory: %s (process before the model: %.0f MB)\n", h.memory.describe().c_str(),
               double(h.rss_before_model) / 1048576.0);
+  print_recompute(par);
   if (par.pipeline) {
     const PipelineScheduleSpec& spec = par.pipeline->spec();
     std::printf(

@@ -1,17 +1,11 @@
 #include "train/train_options.h"
 
+#include "core/choices.h"
 #include "core/error.h"
 
 namespace moet {
 
 namespace {
-
-template <typename E>
-const char* name_in(const std::vector<std::pair<std::string, E>>& choices, E value) {
-  for (const auto& [name, v] : choices)
-    if (v == value) return name.c_str();
-  return "?";
-}
 
 nlohmann::json optional_json(const std::optional<double>& v) {
   return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
@@ -47,13 +41,25 @@ const std::vector<std::pair<std::string, std::optional<Recipe>>>& precision_choi
   return c;
 }
 
-const char* overlap_name(OverlapMode m) { return name_in(overlap_choices(), m); }
-const char* dispatcher_name(DispatcherKind d) { return name_in(dispatcher_choices(), d); }
-const char* schedule_name(LrSchedule::Kind k) { return name_in(schedule_choices(), k); }
+const char* overlap_name(OverlapMode m) { return choice_name(overlap_choices(), m); }
+const char* dispatcher_name(DispatcherKind d) { return choice_name(dispatcher_choices(), d); }
+const char* schedule_name(LrSchedule::Kind k) { return choice_name(schedule_choices(), k); }
 
 PrecisionPolicy PrecisionOptions::policy() const { return resolve_precision(name(), bf16_layers); }
 
 std::string PrecisionOptions::name() const { return recipe ? recipe_name(*recipe) : "auto"; }
+
+RecomputePlan RecomputeOptions::plan() const {
+  RecomputePlan p;
+  p.granularity = granularity;
+  if (granularity == RecomputeGranularity::kSelective) {
+    for (RecomputeModule m : modules) p.modules.add(m);
+    if (p.modules.empty()) p.modules.add(RecomputeModule::kCoreAttn);
+  }
+  p.method = method.value_or(RecomputeMethod::kUniform);
+  p.num_layers = num_layers.value_or(1);
+  return p;
+}
 
 nlohmann::json to_json(const TrainOptions& o) {
   const DataOptions& d = o.data;
@@ -61,6 +67,9 @@ nlohmann::json to_json(const TrainOptions& o) {
   const ParallelOptions& l = o.parallel;
   const CheckpointOptions& c = o.checkpoint;
   const LoggingOptions& g = o.logging;
+  const RecomputeOptions& r = o.recompute;
+  nlohmann::json modules = nlohmann::json::array();
+  for (RecomputeModule m : r.modules) modules.push_back(recompute_module_name(m));
   return {
       {"model", o.model_path},
       {"data",
@@ -100,6 +109,12 @@ nlohmann::json to_json(const TrainOptions& o) {
         {"vpp", l.vpp},
         {"pp_layout", l.pp_layout},
         {"deterministic", l.deterministic}}},
+      {"recompute",
+       {{"granularity", recompute_granularity_name(r.granularity)},
+        {"modules", modules},
+        {"method",
+         r.method ? nlohmann::json(recompute_method_name(*r.method)) : nlohmann::json(nullptr)},
+        {"num_layers", r.num_layers ? nlohmann::json(*r.num_layers) : nlohmann::json(nullptr)}}},
       {"checkpoint",
        {{"out", c.out_dir},
         {"save_every", c.save_every},
@@ -260,6 +275,12 @@ TrainOptions train_options_from_json(const nlohmann::json& j, const std::string&
   parallel("vpp", l.vpp);
   parallel("pp_layout", l.pp_layout);
   parallel("deterministic", l.deterministic);
+  RecomputeOptions& r = o.recompute;
+  const GroupReader recompute(j, "recompute", where);
+  recompute.choice("granularity", r.granularity, recompute_granularity_choices());
+  recompute.choices("modules", r.modules, recompute_module_choices());
+  recompute.choice("method", r.method, recompute_method_choices());
+  recompute("num_layers", r.num_layers);
   CheckpointOptions& c = o.checkpoint;
   const GroupReader checkpoint(j, "checkpoint", where);
   checkpoint("out", c.out_dir);

@@ -12,6 +12,7 @@
 
 #include "data/documents.h"
 #include "model/recipe.h"
+#include "model/recompute.h"
 #include "optim/lr_schedule.h"
 
 namespace moet {
@@ -84,6 +85,16 @@ struct ParallelOptions {
   bool deterministic = false;
 };
 
+// Activation recomputation (docs/training.md "Memory"), with Megatron's flags and meanings.
+struct RecomputeOptions {
+  RecomputeGranularity granularity = RecomputeGranularity::kNone;
+  std::vector<RecomputeModule> modules;   // selective; none given: core_attn (Megatron's default)
+  std::optional<RecomputeMethod> method;  // full; unset: uniform
+  std::optional<int64_t> num_layers;      // full; unset: 1
+  // What the models plan: the defaults filled in.
+  RecomputePlan plan() const;
+};
+
 // Checkpoints (docs/checkpoints.md).
 struct CheckpointOptions {
   std::string out_dir;         // run directory: checkpoints step-NNNNNNN/ and `latest`
@@ -118,6 +129,7 @@ struct TrainOptions {
   OptimizerOptions optim;
   PrecisionOptions precision;
   ParallelOptions parallel;
+  RecomputeOptions recompute;
   CheckpointOptions checkpoint;
   LoggingOptions logging;
   std::string command_line;  // recorded in run.json and checkpoints

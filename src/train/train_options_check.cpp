@@ -43,6 +43,8 @@ void check_numbers(const TrainOptions& o) {
   check_flag_threads(o.parallel.threads);
   check_flag_in_range("--prefetch", o.data.prefetch, int64_t(0), int64_t(1024));
   check_flag_at_least("--bf16-layers", o.precision.bf16_layers, 0);
+  if (o.recompute.num_layers)
+    check_flag_positive("--recompute-num-layers", *o.recompute.num_layers);
   check_flag_positive("--log-every", o.logging.log_every);
   check_flag_at_least("--log-expert-load", o.logging.log_expert_load, 0);
   check_flag_at_least("--eval-every", o.logging.eval_every, 0);
@@ -95,6 +97,11 @@ void check_combinations(const TrainOptions& o) {
   MOET_CHECK(o.optim.lr * o.optim.weight_decay < 1, "--weight-decay ", o.optim.weight_decay,
              " x --lr ", o.optim.lr,
              " >= 1 would zero or flip the sign of every decayed weight at each step");
+  const RecomputeOptions& r = o.recompute;
+  MOET_CHECK(r.modules.empty() || r.granularity == RecomputeGranularity::kSelective,
+             "--recompute-modules needs --recompute-granularity selective");
+  MOET_CHECK((!r.method && !r.num_layers) || r.granularity == RecomputeGranularity::kFull,
+             "--recompute-method and --recompute-num-layers need --recompute-granularity full");
   MOET_CHECK(!o.parallel.deterministic || !o.parallel.a2a_overlap,
              "--deterministic runs one sequence at a time and does not combine with --a2a-overlap");
   MOET_CHECK(o.logging.log_expert_load == 0 || o.parallel.pp == 1,
