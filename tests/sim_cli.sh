@@ -37,7 +37,8 @@ grep -q "TP1 PP2 VPP8 EP32" "$tmp/table" || fail "table lacks the layout"
 # The FP8-blockwise recipe by the trainer's name; "fp8", the simulator's former name, is read as
 # it with one line on stderr and the same prediction.
 h100=(--model "$dsv3" --system h100-sxm --gpus 1024 --tp 2 --pp 8 --vpp 4 --ep 64 --mbs 1
-  --gbs 8192 --seq 4096 --mtp 1 --recompute selective --no-a2a-overlap)
+  --gbs 8192 --seq 4096 --mtp 1 --recompute selective --recompute-modules mla_up_proj moe_act layernorm
+  --no-a2a-overlap)
 "$moet" simulate "${h100[@]}" --precision fp8-blockwise >"$tmp/blockwise" 2>"$tmp/err"
 [ ! -s "$tmp/err" ] || fail "fp8-blockwise wrote to stderr: $(cat "$tmp/err")"
 grep -q "^h100-sxm, fp8-blockwise, " "$tmp/blockwise" || fail "table lacks fp8-blockwise"

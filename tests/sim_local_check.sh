@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The performance model against moet's own measured CPU runs: calibrate this machine with
 # `moet bench`, train configs/small.json in four layouts (one process; mpirun -np 2 with --ep 2;
-# --pp 2 with 1F1B; --pp 2 --vpp 2 interleaved), predict each step time with `moet simulate
+# --pp 2 with 1F1B; --pp 2 --vpp 2 interleaved) and one process with activation recomputation
+# (full, and selective with the published recipes' modules), predict each step time with `moet simulate
 # --system local` (the pipeline bubble from the engine's own schedule), and require each within
 # 20% of the measured steps. The machine is shared and a neighbour only ever slows work down, so both sides are
 # the undisturbed speed: bench keeps each kernel's best call (from cold caches), and a run's
@@ -46,6 +47,9 @@ pp=(--pp 2 --pp-layout "Etttt|ttmL" --micro-batch 2 --grad-accum 4)
 vpp=(--pp 2 --vpp 2 --pp-layout "Et|tt|tt|tmL" --micro-batch 2 --grad-accum 4)
 pp_sim=(--gpus 2 --pp 2 --pp-layout "Etttt|ttmL" --mbs 2 --gbs 8)
 vpp_sim=(--gpus 2 --pp 2 --vpp 2 --pp-layout "Et|tt|tt|tmL" --mbs 2 --gbs 8)
+sel=(mla_up_proj moe_act layernorm)
+full_sim=("${one[@]}" --recompute full)
+sel_sim=("${one[@]}" --recompute selective --recompute-modules "${sel[@]}")
 "$moet" bench --out "$tmp/cal0.json" --overwrite >/dev/null
 : >"$tmp/ratios"
 valid=0
@@ -54,6 +58,9 @@ for r in 1 2 3 4 5 6; do
   "${mpi[@]}" 2 "$moet" "${train[@]}" --ep 2 --metrics "$tmp/two$r.jsonl"
   "${mpi[@]}" 2 "$moet" "${train[@]}" "${pp[@]}" --metrics "$tmp/pp$r.jsonl"
   "${mpi[@]}" 2 "$moet" "${train[@]}" "${vpp[@]}" --metrics "$tmp/vpp$r.jsonl"
+  "$moet" "${train[@]}" --recompute-granularity full --metrics "$tmp/full$r.jsonl"
+  "$moet" "${train[@]}" --recompute-granularity selective --recompute-modules "${sel[@]}" \
+    --metrics "$tmp/sel$r.jsonl"
   "$moet" bench --out "$tmp/cal$r.json" --overwrite >/dev/null
   before=$tmp/cal$((r - 1)).json
   after=$tmp/cal$r.json
@@ -72,6 +79,10 @@ for r in 1 2 3 4 5 6; do
     "$(stat "$tmp/pp$r.jsonl" step_time_s min)" >>"$tmp/ratios"
   echo "$r vpp $(predict "$before" "${vpp_sim[@]}") $(predict "$after" "${vpp_sim[@]}")" \
     "$(stat "$tmp/vpp$r.jsonl" step_time_s min)" >>"$tmp/ratios"
+  echo "$r full $(predict "$before" "${full_sim[@]}") $(predict "$after" "${full_sim[@]}")" \
+    "$(stat "$tmp/full$r.jsonl" step_time_s min)" >>"$tmp/ratios"
+  echo "$r sel $(predict "$before" "${sel_sim[@]}") $(predict "$after" "${sel_sim[@]}")" \
+    "$(stat "$tmp/sel$r.jsonl" step_time_s min)" >>"$tmp/ratios"
   valid=$((valid + 1))
   [ $valid -ge 3 ] && break
 done
@@ -81,7 +92,7 @@ if [ $valid -eq 0 ]; then
 fi
 /usr/bin/python3 - "$tmp/ratios" <<'PY'
 import statistics, sys
-runs = {"one": [], "two": [], "pp": [], "vpp": []}
+runs = {"one": [], "two": [], "pp": [], "vpp": [], "full": [], "sel": []}
 for line in open(sys.argv[1]):
     r, run, p_before, p_after, measured, *imb = line.split()
     p = (float(p_before) + float(p_after)) / 2
@@ -93,7 +104,9 @@ for line in open(sys.argv[1]):
 ok = True
 for run, label in (("one", "one process"), ("two", "mpirun -np 2 --ep 2"),
                    ("pp", "mpirun -np 2 --pp 2 (1F1B)"),
-                   ("vpp", "mpirun -np 2 --pp 2 --vpp 2 (interleaved)")):
+                   ("vpp", "mpirun -np 2 --pp 2 --vpp 2 (interleaved)"),
+                   ("full", "one process, --recompute-granularity full"),
+                   ("sel", "one process, selective mla_up_proj moe_act layernorm")):
     m = statistics.median(runs[run])
     print(f"{label}: median predicted / measured {m:.2f} over {len(runs[run])} rounds")
     ok &= 0.8 <= m <= 1.2

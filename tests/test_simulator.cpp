@@ -38,6 +38,7 @@ SimLayout h100_record() {
   SimLayout l;
   l.gpus = 1024, l.tp = 2, l.pp = 8, l.vpp = 4, l.ep = 64, l.mbs = 1, l.gbs = 8192, l.seq = 4096;
   l.precision = "fp8-blockwise", l.mtp = 1, l.recompute = "selective", l.a2a_overlap = false;
+  l.recompute_modules = moe_recipe_recompute_modules();
   l.pp_layout = "Et|(tt|)*30mL";  // the recipe's; Megatron's default split is the same
   return l;
 }
@@ -99,6 +100,7 @@ TEST(Simulator, MegatronBridgeRowsWithPartialGraphs) {
     SimLayout l;
     l.gpus = 256, l.pp = r.pp, l.vpp = r.vpp, l.ep = r.ep, l.mbs = r.mbs, l.gbs = r.gbs;
     l.seq = 4096, l.precision = "mxfp8", l.mtp = 1, l.recompute = "selective";
+    l.recompute_modules = moe_recipe_recompute_modules();
     l.a2a_overlap = false, l.pp_layout = r.layout;
     const SystemSpec s = load_system(r.system);
     const Prediction full = simulate(dsv3(), l, s);
@@ -162,6 +164,19 @@ TEST(Simulator, ChoicesMoveThePredictionTheRightWay) {
   EXPECT_GT(sel.memory.activations, full.memory.activations);
   EXPECT_LT(sel.tflops_per_gpu, base.tflops_per_gpu);
   EXPECT_GT(sel.tflops_per_gpu, full.tflops_per_gpu);
+  // every module of moet train's --recompute-modules, alone: less memory, its work done again
+  for (const auto& [name, m] : recompute_module_choices()) {
+    l = gb300_record();
+    l.recompute = "selective";
+    l.recompute_modules = RecomputeModules{};
+    l.recompute_modules.add(m);
+    const Prediction p = simulate(c, l, s);
+    EXPECT_LT(p.memory.activations, base.memory.activations) << name;
+    // (the three dense layers sit on the first stage, which does not set the step's pace)
+    if (m != RecomputeModule::kMlp) {
+      EXPECT_GT(p.breakdown.recompute, 0) << name;
+    }
+  }
   l = gb300_record();
   l.precision = "bf16";
   EXPECT_LT(simulate(c, l, s).tflops_per_gpu, base.tflops_per_gpu);

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "cli/choice_option.h"
 #include "core/error.h"
 #include "core/flag_check.h"
 #include "core/warning.h"
@@ -59,6 +60,9 @@ CLI::App* add_simulate_command(CLI::App& app, SimulateArgs& a) {
   c->add_option("--mbs", a.mbs, "micro-batch (sequences)")->capture_default_str();
   c->add_option("--gbs", a.gbs, "global batch (sequences)")->required();
   c->add_option("--recompute", a.recompute, "none, selective or full")->capture_default_str();
+  add_choices_option(c, "--recompute-modules", a.recompute_modules, recompute_module_choices(),
+                     "with --recompute selective: the modules, as moet train's (default core_attn; "
+                     "the published DeepSeek-V3 recipes: mla_up_proj moe_act layernorm)");
   c->add_option("--pp-layout", a.pp_layout,
                 "pipeline layout: Megatron syntax (e.g. 'Et*4|(t*4|)*14tmL'), 'balanced', or "
                 "empty for Megatron's even split");
@@ -99,6 +103,7 @@ void run_simulate(const SimulateArgs& a) {
   l.tp = a.tp, l.pp = a.pp, l.vpp = a.vpp, l.ep = a.ep, l.etp = a.etp, l.mbs = a.mbs;
   l.gbs = a.gbs, l.seq = a.seq, l.precision = precision_flag(a.precision);
   l.mtp = a.mtp.value_or(-1);
+  for (RecomputeModule m : a.recompute_modules) l.recompute_modules.add(m);
   l.recompute = a.recompute, l.a2a_overlap = !a.no_a2a_overlap, l.dp_overlap = !a.no_dp_overlap;
   l.distributed_optimizer = !a.no_distributed_optimizer;
   l.expert_imbalance = a.expert_imbalance;

@@ -20,10 +20,9 @@ double gemm_efficiency(const SystemSpec& s, const std::string& precision, double
 
 namespace {
 
-// Recompute groups of `--recompute selective` (Megatron-Core's recompute_modules names):
-// the MLA up-projections, the expert activation and the norms are not saved but redone in
-// backward. `full` redoes the whole slot and saves only its input.
-const std::set<std::string> kSelective = {"mla_up_proj", "moe_act", "layernorm"};
+// Recompute groups of `--recompute selective` are moet train's modules (model/recompute.h,
+// Megatron-Core's recompute_modules names): each module's work is redone in backward and what
+// it keeps is not saved. `full` redoes the whole slot and saves only its input.
 
 // Builds the cost of one slot op by op.
 class SlotBuilder {
@@ -138,10 +137,12 @@ class SlotBuilder {
   void attention_core(SlotCost& w, double heads) {
     const double dqk = double(c_.qk_head_dim()), dv = double(c_.v_head_dim);
     const double flops = double(l_.mbs) * double(l_.seq) * double(l_.seq) * heads * (dqk + dv);
-    w.attn_f += flops / (peak(high_) * s_.eff.attention_fwd);
-    w.attn_b += 2.5 * flops / (peak(high_) * s_.eff.attention_bwd);  // S = QKᵀ recomputed
-    launch(w, 1, 1);
-    w.act_bytes += tokens_ * heads * dv * a_ + tokens_ * heads * 4;  // output and log-sum-exp
+    SlotCost g = start("");
+    g.attn_f += flops / (peak(high_) * s_.eff.attention_fwd);
+    g.attn_b += 2.5 * flops / (peak(high_) * s_.eff.attention_bwd);  // S = QKᵀ recomputed
+    launch(g, 1, 1);
+    g.act_bytes += tokens_ * heads * 4;  // log-sum-exp
+    merge_group(w, g, RecomputeModule::kCoreAttn);
   }
 
   void tp_collective(SlotCost& w, int pairs) const {
@@ -153,11 +154,15 @@ class SlotBuilder {
     w.tp_b += 2 * pairs * t;
   }
 
-  void norm(SlotCost& w, double width, double tokens) {
+  // in_layer: the input and post-attention norms (`layernorm`), not MLA's latent norms
+  void norm(SlotCost& w, double width, double tokens, bool in_layer = true) {
     SlotCost g = start("");
     mem(g, 2 * width * tokens, 3 * width * tokens, 1, 1);
     g.act_bytes += width * tokens * a_;  // its output, the next GEMM's input
-    merge_group(w, g, "layernorm");
+    if (in_layer)
+      merge_group(w, g, RecomputeModule::kLayernorm);
+    else
+      add(w, g);
   }
 
   void attention(SlotCost& w) {
@@ -170,42 +175,54 @@ class SlotBuilder {
     SlotCost up = start("");
     if (rq > 0) {
       gemm(w, t, rq, h(), 1, true);  // q_a (replicated over TP)
-      norm(w, rq, t);
+      norm(w, rq, t, false);
       gemm(up, t, n * dqk, rq, 1, true, false);
     } else {
       gemm(up, t, n * dqk, h(), 1, true, false);
     }
     gemm(w, t, rkv + dr, h(), 1, true);  // kv_a (replicated over TP)
-    norm(w, rkv, t);
+    norm(w, rkv, t, false);
     gemm(up, t, n * (dn + dv), rkv, 1, true, false);
     // RoPE and assembling per-head q, k (shared rope key broadcast) and contiguous v.
     mem(up, 2 * t * n * (2 * dqk + dv), 3 * t * n * (2 * dqk + dv), 3, 3);
     up.act_bytes += t * n * (2 * dqk + dv) * a_;  // q, k, v for attention's backward
-    merge_group(w, up, "mla_up_proj");
+    merge_group(w, up, RecomputeModule::kMlaUpProj);
     attention_core(w, n);
-    gemm(w, t, h(), n * dv, 1, true);              // o_proj (its input is the attention output)
-    w.act_bytes -= t * n * dv * a_;                // already saved by attention_core
+    // o_proj: its input is the attention output, saved with core attention's
+    SlotCost o = start("");
+    gemm(o, t, h(), n * dv, 1, true);
+    const double o_saved = o.act_bytes;
+    o.act_bytes = 0;
+    add(w, o);
+    if (!l_.selective_modules().has(RecomputeModule::kCoreAttn)) w.act_bytes += o_saved;
     mem(w, 3 * h() * tl(), 3 * h() * tl(), 1, 1);  // residual add
     // q_a and kv_a (and their norms) are replicated over TP; the rest is split (n is per rank).
     w.dense_params += (rq > 0 ? h() * rq + rq + rq * n * dqk : h() * n * dqk) + h() * (rkv + dr) +
                       rkv + rkv * n * (dn + dv) + n * dv * h() + h();
   }
 
-  void swiglu(SlotCost& w, double width, double rows_total, bool save_output) {
+  // routed: the experts' (`moe_act`); else a dense MLP's or the shared expert's (recomputed with
+  // `mlp` or `shared_experts`, as a whole)
+  void swiglu(SlotCost& w, double width, double rows_total, bool save_output, bool routed) {
     SlotCost g = start("");
     mem(g, 3 * width * rows_total, 5 * width * rows_total, 1, 1);
     if (save_output) g.act_bytes += width * rows_total * a_;
-    merge_group(w, g, "moe_act");
+    if (routed)
+      merge_group(w, g, RecomputeModule::kMoeAct);
+    else
+      add(w, g);
   }
 
   void dense_mlp(SlotCost& w) {
     const double f = double(c_.intermediate_size) / l_.tp, t = tokens_;
     norm(w, h(), tl());
     tp_collective(w, 1);
-    gemm(w, t, 2 * f, h(), 1, true, false);
-    w.act_bytes += t * 2 * f * a_;  // the gate/up output, for SwiGLU's backward
-    swiglu(w, f, t, true);
-    gemm(w, t, h(), f, 1, true, false);
+    SlotCost g = start("");
+    gemm(g, t, 2 * f, h(), 1, true, false);
+    g.act_bytes += t * 2 * f * a_;  // the gate/up output, for SwiGLU's backward
+    swiglu(g, f, t, true, false);
+    gemm(g, t, h(), f, 1, true, false);
+    merge_group(w, g, RecomputeModule::kMlp);
     mem(w, 3 * h() * tl(), 3 * h() * tl(), 1, 1);
     w.dense_params += 3 * h() * f + h();
   }
@@ -217,9 +234,12 @@ class SlotBuilder {
     const double arrivals = tl() * K * l_.expert_imbalance;
     const double per_expert = arrivals / local;
     norm(w, h(), tl());
+    // `moe`: all that follows (the exchanges too) redone in backward, nothing of it saved
+    SlotCost body = start("");
+    inside_moe_ = l_.selective_modules().has(RecomputeModule::kMoe);
     // Router: scores, sigmoid, group-limited top-k.
-    gemm(w, tl(), E, h(), 1, false);
-    mem(w, 4 * E * tl(), 4 * E * tl(), 3, 3, 4);
+    gemm(body, tl(), E, h(), 1, false);
+    mem(body, 4 * E * tl(), 4 * E * tl(), 3, 3, 4);
     // Shared expert, TP-split.
     if (c_.n_shared_experts > 0) {
       SlotCost sh = start("");
@@ -227,33 +247,35 @@ class SlotBuilder {
       tp_collective(sh, 1);
       gemm(sh, tokens_, 2 * fs, h(), 1, true, false);
       sh.act_bytes += tokens_ * 2 * fs * a_;
-      swiglu(sh, fs, tokens_, true);
+      swiglu(sh, fs, tokens_, true, false);
       gemm(sh, tokens_, h(), fs, 1, true, false);
-      add(w, sh);
-      w.dense_params += 3 * h() * fs;
+      merge_group(body, sh, RecomputeModule::kSharedExperts);
+      body.dense_params += 3 * h() * fs;
     }
     // Dispatch: pack per destination (FP8 cast first when quantized), unpack and permute into
     // expert-major order; combine: weight, pack, unpack and sum the k rows of each token.
     const double fanout = fan_.ranks_same_domain + fan_.ranks_other_domains;
     const double db = quantized_ ? 1 : a_;
     in_experts_ = true;
-    mem(w, (1 + fanout) * h() * tl() * db + 2 * arrivals * h() * db,
+    mem(body, (1 + fanout) * h() * tl() * db + 2 * arrivals * h() * db,
         (1 + fanout) * h() * tl() * a_ + 2 * arrivals * h() * a_, 2, 2, 1);
-    gemm(w, per_expert, 2 * fe, h(), local, true);
-    w.act_bytes += arrivals * 2 * fe * a_;
-    swiglu(w, fe, arrivals, false);
-    gemm(w, per_expert, h(), fe, local, true, false);
+    gemm(body, per_expert, 2 * fe, h(), local, true);
+    body.act_bytes += arrivals * 2 * fe * a_;
+    swiglu(body, fe, arrivals, false, true);
+    gemm(body, per_expert, h(), fe, local, true, false);
     SlotCost act_in = start("");
     act_in.act_bytes += arrivals * fe * (quantized_ ? 1 : a_);  // fc2 input, from SwiGLU
-    merge_group(w, act_in, "moe_act");
-    mem(w, (2 * arrivals + (1 + fanout) * tl()) * h(), (4 * arrivals + (1 + fanout) * tl()) * h(),
-        2, 3);
+    merge_group(body, act_in, RecomputeModule::kMoeAct);
+    mem(body, (2 * arrivals + (1 + fanout) * tl()) * h(),
+        (4 * arrivals + (1 + fanout) * tl()) * h(), 2, 3);
     in_experts_ = false;
-    w.act_bytes += arrivals * (h() * (quantized_ ? 1 : a_) + 8);  // permuted input, probs
-    mem(w, 3 * h() * tl(), 3 * h() * tl(), 1, 1);                 // residual add
-    a2a(w, db);
-    w.dense_params += E * h() + h();
-    w.expert_params += local * 3 * h() * fe;
+    body.act_bytes += arrivals * (h() * (quantized_ ? 1 : a_) + 8);  // permuted input, probs
+    a2a(body, db);
+    body.dense_params += E * h() + h();
+    body.expert_params += local * 3 * h() * fe;
+    inside_moe_ = false;
+    merge_group(w, body, RecomputeModule::kMoe);
+    mem(w, 3 * h() * tl(), 3 * h() * tl(), 1, 1);  // residual add
   }
 
   // Expert dispatch (payload `db` bytes per element) and combine, forward and backward. Tokens
@@ -292,6 +314,8 @@ class SlotBuilder {
     w.gemm_f += g.gemm_f, w.gemm_b += g.gemm_b, w.attn_f += g.attn_f, w.attn_b += g.attn_b;
     w.mem_f += g.mem_f, w.mem_b += g.mem_b, w.tp_f += g.tp_f, w.tp_b += g.tp_b;
     w.launch_f += g.launch_f, w.launch_b += g.launch_b, w.recompute += g.recompute;
+    w.kernels_f += g.kernels_f, w.kernels_b += g.kernels_b;
+    w.expert_kernels_f += g.expert_kernels_f, w.expert_kernels_b += g.expert_kernels_b;
     w.a2a_f += g.a2a_f, w.a2a_b += g.a2a_b;
     w.a2a_bytes_nvlink += g.a2a_bytes_nvlink, w.a2a_bytes_scaleout += g.a2a_bytes_scaleout;
     w.act_bytes += g.act_bytes, w.dense_params += g.dense_params;
@@ -303,15 +327,19 @@ class SlotBuilder {
     const double redo = g.fwd() + (with_a2a ? g.a2a_f : 0);
     g.gemm_b += g.gemm_f, g.attn_b += g.attn_f, g.mem_b += g.mem_f, g.tp_b += g.tp_f;
     g.launch_b += g.launch_f;
+    g.kernels_b += g.kernels_f, g.expert_kernels_b += g.expert_kernels_f;
     if (with_a2a) g.a2a_b += g.a2a_f;
     g.recompute += redo;
     if (drop_saved) g.act_bytes = 0;
     add(w, g);
   }
 
-  void merge_group(SlotCost& w, const SlotCost& g, const std::string& group) const {
-    if (l_.recompute == "selective" && kSelective.count(group))
-      merge_recomputed(w, g, true, false);
+  // Module m's costs into w: redone in backward and not saved when selective recompute names it
+  // (inside a recomputed MoE layer, its parts are simply part of it).
+  void merge_group(SlotCost& w, const SlotCost& g, RecomputeModule m) const {
+    const bool whole = m == RecomputeModule::kMoe;
+    if ((whole || !inside_moe_) && l_.selective_modules().has(m))
+      merge_recomputed(w, g, true, /*with_a2a=*/whole);
     else
       add(w, g);
   }
@@ -324,6 +352,7 @@ class SlotBuilder {
   int share_ = 1;
   std::string low_, high_;
   bool quantized_ = false;
+  bool inside_moe_ = false;  // building a recomputed MoE layer's parts
 };
 
 }  // namespace

@@ -34,6 +34,8 @@ void validate(const ModelConfig& c, const SimLayout& l) {
   parse_recipe(l.precision);  // the trainer's names, refusing others as the trainer does
   if (l.recompute != "none" && l.recompute != "selective" && l.recompute != "full")
     throw Error(str("--recompute '", l.recompute, "' is not one of none, selective, full"));
+  if (!l.recompute_modules.empty() && l.recompute != "selective")
+    throw Error("--recompute-modules needs --recompute selective");
   if (l.mtp > 0 && !c.mtp_is_moe() && c.n_routed_experts > 0)
     throw Error("--mtp needs a model whose last layer is MoE");
   if (!(l.expert_imbalance >= 1.0))
@@ -135,10 +137,20 @@ std::string format_pp_layout(const ModelConfig& c, const SimLayout& l,
   return out;
 }
 
+RecomputeModules SimLayout::selective_modules() const {
+  RecomputeModules m = recompute_modules;
+  if (recompute == "selective" && m.empty()) m.add(RecomputeModule::kCoreAttn);
+  return recompute == "selective" ? m : RecomputeModules{};
+}
+
 std::string describe(const SimLayout& l) {
+  std::string rc;
+  if (l.recompute == "selective")
+    rc = " recompute=selective(" + l.selective_modules().names() + ")";
+  else if (l.recompute != "none")
+    rc = " recompute=" + l.recompute;
   return str("TP", l.tp, " PP", l.pp, " VPP", l.vpp, " EP", l.ep, " ETP", l.etp, " DP", l.dp(),
-             " MBS", l.mbs, " GBS", l.gbs,
-             (l.recompute == "none" ? "" : " recompute=" + l.recompute));
+             " MBS", l.mbs, " GBS", l.gbs, rc);
 }
 
 }  // namespace moet::sim

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/recompute.h"
 
 namespace moet::sim {
 
@@ -19,6 +20,10 @@ struct SimLayout {
   std::string precision = "bf16";  // a recipe name: fp32 | bf16 | mxfp8 | fp8-blockwise
   int64_t mtp = -1;                // MTP depth; -1: the model config's num_nextn_predict_layers
   std::string recompute = "none";  // none | selective | full
+  // selective: the modules recomputed, as moet train's --recompute-modules (empty: core_attn,
+  // Megatron's default)
+  RecomputeModules recompute_modules;
+  RecomputeModules selective_modules() const;
   bool a2a_overlap = true;  // hide dispatch/combine behind the other half micro-batch's compute
   bool dp_overlap = true;   // reduce gradients / gather parameters during backward / forward
   bool distributed_optimizer = true;  // optimizer state sharded over DP (ZeRO-1)

@@ -26,6 +26,7 @@ Plan plan_layouts(const ModelConfig& c, const SystemSpec& s, const PlanRequest& 
               l.gpus = r.gpus, l.tp = tp, l.pp = pp, l.vpp = vpp, l.ep = ep, l.mbs = mbs;
               l.gbs = r.gbs, l.seq = r.seq, l.precision = r.precision, l.mtp = r.mtp;
               l.recompute = rc;
+              if (rc == "selective") l.recompute_modules = moe_recipe_recompute_modules();
               l.pp_layout = "balanced";            // the layout a user would write for it
               if (tp > s.nvlink_domain) continue;  // TP stays inside NVLink
               try {
