@@ -81,6 +81,14 @@ same "$dir/ep.jsonl" "$dir/combined.jsonl" "combined 1F1B (--a2a-overlap), --ep 
   --a2a-overlap >"$dir/header.txt"
 grep -q "combined 1F1B: [1-9][0-9]* of rank 0's 8 backward passes" "$dir/header.txt" ||
   fail "no pass ran combined: $(grep combined "$dir/header.txt")"
+# combined 1F1B with as many micro-batches as stages: the first stage's warm-up holds every
+# forward, and its last forward must not be combined with the first backward (they would wait on
+# each other across the stages: this hung before)
+"$moet" "${common[@]}" --micro-batch 4 --grad-accum 2 --metrics "$dir/one_m2.jsonl"
+timeout 120 "${mpi[@]}" -np 2 "$moet" "${common[@]}" --micro-batch 4 --grad-accum 2 --pp 2 \
+  --vpp 2 --pp-layout "Et|t|t|mL" --a2a-overlap --metrics "$dir/combined_m2.jsonl" ||
+  fail "combined 1F1B with --grad-accum 2 = --pp did not finish"
+same "$dir/one_m2.jsonl" "$dir/combined_m2.jsonl" "combined 1F1B, micro-batches = stages"
 
 # a pipeline checkpoint resumed by one process
 long=(--steps 4 --eval-batches 0)

@@ -34,15 +34,19 @@ PipelineExecutor::PipelineExecutor(Communicator& pp, const PipelineScheduleSpec&
   check_pipeline_schedule(spec_);
   MOET_ASSERT(pp.size() == P_ && int64_t(chunks.size()) == V_);
   passes_ = pipeline_schedule(spec_, rank_);
-  // With the EP overlap, a forward followed by another micro-batch's backward run combined.
+  // With the EP overlap, the steady state's forward and backward of other micro-batches run
+  // combined. Only the steady state's pairs: where the warm-up holds every forward, the last
+  // forward and the first backward after it would wait on each other across the stages (the
+  // backward's gradient needs the next stage to have run a forward whose input this forward sends
+  // only when it ends).
   combine_.assign(passes_.size(), false);
-  for (size_t i = 0; spec_.ep_overlap && i + 1 < passes_.size(); ++i) {
+  const size_t warmup = size_t(pipeline_warmup_passes(spec_, rank_));
+  for (size_t i = warmup; spec_.ep_overlap && i + 1 < passes_.size(); i += 2) {
     const PipelinePass &f = passes_[i], &b = passes_[i + 1];
-    if (f.forward && !b.forward && !(b.microbatch == f.microbatch && b.chunk == f.chunk)) {
-      combine_[i] = true;
-      ++combined_pairs_;
-      ++i;
-    }
+    if (!f.forward || b.forward) break;  // the cool-down: backwards only
+    if (b.microbatch == f.microbatch && b.chunk == f.chunk) continue;
+    combine_[i] = true;
+    ++combined_pairs_;
   }
   const std::vector<int64_t> slots = slots_per_chunk(spec_, rank_);
   mtp_ = chunks[0][0]->config().num_nextn_predict_layers;  // the same on every stage (tags)
