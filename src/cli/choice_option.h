@@ -34,8 +34,8 @@ CLI::Option* add_choice_option(CLI::App* app, const std::string& flag, E& target
       ->default_str(current);
 }
 
-// A flag that takes one or more words (`--recompute-modules a b c`), each one of `choices`; the
-// flag given again replaces the list.
+// A flag that takes one or more words (`--recompute-modules a b c`), each one of `choices`; given
+// again, its words join the list.
 template <typename E>
 CLI::Option* add_choices_option(CLI::App* app, const std::string& flag, std::vector<E>& target,
                                 const std::vector<std::pair<std::string, E>>& choices,
