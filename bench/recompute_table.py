@@ -20,6 +20,8 @@ import subprocess
 import sys
 import tempfile
 
+from cpu import cpu_model
+
 VARIANTS = [
     ("none", []),
     ("core_attn", ["selective", "core_attn"]),
@@ -81,12 +83,7 @@ def main():
                 x["kept_ratio"] = x["kept"] / base["kept"]
                 results[name].append(x)
                 print(f"round {r + 1} {name}: {x}", file=sys.stderr)
-    cpu = "?"
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+    cpu = cpu_model()
     print(f"{a.model}, --precision {a.precision}, micro-batch {a.micro_batch} x seq {a.seq}, "
           f"{a.threads} threads, {cpu}; medians of {a.rounds} rounds\n")
     print("| recompute | activations MB (of none) | kept MB (of none) | made again MB | "

@@ -74,13 +74,15 @@ void MoeLayer::plan(Workspace& ws) {
   if (lin_.fprop != ops::Format::F32) xq_ND_ = s.alloc_f32({N, D_});
   dgates_NK_ = s.alloc_f32({N, K});
   dh_MF_ = s.alloc_f32({M, F_});
-  dxp_MD_ = s.alloc_f32({M, D_});
   dlogits_NE_ = s.alloc_f32({N, E});
   // read only by the experts' backward (dyp written by the dispatcher first)
   const GemmInput dyp = plan_gemm_input(s, M, D_, lin_, true, true),
                   dgu = plan_gemm_input(s, M, 2 * F_, lin_, true);
   dyp_MD_ = dyp.values, dyp_q_ = dyp.q;
   dgu_M2F_ = dgu.values, dgu_q_ = dgu.q;
+  // the experts' input gradients: written by the gate/up projection's backward, after the down
+  // projection's backward last read dyp, so the same bytes
+  dxp_MD_ = dyp_MD_;
   // blocks of the expert side restart at every (expert, source) segment
   for (ops::Operand* q : {&xp_q_, &h_q_, &dyp_q_, &dgu_q_})
     q->segments = dispatcher_->expert_offsets();

@@ -40,19 +40,23 @@ void MtpModule::plan(Workspace& ws, Workspace& block_ws) {
   x_ND_ = a.alloc_f32({N, D});
   out_ND_ = a.alloc_f32({N, D});
   Arena& s = ws.scratch;
+  // in use while the block runs backward: its output gradient and its input gradient
   dout_ND_ = s.alloc_f32({N, D});
   dx_ND_ = s.alloc_f32({N, D});
+  // The head's temporaries, the block's and the gradients after the block's backward are never
+  // in use at once: the same bytes.
+  const size_t own = s.used();
+  head_.plan(ws);
+  const size_t head_end = s.used();
+  s.seek(own);
+  block_.plan(block_ws);
+  const size_t block_end = s.used();
+  s.seek(own);
   dcat_N2D_ = s.alloc_f32({N, 2 * D});
   den_ND_ = s.alloc_f32({N, D});
   dhn_ND_ = s.alloc_f32({N, D});
   de_ND_ = s.alloc_f32({N, D});
-  // the block's temporaries and the head's are never in use at once: the same bytes
-  const size_t own = s.used();
-  block_.plan(block_ws);
-  const size_t block_end = s.used();
-  s.seek(own);
-  head_.plan(ws);
-  s.seek(std::max(block_end, s.used()));
+  s.seek(std::max({head_end, block_end, s.used()}));
 }
 
 void MtpModule::shifted_tokens(const int32_t* seq, int64_t B, int64_t T, int64_t k, int32_t* in,
