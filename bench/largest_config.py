@@ -42,7 +42,7 @@ def planned_mb(a, flags, micro_batch, metrics):
                          stderr=subprocess.DEVNULL, text=True)
     total = None
     for line in p.stdout:
-        m = re.match(r"memory: .*: (\d+) MB", line)
+        m = re.match(r"memory: .*?activations \d+: (\d+) MB", line)
         if m:
             total = float(m.group(1))
             break

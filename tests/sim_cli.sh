@@ -20,7 +20,7 @@ import json, sys
 rows = json.load(open(sys.argv[1]))
 assert isinstance(rows, list) and len(rows) == 2, rows
 want = {"tflops_per_gpu", "tokens_per_s_per_gpu", "step_time_s", "mfu", "memory_gb_per_gpu",
-        "fits", "breakdown", "efficiency"}
+        "memory_gb", "fits", "breakdown", "efficiency"}
 for r in rows:
     assert set(r) == want, sorted(r)
     for k in ("compute", "a2a_exposed", "pp_bubble", "dp_exposed", "optimizer"):

@@ -300,14 +300,18 @@ TEST(Simulator, JsonHasExactlyTheKeys) {
       std::vector<std::string> keys;
       for (auto& [k, v] : o.items()) keys.push_back(k);
       std::vector<std::string> want = {
-          "breakdown",   "fits",           "memory_gb_per_gpu",   "mfu",
-          "step_time_s", "tflops_per_gpu", "tokens_per_s_per_gpu"};
+          "breakdown", "fits",        "memory_gb",      "memory_gb_per_gpu",
+          "mfu",       "step_time_s", "tflops_per_gpu", "tokens_per_s_per_gpu"};
       if (several) want.push_back("efficiency");
       std::sort(keys.begin(), keys.end());
       std::sort(want.begin(), want.end());
       EXPECT_EQ(keys, want);
       for (const char* b : {"compute", "a2a_exposed", "pp_bubble", "dp_exposed", "optimizer"})
         EXPECT_TRUE(o["breakdown"].contains(b)) << b;
+      double parts = 0;
+      for (const char* m : {"weights", "gradients", "optimizer", "activations", "reserve"})
+        parts += o["memory_gb"][m].get<double>();
+      EXPECT_NEAR(parts, o["memory_gb_per_gpu"].get<double>(), 1e-9);
     }
   }
 }

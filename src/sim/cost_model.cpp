@@ -66,6 +66,8 @@ class SlotBuilder {
     SlotCost w = decoder_layer(c_.mtp_is_moe(), "mtp " + std::to_string(depth));
     // Embedding of the shifted tokens, two norms, concatenation and the eh projection.
     mem(w, 6 * h() * tl(), 9 * h() * tl(), 4, 4);
+    // saved: the embedding, both norms' outputs and their concatenation (eh_proj's input)
+    w.act_bytes += 5 * h() * tl() * a_;
     tp_collective(w, 1);
     gemm(w, tokens_, h() / l_.tp, 2 * h(), 1, true);
     w.dense_params += 2 * h() * h() / l_.tp + 2 * h();
@@ -194,7 +196,10 @@ class SlotBuilder {
     const double o_saved = o.act_bytes;
     o.act_bytes = 0;
     add(w, o);
-    if (!l_.selective_modules().has(RecomputeModule::kCoreAttn)) w.act_bytes += o_saved;
+    if (l_.selective_modules().has(RecomputeModule::kCoreAttn))
+      w.redo_bytes += o_saved;
+    else
+      w.act_bytes += o_saved;
     mem(w, 3 * h() * tl(), 3 * h() * tl(), 1, 1);  // residual add
     // q_a and kv_a (and their norms) are replicated over TP; the rest is split (n is per rank).
     w.dense_params += (rq > 0 ? h() * rq + rq + rq * n * dqk : h() * n * dqk) + h() * (rkv + dr) +
@@ -307,7 +312,10 @@ class SlotBuilder {
     gemm(w, tokens_, V, h(), 1, false);
     // Cross-entropy over fp32 logits: softmax, loss, gradient.
     mem(w, 2 * tokens_ * V, 3 * tokens_ * V, 2, 2, 4);
-    w.act_bytes += tokens_ * V * 4;
+    // Megatron keeps the fp32 logits for the loss's backward; moet (the stack of the systems
+    // whose ranks share one machine) makes them a chunk of rows at a time, in temporaries
+    // (model/lm_head.h), and keeps the log-sum-exp
+    w.act_bytes += s_.compute_shared ? tokens_ * 4 : tokens_ * V * 4;
   }
 
   static void add(SlotCost& w, const SlotCost& g) {
@@ -318,7 +326,7 @@ class SlotBuilder {
     w.expert_kernels_f += g.expert_kernels_f, w.expert_kernels_b += g.expert_kernels_b;
     w.a2a_f += g.a2a_f, w.a2a_b += g.a2a_b;
     w.a2a_bytes_nvlink += g.a2a_bytes_nvlink, w.a2a_bytes_scaleout += g.a2a_bytes_scaleout;
-    w.act_bytes += g.act_bytes, w.dense_params += g.dense_params;
+    w.act_bytes += g.act_bytes, w.redo_bytes += g.redo_bytes, w.dense_params += g.dense_params;
     w.expert_params += g.expert_params;
   }
 
@@ -330,7 +338,7 @@ class SlotBuilder {
     g.kernels_b += g.kernels_f, g.expert_kernels_b += g.expert_kernels_f;
     if (with_a2a) g.a2a_b += g.a2a_f;
     g.recompute += redo;
-    if (drop_saved) g.act_bytes = 0;
+    if (drop_saved) g.redo_bytes += g.act_bytes, g.act_bytes = 0;
     add(w, g);
   }
 

@@ -27,7 +27,10 @@ struct SlotCost {
   double a2a_f = 0, a2a_b = 0;  // expert dispatch + combine (not yet overlapped)
   double a2a_bytes_nvlink = 0, a2a_bytes_scaleout = 0;  // sent per micro-batch, fwd+bwd
   double act_bytes = 0;                                 // activations saved for backward
-  double dense_params = 0;                              // parameters on this GPU, reduced over DP
+  // activations recomputation makes again just before this slot's backward (not saved; the
+  // rank holds one slot's at a time)
+  double redo_bytes = 0;
+  double dense_params = 0;   // parameters on this GPU, reduced over DP
   double expert_params = 0;  // parameters on this GPU, reduced over expert-DP
   double fwd() const { return gemm_f + attn_f + mem_f + tp_f + launch_f; }
   double bwd() const { return gemm_b + attn_b + mem_b + tp_b + launch_b; }

@@ -39,6 +39,14 @@ void print_breakdown(std::FILE* out, const Prediction& p) {
   if (!p.pp_layout.empty()) std::fprintf(out, "    pipeline layout %s\n", p.pp_layout.c_str());
 }
 
+nlohmann::json memory_json(const MemoryUse& m) {
+  return {{"weights", m.weights},
+          {"gradients", m.gradients},
+          {"optimizer", m.optimizer},
+          {"activations", m.activations},
+          {"reserve", m.reserve}};
+}
+
 }  // namespace
 
 std::string predictions_json(const std::vector<Prediction>& ps, bool with_efficiency) {
@@ -49,6 +57,7 @@ std::string predictions_json(const std::vector<Prediction>& ps, bool with_effici
                         {"step_time_s", p.step_time_s},
                         {"mfu", p.mfu},
                         {"memory_gb_per_gpu", p.memory_gb_per_gpu},
+                        {"memory_gb", memory_json(p.memory)},
                         {"fits", p.fits},
                         {"breakdown", breakdown_json(p.breakdown)}};
     if (with_efficiency) o["efficiency"] = p.efficiency;

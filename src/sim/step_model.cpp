@@ -69,6 +69,7 @@ struct RankWork {
   double f = 0, b = 0, a2a_exposed = 0, contention = 0;
   double gemm = 0, attn = 0, mem = 0, tp = 0, launch = 0, recompute = 0, a2a = 0;
   double a2a_nvl = 0, a2a_nic = 0, act = 0, dense = 0, expert = 0;
+  double redo = 0;      // the most any one slot's recomputation makes again
   double edge_a2a = 0;  // hideable all-to-all of one micro-batch (all chunks)
   int layers = 0;
   double per_mb() const { return f + b + a2a_exposed + contention; }
@@ -117,6 +118,7 @@ Prediction simulate(const ModelConfig& c, const SimLayout& l, const SystemSpec& 
     stage_b[stage_of[i]] += w.bwd() + exposed + contention;
     if (l.a2a_overlap) r.edge_a2a += std::min(a2a, cover);
     r.act += w.act_bytes, r.dense += w.dense_params, r.expert += w.expert_params;
+    r.redo = std::max(r.redo, w.redo_bytes);
     if (w.name != "embedding" && w.name != "loss") ++r.layers;
   }
   const RankWork& slow = *std::max_element(
@@ -209,7 +211,8 @@ Prediction simulate(const ModelConfig& c, const SimLayout& l, const SystemSpec& 
 
   // Memory of the fullest rank: weights (plus FP8 row/column copies), fp32 gradients,
   // optimizer state (fp32 master and two moments, sharded over DP), activations of the
-  // micro-batch chunks in flight (rank 0 of the interleaved schedule holds the most).
+  // micro-batch chunks in flight (rank 0 of the interleaved schedule holds the most) and what
+  // recomputation makes again for the one slot in backward.
   MemoryUse& mu = p.memory;
   const double params = slow.dense + slow.expert;
   // FP8 primary weights keep row- and column-wise FP8 copies instead of a BF16 one.
@@ -219,7 +222,8 @@ Prediction simulate(const ModelConfig& c, const SimLayout& l, const SystemSpec& 
   double act_max = 0;
   for (int64_t r = 0; r < P; ++r) {
     const double in_flight = double(std::min<int64_t>(m * V, warmup_chunks(P, V, r) + 1));
-    act_max = std::max(act_max, ranks[size_t(r)].act / double(V) * in_flight);
+    const RankWork& w = ranks[size_t(r)];
+    act_max = std::max(act_max, w.act / double(V) * in_flight + w.redo);
   }
   mu.activations = act_max / 1e9;
   mu.reserve = s.memory_reserve_gb;
