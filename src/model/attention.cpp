@@ -47,8 +47,10 @@ void MlaAttention::plan(Workspace& ws) {
   kr_NR_ = (ws.recomputes(RecomputeModule::kMlaUpProj) ? a : ws.scratch).alloc_f32({N, R_});
   lse_BHT_ = ws.kept(RecomputeModule::kCoreAttn).alloc_f32({B_, H_, T_});
   o_NHU_ = ws.kept(RecomputeModule::kCoreAttn).alloc_f32({N, H_, U_});
-  // the normalised latents are read only by q_b and kv_b; o also by attention's backward
-  const GemmInput cq = plan_gemm_input(a, N, Q_, lin_), ckvn = plan_gemm_input(a, N, C_, lin_);
+  // the normalised latents are read only by q_b and kv_b (made again with them, as Megatron's
+  // norm-fused up-projections are); o also by attention's backward
+  Arena& up = ws.kept(RecomputeModule::kMlaUpProj);
+  const GemmInput cq = plan_gemm_input(up, N, Q_, lin_), ckvn = plan_gemm_input(up, N, C_, lin_);
   cq_NQ_ = cq.values, cq_q_ = cq.q;
   ckvn_NC_ = ckvn.values, ckvn_q_ = ckvn.q;
   o_q_ = plan_input_operand(ws.kept(RecomputeModule::kCoreAttn), N, H_ * U_, lin_);
@@ -77,11 +79,11 @@ void MlaAttention::project_queries(const Tensor& x_ND, const ops::Operand& xq,
                                    const RopeCache& rope) {
   // queries: q = q_b(norm(q_a(x))), rope on the last R dims of each head
   ops::linear_forward(x_ND, q_a_->value, cq_raw_NQ_, lin_, q_a_->operands(), false, &xq);
-  ops::rmsnorm_forward(cq_raw_NQ_, q_a_norm_->value, eps_, cq_NQ_, cq_rstd_N_, cq_q_);
   up_project_queries(rope);
 }
 
 void MlaAttention::up_project_queries(const RopeCache& rope) {
+  ops::rmsnorm_forward(cq_raw_NQ_, q_a_norm_->value, eps_, cq_NQ_, cq_rstd_N_, cq_q_);
   const int64_t N = cq_NQ_.size(0), K = P_ + R_;
   Tensor q2 = q_NHK_.view({N, H_ * K});
   ops::linear_forward(cq_NQ_, q_b_->value, q2, lin_, q_b_->operands(), false, &cq_q_);
@@ -89,6 +91,7 @@ void MlaAttention::up_project_queries(const RopeCache& rope) {
 }
 
 void MlaAttention::up_project_keys_values() {
+  ops::rmsnorm_forward(ckv_NC_, kv_a_norm_->value, eps_, ckvn_NC_, ckv_rstd_N_, ckvn_q_);
   const int64_t N = ckvn_NC_.size(0);
   Tensor kv2 = kv_NHW_.view({N, H_ * (P_ + U_)});
   ops::linear_forward(ckvn_NC_, kv_b_->value, kv2, lin_, kv_b_->operands(), false, &ckvn_q_);
@@ -126,7 +129,6 @@ void MlaAttention::forward(const Tensor& x_ND, Tensor& y_ND, const RopeCache& ro
   ops::split_cols(kva_NA_, ckv_NC_, kr_NR_);
   Tensor kr = kr_NR_.view({N, 1, R_});
   ops::rope_forward(kr, 0, rope.cos_TR2, rope.sin_TR2);
-  ops::rmsnorm_forward(ckv_NC_, kv_a_norm_->value, eps_, ckvn_NC_, ckv_rstd_N_, ckvn_q_);
   up_project_keys_values();
   core_attention(rope);
   ops::linear_forward(o_NHU_.view({N, H_ * U_}), o_->value, y_ND, lin_, o_->operands(), false,

@@ -46,8 +46,8 @@ class MlaAttention {
  private:
   // q_NHK_ = the rotated queries of x (both forward paths).
   void project_queries(const Tensor& x_ND, const ops::Operand& xq, const RopeCache& rope);
-  // The up-projections: q_NHK_ from the normalised query latent (rotated), k_NHK_ and v_NHU_
-  // from the normalised kv latent and the rotated rope key.
+  // The latents' norms and the up-projections: q_NHK_ from the query latent (rotated), k_NHK_
+  // and v_NHU_ from the kv latent and the rotated rope key.
   void up_project_queries(const RopeCache& rope);
   void up_project_keys_values();
   // o_NHU_, lse_BHT_ and o's operands from q, k and v.

@@ -61,7 +61,9 @@ void MoeLayer::plan(Workspace& ws) {
   // read only by the down projection
   const GemmInput h = plan_gemm_input(ws.kept(RecomputeModule::kMoeAct), M, F_, lin_);
   h_MF_ = h.values, h_q_ = h.q;
-  yp_MD_ = a.alloc_f32({M, D_});
+  // the experts' outputs, read again only by the gates' gradient: made again with the SwiGLU
+  // (Megatron weights the activation by the gates instead and keeps no expert output)
+  yp_MD_ = ws.kept(RecomputeModule::kMoeAct).alloc_f32({M, D_});
   // the expert rows are their own rows copy; FP8 wgrads read a cols copy of them
   xp_q_.fmt = lin_.wgrad;
   if (ops::is_fp8(lin_.wgrad) && lin_.fprop == lin_.wgrad)
@@ -149,24 +151,31 @@ void MoeLayer::forward_stage(MoeStage stage, const Tensor& x_ND, Tensor& y_ND,
     dispatcher_->dispatch_finish();
     Tensor xp = dispatcher_->expert_rows(), off = dispatcher_->expert_offsets();
     const int64_t M = xp.size(0);
-    Tensor gu = gu_M2F_.rows(0, M), h = h_rows(M), yp = yp_MD_.rows(0, M);
-    const ops::Operand xpq = expert_operand(xp_q_, M), hq = expert_operand(h_q_, M);
+    Tensor gu = gu_M2F_.rows(0, M);
+    const ops::Operand xpq = expert_operand(xp_q_, M);
     if (!xpq.cols.empty() && !dispatcher_->writes_expert_operands())
       ops::quantize_operand(xp, xpq);  // the wgrad copy, for a dispatcher that cannot write it
     const int64_t S = dispatcher_->segments_per_expert();
     TraceRecorder::Span span(trace_, trace_lane_, "experts fwd", trace::kExperts);
     ops::grouped_linear_forward(xp, off, w_gate_up_->value, gu, S, lin_, w_gate_up_->operands(),
                                 true);
-    ops::swiglu_forward(gu, h, hq);
-    // outputs travel back (and are summed) in the combine format: rounded as each expert's GEMM
-    // ends
-    ops::grouped_linear_forward(h, off, w_down_->value, yp, S, lin_, w_down_->operands(), false,
-                                &hq, combine_);
+    down_project(M);
     span.end();
-    dispatcher_->combine_start(yp);
+    dispatcher_->combine_start(yp_MD_.rows(0, M));
     return;
   }
   dispatcher_->combine_finish(gates_NK_, y_ND, shared_ != nullptr);
+}
+
+void MoeLayer::down_project(int64_t M) {
+  const Tensor off = dispatcher_->expert_offsets();
+  Tensor h = h_rows(M), yp = yp_MD_.rows(0, M);
+  const ops::Operand hq = expert_operand(h_q_, M);
+  ops::swiglu_forward(gu_M2F_.rows(0, M), h, hq);
+  // outputs travel back (and are summed) in the combine format: rounded as each expert's GEMM
+  // ends
+  ops::grouped_linear_forward(h, off, w_down_->value, yp, dispatcher_->segments_per_expert(), lin_,
+                              w_down_->operands(), false, &hq, combine_);
 }
 
 void MoeLayer::recompute(const RecomputeModules& modules, const Tensor& x_ND, Tensor& discard_ND,
@@ -179,9 +188,7 @@ void MoeLayer::recompute(const RecomputeModules& modules, const Tensor& x_ND, Te
   if (shared_ && modules.has(RecomputeModule::kSharedExperts))
     shared_->forward_activation(x_ND, xq);
   if (modules.has(RecomputeModule::kMoeAct)) {
-    const int64_t M = dispatcher_->expert_rows().size(0);
-    Tensor h = h_rows(M);
-    ops::swiglu_forward(gu_M2F_.rows(0, M), h, expert_operand(h_q_, M));
+    down_project(dispatcher_->expert_rows().size(0));
   }
 }
 

@@ -93,6 +93,9 @@ class MoeLayer {
   // The experts' rows this call (M of them) and the operands their producers wrote, over this
   // call's segments.
   Tensor h_rows(int64_t M) const;
+  // SwiGLU and the down projection of the first M expert rows: h and yp from gu (forward, and
+  // again under --recompute-modules moe_act)
+  void down_project(int64_t M);
   ops::Operand expert_operand(const ops::Operand& q, int64_t M) const;
 
   ops::RouterSpec spec_;

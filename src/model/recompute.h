@@ -17,7 +17,7 @@ namespace moet {
 enum class RecomputeModule : uint8_t {
   kCoreAttn,       // attention's softmax product: its output and log-sum-exp
   kMlaUpProj,      // MLA's q and kv up-projections (q_b_proj, kv_b_proj) and the rope on q
-  kMoeAct,         // the routed experts' SwiGLU output
+  kMoeAct,         // the routed experts' SwiGLU output and their outputs
   kLayernorm,      // the input and post-attention RMSNorms' outputs
   kMlp,            // the dense MLP (first_k_dense_replace layers): all it keeps
   kMoe,            // the whole MoE layer: routing, the exchanges, the experts, the shared expert

@@ -175,15 +175,16 @@ class SlotBuilder {
     norm(w, h(), tl());
     tp_collective(w, 1);
     SlotCost up = start("");
+    // the latents' norms belong to the up-projections (Megatron fuses them: TE's norm-linear)
     if (rq > 0) {
       gemm(w, t, rq, h(), 1, true);  // q_a (replicated over TP)
-      norm(w, rq, t, false);
+      norm(up, rq, t, false);
       gemm(up, t, n * dqk, rq, 1, true, false);
     } else {
       gemm(up, t, n * dqk, h(), 1, true, false);
     }
     gemm(w, t, rkv + dr, h(), 1, true);  // kv_a (replicated over TP)
-    norm(w, rkv, t, false);
+    norm(up, rkv, t, false);
     gemm(up, t, n * (dn + dv), rkv, 1, true, false);
     // RoPE and assembling per-head q, k (shared rope key broadcast) and contiguous v.
     mem(up, 2 * t * n * (2 * dqk + dv), 3 * t * n * (2 * dqk + dv), 3, 3);
@@ -267,14 +268,23 @@ class SlotBuilder {
     gemm(body, per_expert, 2 * fe, h(), local, true);
     body.act_bytes += arrivals * 2 * fe * a_;
     swiglu(body, fe, arrivals, false, true);
-    gemm(body, per_expert, h(), fe, local, true, false);
-    SlotCost act_in = start("");
-    act_in.act_bytes += arrivals * fe * (quantized_ ? 1 : a_);  // fc2 input, from SwiGLU
-    merge_group(body, act_in, RecomputeModule::kMoeAct);
+    // fc2 and its input, from SwiGLU (`moe_act`). Megatron weights the activation by the probs
+    // and keeps no expert output; moet weights at the combine and keeps the outputs for the
+    // probs' gradient, so on its stack `moe_act` makes them again with fc2's forward.
+    SlotCost act = start("");
+    act.act_bytes += arrivals * fe * (quantized_ ? 1 : a_);
+    if (s_.compute_shared) {
+      gemm(act, per_expert, h(), fe, local, true, false);
+      act.act_bytes += arrivals * h() * a_;
+    } else {
+      gemm(body, per_expert, h(), fe, local, true, false);
+    }
+    merge_group(body, act, RecomputeModule::kMoeAct);
     mem(body, (2 * arrivals + (1 + fanout) * tl()) * h(),
         (4 * arrivals + (1 + fanout) * tl()) * h(), 2, 3);
     in_experts_ = false;
-    body.act_bytes += arrivals * (h() * (quantized_ ? 1 : a_) + 8);  // permuted input, probs
+    // the permuted rows are fc1's input, saved above; the routing of each row: prob and index
+    body.act_bytes += arrivals * 8;
     a2a(body, db);
     body.dense_params += E * h() + h();
     body.expert_params += local * 3 * h() * fe;
