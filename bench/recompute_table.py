@@ -4,11 +4,11 @@ no recomputation, each selective module alone, Megatron's MoE set (mla_up_proj m
 layernorm) and full, in turn, ROUNDS rounds; per variant what the header states (all the
 activation arenas hold, the part kept from forward to backward, what is made again and the
 region it shares), the peak resident set (`peak_rss_mb`) and the median step time (steps after
-the first), with ratios to none from the same round.
+the first), with step-time ratios to a run of none just before each variant.
 
 usage: python3 bench/recompute_table.py [--moet build/moet] [--model configs/bench-dsv3.json]
            [--precision fp32] [--micro-batch 4] [--seq 512] [--steps 4] [--rounds 2]
-           [--threads 2]
+           [--threads 2] [--only VARIANT...]
 """
 
 import argparse
@@ -68,16 +68,21 @@ def main():
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--only", nargs="+", metavar="VARIANT",
+                   help="these variants (names as in the table's first column) besides none")
     a = p.parse_args()
-    results = {name: [] for name, _ in VARIANTS}
+    variants = [v for v in VARIANTS if not a.only or v[0] == "none" or v[0] in a.only]
+    if a.only and len(variants) != len(set(a.only) | {"none"}):
+        sys.exit("--only: unknown variant; the variants are: " + ", ".join(n for n, _ in VARIANTS))
+    results = {name: [] for name, _ in variants}
     with tempfile.TemporaryDirectory() as tmp:
         metrics = os.path.join(tmp, "m.jsonl")
         for r in range(a.rounds):
-            base = None
-            for name, flags in VARIANTS:
-                x = run(a, flags, metrics)
-                if name == "none":
-                    base = x
+            for name, flags in variants:
+                # each variant's time against a run of none just before it: the shared machine's
+                # speed drifts over minutes
+                base = run(a, [], metrics)
+                x = base if name == "none" else run(a, flags, metrics)
                 x["time_ratio"] = x["step"] / base["step"]
                 x["act_ratio"] = x["act"] / base["act"]
                 x["kept_ratio"] = x["kept"] / base["kept"]
@@ -89,7 +94,7 @@ def main():
     print("| recompute | activations MB (of none) | kept MB (of none) | made again MB | "
           "shared region MB | peak RSS MB | step s (of none) |")
     print("|---|---|---|---|---|---|---|")
-    for name, _ in VARIANTS:
+    for name, _ in variants:
         xs = results[name]
         med = lambda k: statistics.median(x[k] for x in xs)
         print(f"| {name} | {med('act'):.0f} ({100 * med('act_ratio'):.0f}%) | "
