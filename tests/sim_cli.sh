@@ -33,6 +33,33 @@ PY
 "$moet" simulate "${record[@]}" --gpus 256 >"$tmp/table"
 grep -q "260.0 GFLOP per token" "$tmp/table" || fail "table lacks FLOPs per token"
 grep -q "TP1 PP2 VPP8 EP32" "$tmp/table" || fail "table lacks the layout"
+grep -q "^error band: -[0-9]*% to +[0-9]*% (the errors of [0-9]* published DeepSeek-V3 rows run with full CUDA graphs" "$tmp/table" ||
+  fail "table lacks the error band"
+grep -q "^assumes: full CUDA graphs, all-to-all overlap on (combined 1F1B), no recompute, force-balanced routing" "$tmp/table" ||
+  fail "table lacks the assumptions"
+# a token budget in days and GPU-hours: 1e12 tokens at the predicted tokens/s on 256 GPUs
+"$moet" simulate "${record[@]}" --gpus 256 --tokens 1e12 >"$tmp/tokens"
+/usr/bin/python3 - "$tmp/tokens" <<'PY'
+import re, sys
+t = open(sys.argv[1]).read()
+row = next(l.split() for l in t.splitlines() if l.split()[:2] == ["256", "TP1"])
+rate = float(row[-6])  # tokens/s per GPU
+m = re.search(r"^1e\+12 tokens on 256 GPUs: ([\d.]+) days, (\d+) GPU-hours$", t, re.M)
+assert m, t
+days = 1e12 / (rate * 256) / 86400
+assert abs(float(m.group(1)) - days) < 0.06, (m.group(1), days)
+assert abs(float(m.group(2)) - days * 24 * 256) < 0.01 * days * 24 * 256, (m.group(2), days)
+PY
+# a layout that does not fit says what recompute would make it fit
+"$moet" simulate --model "$dsv3" --system gb200-nvl72 --gpus 256 --tp 1 --pp 4 --vpp 4 --ep 64 \
+  --mbs 1 --gbs 4096 --seq 4096 --precision mxfp8 --mtp 1 >"$tmp/nofit"
+grep -q "^256 GPUs: needs [0-9.]* GB of 186; with --recompute selective .*(fits" "$tmp/nofit" ||
+  fail "a layout that does not fit does not say what would fit: $(tail -3 "$tmp/nofit")"
+# the validation table: every published row the catalog simulates, with its error
+"$moet" published --model "$dsv3" >"$tmp/published"
+[ "$(grep -c "^| D[0-9]* |" "$tmp/published")" -ge 20 ] || fail "moet published lists too few rows"
+grep -q "^| D5 | 26.06 | gb300-nvl72 | 256 | TP1 PP2 VPP8 EP32 MBS1 GBS4096 | .* | 1648 | " "$tmp/published" ||
+  fail "moet published lacks the record row"
 
 # The FP8-blockwise recipe by the trainer's name; "fp8", the simulator's former name, is read as
 # it with one line on stderr and the same prediction.
@@ -51,6 +78,8 @@ cmp -s "$tmp/fp8" "$tmp/blockwise" || fail "--precision fp8 predicts otherwise t
   --precision mxfp8 --mtp 1 >"$tmp/plan"
 grep -q "^#5 " "$tmp/plan" || fail "plan has no 5th layout"
 grep -q "^why #1: .* beats " "$tmp/plan" || fail "plan does not say why #1 wins"
+grep -q "^error band: " "$tmp/plan" || fail "plan gives no error band"
+grep -q "equivalent to #1 within the model's error" "$tmp/plan" || fail "plan marks no equivalent layout"
 
 # Bad input: non-zero exit, exactly one line on stderr saying what is wrong.
 expect_error "EP 48 does not divide the 256 routed experts" "$moet" simulate "${record[@]}" --gpus 256 --ep 48
@@ -64,6 +93,8 @@ expect_error "cannot read system file" "$moet" simulate "${record[@]}" --gpus 25
 echo '{"name": "x"}' >"$tmp/bad.json"
 expect_error "field 'peak_tflops'" "$moet" simulate "${record[@]}" --gpus 256 --system "$tmp/bad.json"
 expect_error "--model" "$moet" simulate --system gb300-nvl72 --gpus 256 --gbs 1
+expect_error "is not DeepSeek-V3's shape" "$moet" published --model "$root/configs/small.json"
+expect_error "--tokens must be a finite number >= 0" "$moet" simulate "${record[@]}" --gpus 256 --tokens -1
 # bench never replaces an earlier calibration unless told.
 echo "keep" >"$tmp/local.json"
 expect_error "exists" "$moet" bench --out "$tmp/local.json"

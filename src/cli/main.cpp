@@ -50,6 +50,7 @@ int main(int argc, char** argv) {
   moet::cli::add_train_command(app, train);
   moet::cli::SimulateArgs simulate;
   moet::cli::PlanArgs plan;
+  moet::cli::PublishedArgs published;
   moet::cli::BenchArgs bench;
   moet::cli::CheckpointArgs checkpoint;
   moet::cli::ExportHfArgs export_hf;
@@ -86,6 +87,8 @@ int main(int argc, char** argv) {
        [&] { return moet::cli::run_report(report), 0; }},
       {moet::cli::add_config_command(app, config),
        [&] { return moet::cli::run_config(config), 0; }},
+      {moet::cli::add_published_command(app, published),
+       [&] { return moet::cli::run_published(published), 0; }},
   };
   // Under mpirun every rank parses the same flags: rank 0 alone reports a mistake.
   const bool reporter = moet::launcher_rank() == 0;

@@ -1,6 +1,7 @@
 #include "cli/sim_commands.h"
 
 #include <cstdio>
+#include <optional>
 
 #include "cli/choice_option.h"
 #include "core/error.h"
@@ -42,6 +43,42 @@ std::string precision_flag(const std::string& flag) {
   return name;
 }
 
+// After the table: the error band the published rows support, what the prediction assumes,
+// what a layout that does not fit would need, and a token budget's time.
+void print_caveats(const ModelConfig& c, const sim::SystemSpec& s, const sim::SimLayout& l,
+                   const std::vector<sim::Prediction>& ps, double tokens) {
+  if (s.compute_shared)
+    std::printf(
+        "error band: moet's own runs on this machine, within 20%% "
+        "(tests/sim_local_check.sh)\n");
+  else if (sim::validated_model(c))
+    std::printf(
+        "error band: %s\n",
+        sim::band_line(sim::error_band(sim::check_published_rows(c), l.cuda_graphs), l.cuda_graphs)
+            .c_str());
+  else
+    std::printf("error band: no published row validates this model\n");
+  std::printf("assumes: %s\n", sim::assumptions_line(l).c_str());
+  for (const sim::Prediction& p : ps) {
+    if (p.fits) continue;
+    std::printf("%lld GPUs: needs %.1f GB of %.0f;", static_cast<long long>(p.layout.gpus),
+                p.memory_gb_per_gpu, s.hbm_gb / (s.compute_shared ? double(p.layout.gpus) : 1));
+    for (const char* rc : {"selective", "full"}) {
+      sim::SimLayout more = p.layout;
+      if (more.recompute == "full" || (more.recompute == "selective" && rc[0] == 's')) continue;
+      more.recompute = rc;
+      if (rc[0] == 's') more.recompute_modules = moe_recipe_recompute_modules();
+      const sim::Prediction q = sim::simulate(c, more, s);
+      std::printf(" with --recompute %s%s: %.1f GB (%s, %.1f TFLOP/s/GPU);", rc,
+                  rc[0] == 's' ? " --recompute-modules mla_up_proj moe_act layernorm" : "",
+                  q.memory_gb_per_gpu, q.fits ? "fits" : "does not fit", q.tflops_per_gpu);
+    }
+    std::printf("\n");
+  }
+  if (tokens > 0)
+    for (const sim::Prediction& p : ps) std::printf("%s\n", sim::tokens_line(p, tokens).c_str());
+}
+
 }  // namespace
 
 CLI::App* add_simulate_command(CLI::App& app, SimulateArgs& a) {
@@ -80,6 +117,7 @@ CLI::App* add_simulate_command(CLI::App& app, SimulateArgs& a) {
   c->add_flag("--no-distributed-optimizer", a.no_distributed_optimizer,
               "optimizer state replicated on every data-parallel rank");
   c->add_flag("--json", a.json, "print a JSON array, one object per GPU count");
+  c->add_option("--tokens", a.tokens, "a token budget: print the days and GPU-hours to train it");
   return c;
 }
 
@@ -90,13 +128,30 @@ CLI::App* add_plan_command(CLI::App& app, PlanArgs& a) {
   c->add_option("--gpus", a.gpus, "GPUs")->required();
   c->add_option("--gbs", a.gbs, "global batch (sequences)")->required();
   c->add_option("--top", a.top, "layouts to print")->capture_default_str();
+  c->add_option("--tokens", a.tokens, "a token budget: print the days and GPU-hours of #1");
   return c;
+}
+
+CLI::App* add_published_command(CLI::App& app, PublishedArgs& a) {
+  CLI::App* c = app.add_subcommand(
+      "published", "predict every published DeepSeek-V3 row with its recipe: the validation table");
+  c->add_option("--model", a.model, "DeepSeek-V3's config.json (configs/deepseek-v3-671b.json)")
+      ->required();
+  return c;
+}
+
+void run_published(const PublishedArgs& a) {
+  const ModelConfig c = load_model_config(a.model);
+  if (!sim::validated_model(c))
+    throw Error(str(a.model, " is not DeepSeek-V3's shape: the published rows are DeepSeek-V3's"));
+  sim::print_published(stdout, sim::check_published_rows(c));
 }
 
 void run_simulate(const SimulateArgs& a) {
   check_model_options(a.seq, a.mtp);
   for (int64_t g : a.gpus) check_flag_positive("--gpus", g);
   check_flag_at_least("--expert-imbalance", a.expert_imbalance, 1);
+  check_flag_at_least("--tokens", a.tokens, 0);
   const ModelConfig c = load_model_config(a.model);
   const sim::SystemSpec s = sim::load_system(a.system);
   sim::SimLayout l;
@@ -115,6 +170,7 @@ void run_simulate(const SimulateArgs& a) {
     std::fputs(sim::predictions_json(ps, a.gpus.size() > 1).c_str(), stdout);
   } else {
     sim::print_predictions(stdout, s, ps);
+    print_caveats(c, s, l, ps, a.tokens);
   }
 }
 
@@ -123,6 +179,7 @@ void run_plan(const PlanArgs& a) {
   check_flag_positive("--gpus", a.gpus);
   check_flag_positive("--gbs", a.gbs);
   check_flag_positive("--top", a.top);
+  check_flag_at_least("--tokens", a.tokens, 0);
   const ModelConfig c = load_model_config(a.model);
   const sim::SystemSpec s = sim::load_system(a.system);
   sim::PlanRequest r;
@@ -130,8 +187,13 @@ void run_plan(const PlanArgs& a) {
   r.mtp = a.mtp.value_or(-1);
   s.peak(r.precision);
   const sim::Plan plan = sim::plan_layouts(c, s, r);
-  sim::print_plan(stdout, s, plan, size_t(a.top));
+  std::optional<sim::ErrorBand> band;
+  if (!s.compute_shared && sim::validated_model(c))
+    band = sim::error_band(sim::check_published_rows(c), "full");
+  sim::print_plan(stdout, s, plan, size_t(a.top), band ? &*band : nullptr);
   if (plan.ranked.empty()) throw Error("no layout divides the model and fits in memory");
+  if (a.tokens > 0)
+    std::printf("#1: %s\n", sim::tokens_line(plan.ranked.front(), a.tokens).c_str());
 }
 
 }  // namespace moet::cli

@@ -21,17 +21,25 @@ struct SimulateArgs {
   double expert_imbalance = 1.0;
   bool no_a2a_overlap = false, no_dp_overlap = false, no_distributed_optimizer = false;
   bool json = false;
+  double tokens = 0;  // a token budget: time to train and GPU-hours
 };
 
 struct PlanArgs {
   std::string model, system, precision = "bf16";
   int64_t gpus = 0, gbs = 0, seq = 4096, top = 5;
   std::optional<int64_t> mtp;  // unset: the model config's
+  double tokens = 0;
+};
+
+struct PublishedArgs {
+  std::string model;
 };
 
 CLI::App* add_simulate_command(CLI::App& app, SimulateArgs& a);
 CLI::App* add_plan_command(CLI::App& app, PlanArgs& a);
 void run_simulate(const SimulateArgs& a);
 void run_plan(const PlanArgs& a);
+CLI::App* add_published_command(CLI::App& app, PublishedArgs& a);
+void run_published(const PublishedArgs& a);
 
 }  // namespace moet::cli

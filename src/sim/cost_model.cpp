@@ -100,6 +100,7 @@ class SlotBuilder {
     const double b = bytes_per_element > 0 ? bytes_per_element : a_;
     w.mem_f += ef * b / hbm_;
     w.mem_b += eb * b / hbm_;
+    if (between_exchanges_) w.experts_f += ef * b / hbm_, w.experts_b += eb * b / hbm_;
     launch(w, kernels_f, kernels_b);
   }
 
@@ -108,8 +109,13 @@ class SlotBuilder {
     w.launch_b += kb * s_.eff.op_overhead_us * 1e-6;
     w.kernels_f += kf, w.kernels_b += kb;
     if (in_experts_) w.expert_kernels_f += kf, w.expert_kernels_b += kb;
+    if (between_exchanges_)
+      w.experts_f += kf * s_.eff.op_overhead_us * 1e-6,
+          w.experts_b += kb * s_.eff.op_overhead_us * 1e-6;
   }
   bool in_experts_ = false;  // counting the MoE dispatch, experts and combine
+  // building what runs between the dispatch and the combine (the experts, routed and shared)
+  bool between_exchanges_ = false;
 
   // [m,k]·[k,n] with `count` copies (grouped GEMM of the local experts); backward is the data
   // gradient [m,n]·[n,k] and the weight gradient [k,m]·[m,n].
@@ -123,8 +129,10 @@ class SlotBuilder {
       const double bytes = count * (x * z + z * y) * eb + count * x * y * a_;
       return std::max(compute, bytes / hbm_);
     };
-    w.gemm_f += t(mr, n, k);
-    w.gemm_b += t(mr, k, n) + t(k, n, mr);
+    const double tf = t(mr, n, k), tb = t(mr, k, n) + t(k, n, mr);
+    w.gemm_f += tf;
+    w.gemm_b += tb;
+    if (between_exchanges_) w.experts_f += tf, w.experts_b += tb;
     launch(w, 1, 2);
     if (low_precision && quantized_) {
       // Casts: the input row- and column-wise (for wgrad) in forward, the output gradient
@@ -247,6 +255,7 @@ class SlotBuilder {
     gemm(body, tl(), E, h(), 1, false);
     mem(body, 4 * E * tl(), 4 * E * tl(), 3, 3, 4);
     // Shared expert, TP-split.
+    between_exchanges_ = true;  // Megatron's combined 1F1B runs the shared expert there too
     if (c_.n_shared_experts > 0) {
       SlotCost sh = start("");
       const double fs = double(c_.shared_intermediate_size()) / l_.tp;
@@ -283,6 +292,7 @@ class SlotBuilder {
     mem(body, (2 * arrivals + (1 + fanout) * tl()) * h(),
         (4 * arrivals + (1 + fanout) * tl()) * h(), 2, 3);
     in_experts_ = false;
+    between_exchanges_ = false;
     // the permuted rows are fc1's input, saved above; the routing of each row: prob and index
     body.act_bytes += arrivals * 8;
     a2a(body, db);
@@ -310,6 +320,7 @@ class SlotBuilder {
     };
     const double lat = 2 * s_.eff.op_overhead_us * 1e-6;
     w.a2a_f += t(dispatch) + t(combine) + lat;
+    w.dispatch_f += t(dispatch) + lat / 2;
     w.a2a_b += t(combine) + t(combine) + lat;  // gradients travel at activation precision
     w.a2a_bytes_nvlink += nvl_rows * (dispatch + 3 * combine);
     w.a2a_bytes_scaleout += nic_rows * (dispatch + 3 * combine);
@@ -334,7 +345,8 @@ class SlotBuilder {
     w.launch_f += g.launch_f, w.launch_b += g.launch_b, w.recompute += g.recompute;
     w.kernels_f += g.kernels_f, w.kernels_b += g.kernels_b;
     w.expert_kernels_f += g.expert_kernels_f, w.expert_kernels_b += g.expert_kernels_b;
-    w.a2a_f += g.a2a_f, w.a2a_b += g.a2a_b;
+    w.a2a_f += g.a2a_f, w.a2a_b += g.a2a_b, w.dispatch_f += g.dispatch_f;
+    w.experts_f += g.experts_f, w.experts_b += g.experts_b;
     w.a2a_bytes_nvlink += g.a2a_bytes_nvlink, w.a2a_bytes_scaleout += g.a2a_bytes_scaleout;
     w.act_bytes += g.act_bytes, w.redo_bytes += g.redo_bytes, w.dense_params += g.dense_params;
     w.expert_params += g.expert_params;
@@ -344,7 +356,7 @@ class SlotBuilder {
   static void merge_recomputed(SlotCost& w, SlotCost g, bool drop_saved, bool with_a2a) {
     const double redo = g.fwd() + (with_a2a ? g.a2a_f : 0);
     g.gemm_b += g.gemm_f, g.attn_b += g.attn_f, g.mem_b += g.mem_f, g.tp_b += g.tp_f;
-    g.launch_b += g.launch_f;
+    g.launch_b += g.launch_f, g.experts_b += g.experts_f;
     g.kernels_b += g.kernels_f, g.expert_kernels_b += g.expert_kernels_f;
     if (with_a2a) g.a2a_b += g.a2a_f;
     g.recompute += redo;
@@ -392,6 +404,7 @@ void add_host_launches(SlotCost& w, const SimLayout& l, const SystemSpec& s) {
   const double f = exposed(w.kernels_f, w.expert_kernels_f, w.fwd());
   const double b = exposed(w.kernels_b, w.expert_kernels_b, w.bwd());
   w.launch_f += f, w.launch_b += b;
+  w.experts_f += w.expert_kernels_f * us, w.experts_b += w.expert_kernels_b * us;
 }
 
 std::vector<SlotCost> slot_costs(const ModelConfig& c, const SimLayout& l, const SystemSpec& s) {

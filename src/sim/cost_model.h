@@ -25,6 +25,10 @@ struct SlotCost {
   double kernels_f = 0, kernels_b = 0, expert_kernels_f = 0, expert_kernels_b = 0;
   double recompute = 0;         // forward work redone during backward (in the *_b above)
   double a2a_f = 0, a2a_b = 0;  // expert dispatch + combine (not yet overlapped)
+  double dispatch_f = 0;        // the forward dispatch's part of a2a_f (the rest is the combine)
+  // the part of fwd()/bwd() between the dispatch and the combine (routed and shared experts):
+  // a forward runs [fwd − experts_f] dispatch [experts_f] combine, a backward the mirror
+  double experts_f = 0, experts_b = 0;
   double a2a_bytes_nvlink = 0, a2a_bytes_scaleout = 0;  // sent per micro-batch, fwd+bwd
   double act_bytes = 0;                                 // activations saved for backward
   // activations recomputation makes again just before this slot's backward (not saved; the

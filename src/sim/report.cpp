@@ -1,5 +1,7 @@
 #include "sim/report.h"
 
+#include <algorithm>
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -90,19 +92,88 @@ void print_predictions(std::FILE* out, const SystemSpec& s, const std::vector<Pr
   }
 }
 
-void print_plan(std::FILE* out, const SystemSpec& s, const Plan& plan, size_t top) {
+void print_plan(std::FILE* out, const SystemSpec& s, const Plan& plan, size_t top,
+                const ErrorBand* band) {
   std::fprintf(out, "%lld layouts divide the model and %s; %lld do not fit in %.0f GB\n",
                static_cast<long long>(plan.considered), s.name.c_str(),
                static_cast<long long>(plan.too_big), s.hbm_gb);
   if (plan.ranked.empty()) return;
   std::fprintf(out, "%s\n", flops_line(plan.ranked.front()).c_str());
+  const double best = plan.ranked.front().tflops_per_gpu;
+  const double width = band ? std::max(std::abs(band->low), std::abs(band->high)) : 0;
+  size_t equivalent = 0;
   for (size_t i = 0; i < std::min(top, plan.ranked.size()); ++i) {
     const Prediction& p = plan.ranked[i];
-    std::fprintf(out, "#%zu  %-52s %8.1f TFLOP/s/GPU %8.1f tokens/s/GPU  MFU %.1f%%\n", i + 1,
-                 describe(p.layout).c_str(), p.tflops_per_gpu, p.tokens_per_s_per_gpu, 100 * p.mfu);
+    const bool same = i > 0 && band && best / p.tflops_per_gpu - 1 < width;
+    equivalent += same;
+    std::fprintf(out, "#%zu  %-52s %8.1f TFLOP/s/GPU %8.1f tokens/s/GPU  MFU %.1f%%%s\n", i + 1,
+                 describe(p.layout).c_str(), p.tflops_per_gpu, p.tokens_per_s_per_gpu, 100 * p.mfu,
+                 same ? "  (equivalent to #1 within the model's error)" : "");
     print_breakdown(out, p);
   }
   std::fprintf(out, "why #1: %s\n", explain_winner(plan).c_str());
+  if (band) {
+    std::fprintf(out, "error band: %s\n", band_line(*band, "full").c_str());
+    if (equivalent > 0)
+      std::fprintf(out,
+                   "%zu of the layouts shown are closer to #1 than that band: the model cannot "
+                   "rank them\n",
+                   equivalent);
+  } else {
+    std::fprintf(out, "error band: no published row validates this model\n");
+  }
+  std::fprintf(out, "assumes: %s\n", assumptions_line(plan.ranked.front().layout).c_str());
+}
+
+std::string assumptions_line(const SimLayout& l) {
+  std::string r = l.recompute == "selective"
+                      ? "selective recompute (" + l.selective_modules().names() + ")"
+                  : l.recompute == "none" ? std::string("no recompute")
+                                          : l.recompute + " recompute";
+  char imb[64];
+  std::snprintf(imb, sizeof imb, "%.2f", l.expert_imbalance);
+  return str(l.cuda_graphs, " CUDA graphs, all-to-all overlap ",
+             l.a2a_overlap ? "on (combined 1F1B)" : "off", ", ", r, ", ",
+             l.expert_imbalance == 1.0 ? "force-balanced routing" : str("expert imbalance ", imb),
+             ", data-parallel overlap ", l.dp_overlap ? "on" : "off");
+}
+
+std::string band_line(const ErrorBand& b, const std::string& cuda_graphs) {
+  char buf[200];
+  std::snprintf(buf, sizeof buf,
+                "%+.0f%% to %+.0f%% (the errors of %d published DeepSeek-V3 rows run with %s CUDA "
+                "graphs; `moet published`, docs/simulator.md)",
+                100 * b.low, 100 * b.high, b.rows, cuda_graphs.c_str());
+  return buf;
+}
+
+std::string tokens_line(const Prediction& p, double tokens) {
+  const double seconds = tokens / (p.tokens_per_s_per_gpu * double(p.layout.gpus));
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "%.3g tokens on %lld GPUs: %.1f days, %.0f GPU-hours", tokens,
+                static_cast<long long>(p.layout.gpus), seconds / 86400,
+                seconds / 3600 * double(p.layout.gpus));
+  return buf;
+}
+
+void print_published(std::FILE* out, const std::vector<RowCheck>& checks) {
+  std::fprintf(out,
+               "| row | container | system | GPUs | layout | recipe | published | predicted | "
+               "error |\n|---|---|---|---|---|---|---|---|---|\n");
+  for (const RowCheck& c : checks) {
+    const SimLayout& l = c.row.layout;
+    std::fprintf(out,
+                 "| %s | %s | %s | %lld | TP%lld PP%lld VPP%lld EP%lld MBS%lld GBS%lld | %s, MTP "
+                 "%lld, %s%s | %.0f | %.0f | %+.1f%% |\n",
+                 c.row.id.c_str(), c.row.container.c_str(), c.row.system.c_str(),
+                 static_cast<long long>(l.gpus), static_cast<long long>(l.tp),
+                 static_cast<long long>(l.pp), static_cast<long long>(l.vpp),
+                 static_cast<long long>(l.ep), static_cast<long long>(l.mbs),
+                 static_cast<long long>(l.gbs), l.precision.c_str(), static_cast<long long>(l.mtp),
+                 assumptions_line(l).c_str(),
+                 c.row.flags_known ? "" : " (flags from the preset: not published)", c.row.tflops,
+                 c.prediction.tflops_per_gpu, 100 * c.error);
+  }
 }
 
 }  // namespace moet::sim

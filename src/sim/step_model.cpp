@@ -8,6 +8,7 @@
 #include "model/recipe.h"
 #include "parallel/pipeline_schedule.h"
 #include "sim/cost_model.h"
+#include "sim/step_timeline.h"
 
 namespace moet::sim {
 
@@ -66,14 +67,38 @@ std::vector<size_t> balanced_stages(const std::vector<SlotCost>& slots, size_t n
 }
 
 struct RankWork {
-  double f = 0, b = 0, a2a_exposed = 0, contention = 0;
+  double f = 0, b = 0;
   double gemm = 0, attn = 0, mem = 0, tp = 0, launch = 0, recompute = 0, a2a = 0;
   double a2a_nvl = 0, a2a_nic = 0, act = 0, dense = 0, expert = 0;
-  double redo = 0;      // the most any one slot's recomputation makes again
-  double edge_a2a = 0;  // hideable all-to-all of one micro-batch (all chunks)
+  double redo = 0;  // the most any one slot's recomputation makes again
   int layers = 0;
-  double per_mb() const { return f + b + a2a_exposed + contention; }
 };
+
+void append(Chain& c, bool exchange, double s) {
+  if (s <= 0) return;
+  if (!c.empty() && !exchange && !c.back().exchange)
+    c.back().s += s;  // compute after compute: one interval
+  else
+    c.push_back({exchange, s});
+}
+
+// A slot's forward: what comes before the dispatch, the dispatch, the experts, the combine.
+void forward_chain(Chain& c, const SlotCost& w) {
+  if (w.a2a_f <= 0) return append(c, false, w.fwd());
+  append(c, false, std::max(0.0, w.fwd() - w.experts_f));
+  append(c, true, w.dispatch_f);
+  append(c, false, w.experts_f);
+  append(c, true, w.a2a_f - w.dispatch_f);
+}
+
+// Its backward, the mirror: the combine's gradient, the experts, the dispatch's, the rest.
+void backward_chain(Chain& c, const SlotCost& w) {
+  if (w.a2a_b <= 0) return append(c, false, w.bwd());
+  append(c, true, w.a2a_b / 2);
+  append(c, false, w.experts_b);
+  append(c, true, w.a2a_b / 2);
+  append(c, false, std::max(0.0, w.bwd() - w.experts_b));
+}
 
 }  // namespace
 
@@ -90,8 +115,7 @@ Prediction simulate(const ModelConfig& c, const SimLayout& l, const SystemSpec& 
 
   // Slots in pipeline order, cut into P·V virtual stages; stage j runs on rank j % P.
   std::vector<RankWork> ranks(P);
-  // each virtual stage's pass times, for the schedule (compute, exposed all-to-all, contention)
-  std::vector<double> stage_f(size_t(P * V), 0.0), stage_b(size_t(P * V), 0.0);
+  std::vector<Chain> fwd(size_t(P * V)), bwd(size_t(P * V));  // each virtual stage's passes
   const std::vector<size_t> stage_of = l.pp_layout == "balanced"
                                            ? balanced_stages(slots, size_t(l.stages()))
                                            : stages_of_slots(c, l);
@@ -102,65 +126,79 @@ Prediction simulate(const ModelConfig& c, const SimLayout& l, const SystemSpec& 
     r.f += w.fwd(), r.b += w.bwd();
     r.gemm += w.gemm_f + w.gemm_b, r.attn += w.attn_f + w.attn_b, r.mem += w.mem_f + w.mem_b;
     r.tp += w.tp_f + w.tp_b, r.launch += w.launch_f + w.launch_b, r.recompute += w.recompute;
-    const double a2a = w.a2a_f + w.a2a_b;
-    r.a2a += a2a, r.a2a_nvl += w.a2a_bytes_nvlink, r.a2a_nic += w.a2a_bytes_scaleout;
-    // The all-to-all of a chunk runs under another in-flight chunk's compute (the paired
-    // backward in 1F1B steady state, the neighbouring chunk in fill and drain); the SMs it
-    // occupies slow that compute down. Without overlap nothing hides it: Megatron's
-    // shared-expert overlap exists only for its alltoall dispatcher, and the DeepSeek-V3 recipes
-    // use the flex (DeepEP/HybridEP) one.
-    const double cover = l.a2a_overlap ? w.fwd() + w.bwd() : 0.0;
-    const double exposed = std::max(0.0, a2a - cover);
-    const double contention = s.eff.a2a_sm_fraction * std::min(a2a, cover);
-    r.a2a_exposed += exposed;
-    r.contention += contention;
-    stage_f[stage_of[i]] += w.fwd();
-    stage_b[stage_of[i]] += w.bwd() + exposed + contention;
-    if (l.a2a_overlap) r.edge_a2a += std::min(a2a, cover);
+    r.a2a += w.a2a_f + w.a2a_b, r.a2a_nvl += w.a2a_bytes_nvlink, r.a2a_nic += w.a2a_bytes_scaleout;
     r.act += w.act_bytes, r.dense += w.dense_params, r.expert += w.expert_params;
     r.redo = std::max(r.redo, w.redo_bytes);
     if (w.name != "embedding" && w.name != "loss") ++r.layers;
+    forward_chain(fwd[stage_of[i]], w);
   }
-  const RankWork& slow = *std::max_element(
-      ranks.begin(), ranks.end(),
-      [](const RankWork& a, const RankWork& b) { return a.per_mb() < b.per_mb(); });
-  Breakdown& b = p.breakdown;
-  const double T = slow.per_mb();
-  b.compute = double(m) * (slow.f + slow.b + slow.contention);
-  // Nothing is in flight beside the step's first forward chunk and last backward chunk.
-  b.a2a_exposed = double(m) * slow.a2a_exposed + slow.edge_a2a / double(V);
-  b.gemm = double(m) * slow.gemm, b.attention = double(m) * slow.attn;
-  b.memory_bound = double(m) * slow.mem, b.tp_comm = double(m) * slow.tp;
-  b.launch = double(m) * slow.launch, b.contention = double(m) * slow.contention;
-  b.recompute = double(m) * slow.recompute, b.a2a_total = double(m) * slow.a2a;
+  for (size_t i = slots.size(); i-- > 0;) backward_chain(bwd[stage_of[i]], slots[i]);
 
-  // Interleaved 1F1B: the engine's own schedule (pipeline_schedule) run against each virtual
-  // stage's pass times and the stage-to-stage transfers; what exceeds the busiest rank's work
-  // is the bubble, about (P-1)/V micro-batches of fill and drain.
+  // The step as events (step_timeline.h): the engine's own schedule (pipeline_schedule) orders
+  // each rank's passes; with the all-to-all overlap, combined 1F1B runs a forward and the
+  // backward after it together, so one's exchange runs under the other's compute where the
+  // order allows it, and the exchange's SMs slow that compute. Without it nothing hides the
+  // exchange: Megatron's shared-expert overlap exists only for its alltoall dispatcher, and the
+  // DeepSeek-V3 recipes use the flex (DeepEP/HybridEP) one. Stage-to-stage hops go over NVLink
+  // when neighbouring stages share a domain, else over the NIC.
   const int rpd = s.ranks_per_domain(int(l.gpus));
   const double act_b = activation_bytes(l.precision);
+  TimelineOptions opt;
+  opt.sm_fraction = s.eff.a2a_sm_fraction;
+  opt.pair_passes = l.a2a_overlap;
   if (P > 1) {
     const bool neighbour_in_domain = l.gpus / P < rpd;
     const double link = neighbour_in_domain ? s.nvlink_gbps * 1e9 * s.eff.collective_nvlink
                                             : s.scaleout_gbps * 1e9 * s.eff.collective_scaleout;
-    const double p2p = double(l.mbs * l.seq) * double(c.hidden_size) * act_b / double(l.tp) / link;
-    PipelineScheduleSpec spec;
-    spec.stages = P;
-    spec.chunks = V;
-    spec.microbatches = m;
-    spec.ep_overlap = l.a2a_overlap;  // combined 1F1B: one more warm-up forward
-    bool megatron_valid = true;
-    try {
-      check_pipeline_schedule(spec);
-    } catch (const Error&) {
-      megatron_valid = false;  // a count Megatron refuses: the closed form
-    }
-    if (megatron_valid)
-      b.pp_bubble =
-          std::max(0.0, simulate_pipeline(spec, stage_f, stage_b, p2p).step_s - double(m) * T);
-    else
-      b.pp_bubble = double(P - 1) / double(V) * T + 2.0 * double(P - 1) * p2p;
+    opt.p2p_s = double(l.mbs * l.seq) * double(c.hidden_size) * act_b / double(l.tp) / link;
   }
+  PipelineScheduleSpec spec;
+  spec.stages = P;
+  spec.chunks = V;
+  spec.microbatches = m;
+  spec.ep_overlap = l.a2a_overlap;  // combined 1F1B: one more warm-up forward
+  bool megatron_valid = true;
+  try {
+    check_pipeline_schedule(spec);
+  } catch (const Error&) {
+    megatron_valid = false;
+  }
+  StepTimeline tl;
+  if (megatron_valid) {
+    tl = run_step_timeline(spec, fwd, bwd, opt);
+  } else {
+    // A count Megatron refuses: each rank's chunks as one stage of its own, plus the closed
+    // form of the interleaved bubble, (P − 1)/V micro-batches and the fill and drain hops.
+    PipelineScheduleSpec one;
+    one.microbatches = m;
+    for (int64_t r = 0; r < P; ++r) {
+      Chain f1, b1;
+      for (int64_t v = 0; v < V; ++v) {
+        for (const Interval& x : fwd[size_t(v * P + r)]) append(f1, x.exchange, x.s);
+        for (const Interval& x : bwd[size_t((V - 1 - v) * P + r)]) append(b1, x.exchange, x.s);
+      }
+      const StepTimeline t1 = run_step_timeline(one, {f1}, {b1}, opt);
+      RankTimeline rt = t1.ranks[0];
+      rt.idle = double(P - 1) / double(V) * rt.busy() / double(m) + 2.0 * double(P - 1) * opt.p2p_s;
+      tl.ranks.push_back(rt);
+      tl.step_s = std::max(tl.step_s, rt.busy() + rt.idle);
+    }
+  }
+  // The breakdown is the busiest rank's: what it computes, the SMs the exchange took from it,
+  // its exchange with no compute beside it, and its waiting (the bubble).
+  size_t busiest = 0;
+  for (size_t r = 1; r < tl.ranks.size(); ++r)
+    if (tl.ranks[r].busy() > tl.ranks[busiest].busy()) busiest = r;
+  const RankWork& slow = ranks[busiest];
+  const RankTimeline& rt = tl.ranks[busiest];
+  Breakdown& b = p.breakdown;
+  b.compute = rt.compute + rt.contention;
+  b.a2a_exposed = rt.exposed;
+  b.pp_bubble = std::max(0.0, tl.step_s - rt.busy());
+  b.gemm = double(m) * slow.gemm, b.attention = double(m) * slow.attn;
+  b.memory_bound = double(m) * slow.mem, b.tp_comm = double(m) * slow.tp;
+  b.launch = double(m) * slow.launch, b.contention = rt.contention;
+  b.recompute = double(m) * slow.recompute, b.a2a_total = double(m) * slow.a2a;
 
   // Data parallel: fp32 gradients reduce-scattered, parameters all-gathered (fp32 or bf16),
   // dense over DP (stride TP), experts over expert-DP (stride EP·ETP).

@@ -1,0 +1,136 @@
+#include "sim/published_rows.h"
+
+#include <algorithm>
+
+#include "sim/system_spec.h"
+
+namespace moet::sim {
+
+namespace {
+
+RecomputeModules modules(std::initializer_list<RecomputeModule> ms) {
+  RecomputeModules r;
+  for (RecomputeModule m : ms) r.add(m);
+  return r;
+}
+
+struct Recipe {
+  int64_t gpus, tp, pp, vpp, ep, mbs, gbs;
+  const char* precision;
+  int64_t mtp;
+  RecomputeModules recompute;  // empty: none
+  bool a2a_overlap;
+  const char* cuda_graphs;
+  const char* pp_layout;
+};
+
+PublishedRow row(const char* id, const char* container, const char* system, const Recipe& r,
+                 double tflops, bool flags_known = true) {
+  PublishedRow p;
+  p.id = id, p.container = container, p.system = system, p.tflops = tflops;
+  p.flags_known = flags_known;
+  SimLayout& l = p.layout;
+  l.gpus = r.gpus, l.tp = r.tp, l.pp = r.pp, l.vpp = r.vpp, l.ep = r.ep, l.mbs = r.mbs;
+  l.gbs = r.gbs, l.seq = 4096, l.precision = r.precision, l.mtp = r.mtp;
+  l.recompute = r.recompute.list().empty() ? "none" : "selective";
+  l.recompute_modules = r.recompute;
+  l.a2a_overlap = r.a2a_overlap, l.cuda_graphs = r.cuda_graphs, l.pp_layout = r.pp_layout;
+  return p;
+}
+
+}  // namespace
+
+// Megatron-Bridge docs/performance-summary.md and performance-summary-archive.md (the rows and
+// their containers), and each release's scripts/performance/configs/deepseek presets and
+// perf_recipes/deepseek (the flags). B300 rows are left out: the catalog has no B300.
+const std::vector<PublishedRow>& published_rows() {
+  using M = RecomputeModule;
+  static const std::vector<PublishedRow> rows = [] {
+    const char* kRecord = "Et*4|(t*4|)*14tmL";
+    const RecomputeModules none, up = modules({M::kMlaUpProj}), mlp = modules({M::kMlp});
+    const RecomputeModules up_mlp = modules({M::kMlaUpProj, M::kMlp});
+    const RecomputeModules act = modules({M::kMoeAct});
+    // 26.06 on: full-iteration CUDA graphs, HybridEP, all-to-all overlap (+ delayed wgrad)
+    const Recipe gb300_full{256, 1, 2, 8, 32, 1, 4096, "mxfp8", 1, none, true, "full", kRecord};
+    const Recipe gb200_full{256, 1, 4, 4, 64, 1, 4096, "mxfp8", 1, up, true, "full", ""};
+    // 26.02-26.04.01: no overlap; GB300 without CUDA graphs, GB200 with TE's partial scopes
+    const Recipe gb300_mbs2{256, 1, 2, 8, 32, 2, 4096, "mxfp8", 1, up, false, "none", kRecord};
+    const Recipe gb200_v2{256, 1, 4, 4, 64, 1, 4096, "mxfp8", 1, up, false, "partial", ""};
+    Recipe gb200_v2_mlp = gb200_v2;
+    gb200_v2_mlp.recompute = mlp;
+    const Recipe b200_pp16{256, 1, 16, 1, 8, 1, 4096, "mxfp8", 1, up, false, "none", ""};
+    const Recipe b200_pp8{256, 1, 8, 2, 32, 1, 4096, "mxfp8", 1, up_mlp, true, "partial", ""};
+    Recipe gb300_gbs15360 = gb300_full;
+    gb300_gbs15360.gbs = 15360;
+    // 25.11, without MTP: the rows' own layouts; flags from the 25.11 presets (not published)
+    // (without MTP the 63 slots divide no stage count: the rows' layouts are not published, so
+    // balanced stages)
+    const Recipe gb300_25{256, 1, 2, 4, 32, 1, 4096, "bf16", 0, act, false, "partial", "balanced"};
+    Recipe gb300_25_mx = gb300_25;
+    gb300_25_mx.precision = "mxfp8";
+    const Recipe gb200_25{256, 1, 4, 4, 64, 1, 4096, "bf16", 0, up, false, "partial", "balanced"};
+    const Recipe gb200_25_mx{256,     1, 8,  4,     32,        1,         4096,
+                             "mxfp8", 0, up, false, "partial", "balanced"};
+    // 25.09 H100: DeepEP, A2A overlap, no CUDA graphs; 338 as FACTS.md §3 gives it
+    const Recipe h100{
+        1024, 2, 8, 4, 64, 1, 8192, "fp8-blockwise", 1, up_mlp, true, "none", "Et|(tt|)*30mL"};
+    return std::vector<PublishedRow>{
+        row("D1", "26.08", "gb300-nvl72", gb300_full, 1635),
+        row("D2", "26.08", "gb200-nvl72", gb200_full, 1276),
+        row("D3", "26.06.01", "gb300-nvl72", gb300_full, 1640),
+        row("D4", "26.06.01", "gb200-nvl72", gb200_full, 1280),
+        row("D5", "26.06", "gb300-nvl72", gb300_full, 1648),
+        row("D6", "26.06", "gb300-nvl72", gb300_gbs15360, 1670),
+        row("D7", "26.06", "gb200-nvl72", gb200_full, 1292),
+        row("D9", "26.04.01", "gb300-nvl72", gb300_mbs2, 1298),
+        row("D10", "26.04.01", "gb200-nvl72", gb200_v2_mlp, 1106),
+        row("D12", "26.04.01", "b200", b200_pp8, 864),
+        row("D13", "26.04", "gb300-nvl72", gb300_mbs2, 1290),
+        row("D14", "26.04", "gb200-nvl72", gb200_v2_mlp, 1090),
+        row("D16", "26.04", "b200", b200_pp16, 732),
+        row("D17", "26.02.01", "gb300-nvl72", gb300_mbs2, 1219),
+        row("D18", "26.02.01", "gb200-nvl72", gb200_v2, 1046),
+        row("D20", "26.02.01", "b200", b200_pp16, 725),
+        row("D21", "26.02", "gb300-nvl72", gb300_mbs2, 1199),
+        row("D22", "26.02", "gb200-nvl72", gb200_v2, 1028),
+        row("D24", "26.02", "b200", b200_pp16, 699),
+        row("D25", "25.11", "gb300-nvl72", gb300_25, 961, false),
+        row("D26", "25.11", "gb300-nvl72", gb300_25_mx, 1088, false),
+        row("D27", "25.11", "gb200-nvl72", gb200_25, 782, false),
+        row("D28", "25.11", "gb200-nvl72", gb200_25_mx, 1003, false),
+        row("D34", "25.09", "h100-sxm", h100, 338),
+    };
+  }();
+  return rows;
+}
+
+bool validated_model(const ModelConfig& c) {
+  return c.hidden_size == 7168 && c.num_hidden_layers == 61 && c.n_routed_experts == 256 &&
+         c.num_experts_per_tok == 8;
+}
+
+std::vector<RowCheck> check_published_rows(const ModelConfig& dsv3) {
+  std::vector<RowCheck> out;
+  for (const PublishedRow& r : published_rows()) {
+    RowCheck c;
+    c.row = r;
+    c.prediction = simulate(dsv3, r.layout, load_system(r.system));
+    c.error = c.prediction.tflops_per_gpu / r.tflops - 1;
+    out.push_back(c);
+  }
+  return out;
+}
+
+ErrorBand error_band(const std::vector<RowCheck>& checks, const std::string& cuda_graphs) {
+  ErrorBand b;
+  for (int pass = 0; pass < 2 && b.rows == 0; ++pass)
+    for (const RowCheck& c : checks) {
+      if (pass == 0 && c.row.layout.cuda_graphs != cuda_graphs) continue;
+      b.low = b.rows ? std::min(b.low, c.error) : c.error;
+      b.high = b.rows ? std::max(b.high, c.error) : c.error;
+      ++b.rows;
+    }
+  return b;
+}
+
+}  // namespace moet::sim
