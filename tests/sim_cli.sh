@@ -33,9 +33,9 @@ PY
 "$moet" simulate "${record[@]}" --gpus 256 >"$tmp/table"
 grep -q "260.0 GFLOP per token" "$tmp/table" || fail "table lacks FLOPs per token"
 grep -q "TP1 PP2 VPP8 EP32" "$tmp/table" || fail "table lacks the layout"
-grep -q "^error band: -[0-9]*% to +[0-9]*% (the errors of [0-9]* published DeepSeek-V3 rows run with full CUDA graphs" "$tmp/table" ||
+grep -q "^error band: -[0-9]*% to +[0-9]*% (the errors of [0-9]* published DeepSeek-V3 rows run with full-iteration CUDA graphs" "$tmp/table" ||
   fail "table lacks the error band"
-grep -q "^assumes: full CUDA graphs, all-to-all overlap on (combined 1F1B), no recompute, force-balanced routing" "$tmp/table" ||
+grep -q "^assumes: full-iteration CUDA graphs, all-to-all overlap on (combined 1F1B), no recompute, force-balanced routing" "$tmp/table" ||
   fail "table lacks the assumptions"
 # a token budget in days and GPU-hours: 1e12 tokens at the predicted tokens/s on 256 GPUs
 "$moet" simulate "${record[@]}" --gpus 256 --tokens 1e12 >"$tmp/tokens"

@@ -33,16 +33,14 @@ SimLayout gb300_record(int64_t gpus = 256) {
   return l;
 }
 
-// The published H100 layout: FP8 blockwise, MTP 1, TP2 PP8 VPP4 EP64, MBS 1, GBS 8192; the
-// recipe recomputes the MLA up-projections and runs without all-to-all overlap
-// (Megatron-Bridge deepseek_workload_base_configs.py, docs/simulator.md).
+// The published H100 row (25.09, FACTS.md §3): FP8 blockwise, MTP 1, TP2 PP8 VPP4 EP64, MBS 1,
+// GBS 8192; its recipe (Megatron-Bridge r0.1.0) ran DeepEP with the all-to-all overlap, no CUDA
+// graphs, and recomputed mla_up_proj and mlp.
 SimLayout h100_record() {
-  SimLayout l;
-  l.gpus = 1024, l.tp = 2, l.pp = 8, l.vpp = 4, l.ep = 64, l.mbs = 1, l.gbs = 8192, l.seq = 4096;
-  l.precision = "fp8-blockwise", l.mtp = 1, l.recompute = "selective", l.a2a_overlap = false;
-  l.recompute_modules = moe_recipe_recompute_modules();
-  l.pp_layout = "Et|(tt|)*30mL";  // the recipe's; Megatron's default split is the same
-  return l;
+  for (const PublishedRow& r : published_rows())
+    if (r.id == "D34") return r.layout;
+  ADD_FAILURE() << "no H100 row";
+  return {};
 }
 
 std::string error_of(const ModelConfig& c, const SimLayout& l) {
@@ -64,62 +62,54 @@ TEST(Simulator, Gb300RecordWithinTenPercentOfPublished) {
   EXPECT_TRUE(p.fits) << p.memory_gb_per_gpu << " GB";  // the record ran without recompute
 }
 
-TEST(Simulator, H100RecordWithinFifteenPercentOfPublished) {
+TEST(Simulator, H100RecordWithinTwelvePercentOfPublished) {
   const Prediction p = simulate(dsv3(), h100_record(), load_system("h100-sxm"));
-  EXPECT_NEAR(p.tflops_per_gpu, 338, 0.15 * 338) << "predicted " << p.tflops_per_gpu;
+  EXPECT_NEAR(p.tflops_per_gpu, 338, 0.12 * 338) << "predicted " << p.tflops_per_gpu;
   EXPECT_TRUE(p.fits) << p.memory_gb_per_gpu << " GB";
-  // The recipe's exposed all-to-all is a large part of the step on H100 (RDMA across nodes).
-  EXPECT_GT(p.breakdown.a2a_exposed, 0.2 * p.step_time_s);
+  // EP64 spans 8 nodes: the exchange crosses InfiniBand, and the overlap hides most of it
   EXPECT_GT(p.a2a_gb_scaleout, 0);
+  EXPECT_LT(p.breakdown.a2a_exposed, 0.5 * p.breakdown.a2a_total);
+  EXPECT_GT(p.breakdown.launch, 0);  // no CUDA graphs: host-launched
 }
 
 TEST(Simulator, Gb300ScalingTo1024KeepsPublishedEfficiency) {
+  // The recipes' large-batch variant (GBS 15360, row D6) at 256 and 1,024 GPUs: within a point
+  // of the published 98.5% (the blog does not state the batch of its scaling run).
+  SimLayout l = gb300_record();
+  l.gbs = 15360;
+  const auto big = simulate_scaling(dsv3(), l, load_system("gb300-nvl72"), {256, 1024});
+  ASSERT_EQ(big.size(), 2u);
+  EXPECT_DOUBLE_EQ(big[0].efficiency, 1.0);
+  EXPECT_NEAR(100 * big[1].efficiency, 98.5, 1.0) << "predicted " << 100 * big[1].efficiency;
+  // At GBS 4096 a rank runs 8 micro-batches instead of 32: the fill and drain passes, which
+  // combined 1F1B cannot pair (Megatron runs them alone), expose their exchange, and the bubble
+  // is a larger share.
   const auto ps = simulate_scaling(dsv3(), gb300_record(), load_system("gb300-nvl72"), {256, 1024});
-  ASSERT_EQ(ps.size(), 2u);
-  EXPECT_DOUBLE_EQ(ps[0].efficiency, 1.0);
-  // At the same global batch a rank runs 8 micro-batches instead of 32: the fill and drain
-  // passes, which combined 1F1B cannot pair (Megatron runs them alone), expose their exchange,
-  // and the model lands 4.7 pts under the published 98.5% (docs/simulator.md: issue 27 keeps
-  // this open; the published figure's global batch at 1,024 GPUs is not stated).
-  EXPECT_NEAR(100 * ps[1].efficiency, 98.5, 6.0) << "predicted " << 100 * ps[1].efficiency;
-  EXPECT_GT(ps[1].breakdown.a2a_exposed / ps[1].breakdown.a2a_total,
-            2 * ps[0].breakdown.a2a_exposed / ps[0].breakdown.a2a_total);
   EXPECT_EQ(ps[0].micro_batches, 32);
   EXPECT_EQ(ps[1].micro_batches, 8);
+  EXPECT_LT(ps[1].efficiency, big[1].efficiency - 0.03);
+  EXPECT_GT(ps[1].breakdown.a2a_exposed / ps[1].breakdown.a2a_total,
+            2 * ps[0].breakdown.a2a_exposed / ps[0].breakdown.a2a_total);
   EXPECT_GT(ps[1].breakdown.pp_bubble / ps[1].step_time_s,
             ps[0].breakdown.pp_bubble / ps[0].step_time_s);
 }
 
-// The other rows of Megatron-Bridge's performance summary ran with partial CUDA graphs: their
-// predictions with --cuda-graphs partial, bounded (the model over-predicts them; host launches
-// explain little of it, docs/simulator.md). Fewer graphs never make a step faster.
-TEST(Simulator, MegatronBridgeRowsWithPartialGraphs) {
-  struct Row {
-    const char* system;
-    int64_t pp, vpp, ep, mbs, gbs;
-    const char* layout;
-    double published;
-  };
-  for (const Row& r :
-       {Row{"gb200-nvl72", 4, 4, 64, 1, 8192, "", 1028}, Row{"b200", 16, 1, 8, 1, 8192, "", 699},
-        Row{"gb300-nvl72", 2, 8, 32, 2, 4096, "Et*4|(t*4|)*14tmL", 1199}}) {
-    SimLayout l;
-    l.gpus = 256, l.pp = r.pp, l.vpp = r.vpp, l.ep = r.ep, l.mbs = r.mbs, l.gbs = r.gbs;
-    l.seq = 4096, l.precision = "mxfp8", l.mtp = 1, l.recompute = "selective";
-    l.recompute_modules = moe_recipe_recompute_modules();
-    l.a2a_overlap = false, l.pp_layout = r.layout;
+// Host launches: nothing under full CUDA graphs; the MoE segments' kernels under partial; every
+// kernel under none. Fewer graphs never make a step faster.
+TEST(Simulator, FewerCudaGraphsNeverFaster) {
+  for (const PublishedRow& r : published_rows()) {
+    SimLayout l = r.layout;
     const SystemSpec s = load_system(r.system);
+    l.cuda_graphs = "full";
     const Prediction full = simulate(dsv3(), l, s);
     l.cuda_graphs = "partial";
     const Prediction partial = simulate(dsv3(), l, s);
     l.cuda_graphs = "none";
     const Prediction none = simulate(dsv3(), l, s);
-    EXPECT_EQ(full.breakdown.launch, 0) << r.system;
-    EXPECT_GT(partial.breakdown.launch, 0) << r.system;
-    EXPECT_LT(partial.tflops_per_gpu, full.tflops_per_gpu) << r.system;
-    EXPECT_LE(none.tflops_per_gpu, partial.tflops_per_gpu) << r.system;
-    EXPECT_GE(partial.tflops_per_gpu, 0.9 * r.published) << r.system;
-    EXPECT_LE(partial.tflops_per_gpu, 1.4 * r.published) << r.system;
+    EXPECT_EQ(full.breakdown.launch, 0) << r.id;
+    EXPECT_GT(partial.breakdown.launch, 0) << r.id;
+    EXPECT_LT(partial.tflops_per_gpu, full.tflops_per_gpu) << r.id;
+    EXPECT_LE(none.tflops_per_gpu, partial.tflops_per_gpu) << r.id;
   }
   SimLayout bad = gb300_record();
   bad.cuda_graphs = "some";
@@ -235,6 +225,8 @@ TEST(Simulator, PipelineLayoutsReadAndWriteMegatronSyntax) {
   l = h100_record();
   l.pp_layout = "";
   EXPECT_EQ(format_pp_layout(c, l, stages_of_slots(c, l)), "Et|(t*2|)*30mL");  // the recipe's
+  EXPECT_EQ(format_pp_layout(c, h100_record(), stages_of_slots(c, h100_record())),
+            "Et|(t*2|)*30mL");
   // The balanced layout of the record gives the stage with MTP and loss fewer layers.
   l = gb300_record();
   l.pp_layout = "balanced";
@@ -428,25 +420,39 @@ TEST(Simulator, SpeaksTheTrainersRecipeNamesAndReadsFp8AsFp8Blockwise) {
 }
 
 // Every published DeepSeek-V3 row the catalog can simulate, with its recipe (docs/simulator.md's
-// validation table). No catalog constant is fitted to these rows, so a leave-one-out refit is
-// the model itself. The bounds are where the model stands, not the issue's ±10% floor: rows with
-// full-iteration CUDA graphs within ±12%; host-launched stacks (partial or no graphs) it
-// over-predicts by up to 50% (Megatron's per-op host cost is not modelled).
-TEST(Simulator, PublishedRowsWithTheirRecipes) {
-  const std::vector<RowCheck> checks = check_published_rows(dsv3());
-  ASSERT_GE(checks.size(), 20u);
-  int full = 0;
-  for (const RowCheck& c : checks) {
-    if (c.row.layout.cuda_graphs == "full") {
-      ++full;
-      EXPECT_LT(std::abs(c.error), 0.12) << c.row.id << " " << c.prediction.tflops_per_gpu;
+// validation table). The one constant fitted to published throughput, framework_host_us, is
+// refitted without each row it predicts (leave-one-out). Where the model stands, not yet the
+// issue's ±10% floor for every row: the GB300 record's recipe within 5%, every host-launched row
+// (partial or no CUDA graphs) within 12%; GB200's full-graph rows over by 15-17% (what the
+// model lacks there: docs/simulator.md).
+TEST(Simulator, PublishedRowsWithTheirRecipesLeaveOneOut) {
+  const ModelConfig c = dsv3();
+  const std::vector<RowCheck> checks = check_published_rows(c, /*leave_one_out=*/true);
+  ASSERT_GE(checks.size(), 24u);
+  const double fitted = fit_framework_host_us(c);
+  EXPECT_NEAR(load_system("b200").eff.framework_host_us, fitted, 1.0) << "catalog out of date";
+  int host = 0;
+  for (const RowCheck& k : checks) {
+    const bool launched = k.row.layout.cuda_graphs != "full";
+    if (launched) {
+      ++host;
+      EXPECT_LT(std::abs(k.error), 0.12) << k.row.id << " " << k.prediction.tflops_per_gpu;
+    } else if (k.row.system == "gb300-nvl72") {
+      EXPECT_LT(std::abs(k.error), 0.05) << k.row.id << " " << k.prediction.tflops_per_gpu;
+    } else {
+      EXPECT_GT(k.error, 0) << k.row.id;
+      EXPECT_LT(k.error, 0.18) << k.row.id << " " << k.prediction.tflops_per_gpu;
     }
-    EXPECT_GT(c.error, -0.10) << c.row.id;
-    EXPECT_LT(c.error, 0.50) << c.row.id;
   }
-  EXPECT_GE(full, 7);
+  EXPECT_EQ(host, 17);
+  // the H100 row's prediction used the constant fitted without it
+  const auto h100 = std::find_if(checks.begin(), checks.end(),
+                                 [](const RowCheck& k) { return k.row.id == "D34"; });
+  ASSERT_NE(h100, checks.end());
+  EXPECT_EQ(h100->framework_host_us, fit_framework_host_us(c, "D34"));
+  EXPECT_NE(h100->framework_host_us, fitted);
   const ErrorBand b = error_band(checks, "full");
-  EXPECT_EQ(b.rows, full);
+  EXPECT_EQ(b.rows, 7);
   EXPECT_LT(b.low, 0);
   EXPECT_GT(b.high, 0);
 }

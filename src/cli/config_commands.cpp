@@ -40,14 +40,14 @@ void run_config(const ConfigArgs& a) {
   j["rms_norm_eps"] = c.rms_norm_eps;
   j["rope_theta"] = c.rope_theta;
   if (c.rope_scaling.yarn)
-    j["rope_scaling"] = {{"type", "yarn"},
-                         {"factor", c.rope_scaling.factor},
-                         {"original_max_position_embeddings",
-                          c.rope_scaling.original_max_position_embeddings},
-                         {"beta_fast", c.rope_scaling.beta_fast},
-                         {"beta_slow", c.rope_scaling.beta_slow},
-                         {"mscale", c.rope_scaling.mscale},
-                         {"mscale_all_dim", c.rope_scaling.mscale_all_dim}};
+    j["rope_scaling"] = {
+        {"type", "yarn"},
+        {"factor", c.rope_scaling.factor},
+        {"original_max_position_embeddings", c.rope_scaling.original_max_position_embeddings},
+        {"beta_fast", c.rope_scaling.beta_fast},
+        {"beta_slow", c.rope_scaling.beta_slow},
+        {"mscale", c.rope_scaling.mscale},
+        {"mscale_all_dim", c.rope_scaling.mscale_all_dim}};
   else
     j["rope_scaling"] = nullptr;
   j["max_position_embeddings"] = c.max_position_embeddings;

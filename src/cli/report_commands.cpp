@@ -49,11 +49,10 @@ void run_report(const ReportArgs& a) {
   }
   // a run directory's report is RUN/report.html; a metrics file's is named after it
   const std::string out =
-      !a.out.empty()
-          ? a.out
-          : is_dir ? (dir / "report.html").string()
-                   : (fs::path(a.run).parent_path() / (fs::path(a.run).stem().string() + ".html"))
-                         .string();
+      !a.out.empty() ? a.out
+      : is_dir
+          ? (dir / "report.html").string()
+          : (fs::path(a.run).parent_path() / (fs::path(a.run).stem().string() + ".html")).string();
   MOET_CHECK(a.overwrite || !fs::exists(out), "'", out,
              "' already exists; refusing to overwrite it (pass --overwrite or choose --out)");
   const std::string html = report_html(read_metrics_records(metrics), info, metrics);

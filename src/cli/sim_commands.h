@@ -33,6 +33,7 @@ struct PlanArgs {
 
 struct PublishedArgs {
   std::string model;
+  bool fit = false;
 };
 
 CLI::App* add_simulate_command(CLI::App& app, SimulateArgs& a);

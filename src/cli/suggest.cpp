@@ -115,7 +115,8 @@ std::string unknown_argument_line(const CLI::App& root, int argc, const char* co
       const CLI::Option* opt = find_flag(*app, name);
       if (!opt) {
         const std::string megatron = megatron_note(*app, name);
-        if (!megatron.empty()) return "unknown flag " + name + " (Megatron's name: " + megatron + ")";
+        if (!megatron.empty())
+          return "unknown flag " + name + " (Megatron's name: " + megatron + ")";
         const std::string near = nearest_name(name, flag_names(*app));
         return "unknown flag " + name +
                (near.empty() ? " (see " + path + " --help)" : " (did you mean " + near + "?)");

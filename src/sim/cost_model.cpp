@@ -394,8 +394,8 @@ class SlotBuilder {
 // ahead of the GPU and its launches cost only where they exceed the GPU's work for the same
 // kernels (none: each slot's direction takes at least its launch time).
 void add_host_launches(SlotCost& w, const SimLayout& l, const SystemSpec& s) {
-  if (l.cuda_graphs == "full" || s.eff.kernel_launch_us <= 0) return;
-  const double us = s.eff.kernel_launch_us * 1e-6;
+  const double us = (s.eff.kernel_launch_us + s.eff.framework_host_us) * 1e-6;
+  if (l.cuda_graphs == "full" || us <= 0) return;
   auto exposed = [&](double kernels, double expert_kernels, double gpu) {
     double t = expert_kernels * us;
     if (l.cuda_graphs == "none") t += std::max(0.0, (kernels - expert_kernels) * us - gpu);

@@ -125,6 +125,14 @@ void print_plan(std::FILE* out, const SystemSpec& s, const Plan& plan, size_t to
   std::fprintf(out, "assumes: %s\n", assumptions_line(plan.ranked.front().layout).c_str());
 }
 
+namespace {
+std::string graphs_phrase(const std::string& g) {
+  return g == "full"   ? "full-iteration CUDA graphs"
+         : g == "none" ? "no CUDA graphs"
+                       : g + " CUDA graphs";
+}
+}  // namespace
+
 std::string assumptions_line(const SimLayout& l) {
   std::string r = l.recompute == "selective"
                       ? "selective recompute (" + l.selective_modules().names() + ")"
@@ -132,18 +140,21 @@ std::string assumptions_line(const SimLayout& l) {
                                           : l.recompute + " recompute";
   char imb[64];
   std::snprintf(imb, sizeof imb, "%.2f", l.expert_imbalance);
-  return str(l.cuda_graphs, " CUDA graphs, all-to-all overlap ",
+  return str(graphs_phrase(l.cuda_graphs), ", all-to-all overlap ",
              l.a2a_overlap ? "on (combined 1F1B)" : "off", ", ", r, ", ",
              l.expert_imbalance == 1.0 ? "force-balanced routing" : str("expert imbalance ", imb),
              ", data-parallel overlap ", l.dp_overlap ? "on" : "off");
 }
 
 std::string band_line(const ErrorBand& b, const std::string& cuda_graphs) {
-  char buf[200];
+  char buf[300];
   std::snprintf(buf, sizeof buf,
-                "%+.0f%% to %+.0f%% (the errors of %d published DeepSeek-V3 rows run with %s CUDA "
-                "graphs; `moet published`, docs/simulator.md)",
-                100 * b.low, 100 * b.high, b.rows, cuda_graphs.c_str());
+                "%+.0f%% to %+.0f%% (the errors of %d published DeepSeek-V3 rows run with %s%s; "
+                "`moet published`, docs/simulator.md)",
+                100 * b.low, 100 * b.high, b.rows, graphs_phrase(cuda_graphs).c_str(),
+                cuda_graphs == "full" ? ""
+                                      : ", in-sample: the host constant is fitted to them, "
+                                        "leave-one-out in `moet published`");
   return buf;
 }
 
@@ -158,21 +169,23 @@ std::string tokens_line(const Prediction& p, double tokens) {
 
 void print_published(std::FILE* out, const std::vector<RowCheck>& checks) {
   std::fprintf(out,
-               "| row | container | system | GPUs | layout | recipe | published | predicted | "
-               "error |\n|---|---|---|---|---|---|---|---|---|\n");
+               "| row | container | system | GPUs | layout | precision, MTP | CUDA graphs | "
+               "all-to-all overlap | recompute | published | predicted | error |\n"
+               "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const RowCheck& c : checks) {
     const SimLayout& l = c.row.layout;
     std::fprintf(out,
-                 "| %s | %s | %s | %lld | TP%lld PP%lld VPP%lld EP%lld MBS%lld GBS%lld | %s, MTP "
-                 "%lld, %s%s | %.0f | %.0f | %+.1f%% |\n",
+                 "| %s | %s | %s | %lld | TP%lld PP%lld VPP%lld EP%lld MBS%lld GBS%lld | %s, %lld "
+                 "| %s | %s | %s%s | %.0f | %.0f | %+.1f%% |\n",
                  c.row.id.c_str(), c.row.container.c_str(), c.row.system.c_str(),
                  static_cast<long long>(l.gpus), static_cast<long long>(l.tp),
                  static_cast<long long>(l.pp), static_cast<long long>(l.vpp),
                  static_cast<long long>(l.ep), static_cast<long long>(l.mbs),
                  static_cast<long long>(l.gbs), l.precision.c_str(), static_cast<long long>(l.mtp),
-                 assumptions_line(l).c_str(),
-                 c.row.flags_known ? "" : " (flags from the preset: not published)", c.row.tflops,
-                 c.prediction.tflops_per_gpu, 100 * c.error);
+                 l.cuda_graphs.c_str(), l.a2a_overlap ? "on" : "off",
+                 l.recompute == "none" ? "none" : l.selective_modules().names().c_str(),
+                 c.row.flags_known ? "" : " (flags not published: the release's preset)",
+                 c.row.tflops, c.prediction.tflops_per_gpu, 100 * c.error);
   }
 }
 

@@ -146,8 +146,9 @@ SystemSpec parse_system(const std::string& text, const std::string& where) {
   f.collective_sm_fraction = fraction(*e, "collective_sm_fraction", f.collective_sm_fraction, ew);
   f.op_overhead_us = e->value("op_overhead_us", 0.0);
   f.kernel_launch_us = e->value("kernel_launch_us", 0.0);
-  if (!(f.kernel_launch_us >= 0 && f.op_overhead_us >= 0))
-    throw Error(str(ew, ": op_overhead_us and kernel_launch_us must be >= 0"));
+  f.framework_host_us = e->value("framework_host_us", 0.0);
+  if (!(f.kernel_launch_us >= 0 && f.op_overhead_us >= 0 && f.framework_host_us >= 0))
+    throw Error(str(ew, ": op_overhead_us, kernel_launch_us and framework_host_us must be >= 0"));
   for (auto& [p, v] : s.peak_tflops)
     if (!f.gemm_max.count(p) || !f.gemm_half_dim.count(p))
       throw Error(str(where, ": peak_tflops has ", p,
@@ -193,7 +194,8 @@ std::string system_to_json(const SystemSpec& s) {
             {"collective_scaleout", f.collective_scaleout},
             {"collective_sm_fraction", f.collective_sm_fraction},
             {"op_overhead_us", f.op_overhead_us},
-            {"kernel_launch_us", f.kernel_launch_us}};
+            {"kernel_launch_us", f.kernel_launch_us},
+            {"framework_host_us", f.framework_host_us}};
   json j = {{"name", s.name},
             {"description", s.description},
             {"peak_tflops", s.peak_tflops},

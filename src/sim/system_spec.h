@@ -26,6 +26,11 @@ struct Efficiency {
   // is the per-kernel cost). Counts only for kernels that --cuda-graphs leaves uncaptured, and
   // only where the host falls behind the GPU (cost_model.cpp).
   double kernel_launch_us = 0;
+  // Host time of the training framework (PyTorch/Megatron dispatch, Python, the ops the model
+  // does not count) per kernel the model counts outside CUDA graphs, on top of kernel_launch_us.
+  // The one constant fitted to published throughput (moet published --fit; leave-one-out in
+  // docs/simulator.md's validation table).
+  double framework_host_us = 0;
 };
 
 struct SystemSpec {
