@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The performance model against moet's own measured CPU runs: calibrate this machine with
-# `moet bench`, train configs/small.json in four layouts (one process; mpirun -np 2 with --ep 2;
-# --pp 2 with 1F1B; --pp 2 --vpp 2 interleaved) and one process with activation recomputation
+# `moet bench`, train configs/small.json in five layouts (one process; mpirun -np 2 with --ep 2,
+# and with --ep 2 --a2a-overlap, whose two lanes the simulator's event timeline runs; --pp 2 with
+# 1F1B; --pp 2 --vpp 2 interleaved) and one process with activation recomputation
 # (full, and selective with the published recipes' modules), predict each step time with `moet simulate
 # --system local` (the pipeline bubble from the engine's own schedule), and require each within
 # 20% of the measured steps. The machine is shared and a neighbour only ever slows work down, so both sides are
@@ -30,11 +31,16 @@ rows = [json.loads(l)[sys.argv[2]] for l in open(sys.argv[1])][2:]
 print(min(rows) if sys.argv[3] == "min" else statistics.median(rows))
 PY
 }
-predict() {  # predict SYSTEM_FILE FLAGS...: predicted step seconds
+predict() {  # predict SYSTEM_FILE FLAGS...: predicted step seconds (the runs' own overlaps)
   local system=$1
   shift
+  local a2a=--no-a2a-overlap
+  if [ "${1:-}" = --a2a-overlap ]; then
+    a2a=()
+    shift
+  fi
   "$moet" simulate --model "$small" --system "$system" --seq 256 --mbs 8 \
-    --precision fp32 --no-a2a-overlap --no-dp-overlap --no-distributed-optimizer --json "$@" \
+    --precision fp32 ${a2a[@]+"${a2a[@]}"} --no-dp-overlap --no-distributed-optimizer --json "$@" \
     2>/dev/null | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["step_time_s"])'
 }
 
@@ -56,6 +62,8 @@ valid=0
 for r in 1 2 3 4 5 6; do
   "$moet" "${train[@]}" --metrics "$tmp/one$r.jsonl"
   "${mpi[@]}" 2 "$moet" "${train[@]}" --ep 2 --metrics "$tmp/two$r.jsonl"
+  # moet's all-to-all overlap: each micro-batch in two lanes (the simulator's event timeline)
+  "${mpi[@]}" 2 "$moet" "${train[@]}" --ep 2 --overlap on --a2a-overlap --metrics "$tmp/ov$r.jsonl"
   "${mpi[@]}" 2 "$moet" "${train[@]}" "${pp[@]}" --metrics "$tmp/pp$r.jsonl"
   "${mpi[@]}" 2 "$moet" "${train[@]}" "${vpp[@]}" --metrics "$tmp/vpp$r.jsonl"
   "$moet" "${train[@]}" --recompute-granularity full --metrics "$tmp/full$r.jsonl"
@@ -75,6 +83,10 @@ for r in 1 2 3 4 5 6; do
   echo "$r one $b $a $(stat "$tmp/one$r.jsonl" step_time_s min)" >>"$tmp/ratios"
   echo "$r two $(predict "$before" "${two[@]}") $(predict "$after" "${two[@]}")" \
     "$(stat "$tmp/two$r.jsonl" step_time_s min) $imbalance" >>"$tmp/ratios"
+  imbalance=$(stat "$tmp/ov$r.jsonl" ep_load_imbalance median)
+  ov=(--a2a-overlap --gpus 2 --ep 2 --gbs 16 --expert-imbalance "$imbalance")
+  echo "$r ov $(predict "$before" "${ov[@]}") $(predict "$after" "${ov[@]}")" \
+    "$(stat "$tmp/ov$r.jsonl" step_time_s min) $imbalance" >>"$tmp/ratios"
   echo "$r pp $(predict "$before" "${pp_sim[@]}") $(predict "$after" "${pp_sim[@]}")" \
     "$(stat "$tmp/pp$r.jsonl" step_time_s min)" >>"$tmp/ratios"
   echo "$r vpp $(predict "$before" "${vpp_sim[@]}") $(predict "$after" "${vpp_sim[@]}")" \
@@ -92,7 +104,7 @@ if [ $valid -eq 0 ]; then
 fi
 /usr/bin/python3 - "$tmp/ratios" <<'PY'
 import statistics, sys
-runs = {"one": [], "two": [], "pp": [], "vpp": [], "full": [], "sel": []}
+runs = {"one": [], "two": [], "ov": [], "pp": [], "vpp": [], "full": [], "sel": []}
 for line in open(sys.argv[1]):
     r, run, p_before, p_after, measured, *imb = line.split()
     p = (float(p_before) + float(p_after)) / 2
@@ -103,6 +115,7 @@ for line in open(sys.argv[1]):
           f"ratio {ratio:.2f}{extra}")
 ok = True
 for run, label in (("one", "one process"), ("two", "mpirun -np 2 --ep 2"),
+                   ("ov", "mpirun -np 2 --ep 2 --a2a-overlap (two lanes)"),
                    ("pp", "mpirun -np 2 --pp 2 (1F1B)"),
                    ("vpp", "mpirun -np 2 --pp 2 --vpp 2 (interleaved)"),
                    ("full", "one process, --recompute-granularity full"),

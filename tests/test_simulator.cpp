@@ -489,6 +489,23 @@ TEST(Simulator, TimelineHidesExchangeUnderThePairedPass) {
   EXPECT_GT(longer.ranks[0].exposed, 3 * 0.5);
 }
 
+// moet's --a2a-overlap without a pipeline: two lanes of half a micro-batch side by side, one
+// lane's exchange under the other's compute.
+TEST(Simulator, TimelineRunsTwoLanesSideBySide) {
+  PipelineScheduleSpec one;
+  one.microbatches = 2;
+  const Chain f = {{false, 1}, {true, 0.5}, {false, 1}};
+  const Chain b = {{true, 0.5}, {false, 2}};
+  TimelineOptions lanes;
+  lanes.two_lanes = true;
+  const StepTimeline t = run_step_timeline(one, {f}, {b}, lanes);
+  EXPECT_NEAR(t.ranks[0].compute, 2 * 2 * 4.0, 1e-9);
+  // forward: A computes 1, B computes 1 while A's 0.5 s exchange runs, A then B go on; only the
+  // backward's first exchange (lane A's, nothing to compute beside it yet) shows
+  EXPECT_NEAR(t.ranks[0].exposed, 2 * 0.5, 1e-9);
+  EXPECT_NEAR(t.step_s, 2 * (8.0 + 0.5), 1e-9);
+}
+
 // Without exchanges the timeline is the engine's pipeline schedule.
 TEST(Simulator, TimelineWithoutExchangeIsTheEnginesSchedule) {
   PipelineScheduleSpec s;

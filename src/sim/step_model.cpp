@@ -109,6 +109,14 @@ Prediction simulate(const ModelConfig& c, const SimLayout& l, const SystemSpec& 
   p.layout = l;
   p.layout.mtp = mtp_depth(c, l);
   const std::vector<SlotCost> slots = slot_costs(c, l, s);
+  // moet's own --a2a-overlap without a pipeline (the systems whose ranks run moet): each
+  // micro-batch in two lanes of half its sequences, interleaved layer by layer; the timeline
+  // runs each lane's chains, at their smaller GEMMs' speed.
+  const bool two_lanes = s.compute_shared && l.a2a_overlap && l.pp == 1 && l.mbs % 2 == 0;
+  SimLayout half = l;
+  half.mbs = l.mbs / 2;
+  const std::vector<SlotCost> timed = two_lanes ? slot_costs(c, half, s) : slots;
+  const double lanes = two_lanes ? 2 : 1;
   const int64_t P = l.pp, V = l.vpp, m = l.micro_batches();
   p.micro_batches = m;
   const int share = s.compute_shared ? int(l.gpus) : 1;  // ranks sharing the one machine
@@ -122,17 +130,20 @@ Prediction simulate(const ModelConfig& c, const SimLayout& l, const SystemSpec& 
   if (l.pp > 1) p.pp_layout = format_pp_layout(c, l, stage_of);
   for (size_t i = 0; i < slots.size(); ++i) {
     const SlotCost& w = slots[i];
+    const SlotCost& t = timed[i];  // the time of one micro-batch, lane by lane
     RankWork& r = ranks[stage_of[i] % size_t(P)];
-    r.f += w.fwd(), r.b += w.bwd();
-    r.gemm += w.gemm_f + w.gemm_b, r.attn += w.attn_f + w.attn_b, r.mem += w.mem_f + w.mem_b;
-    r.tp += w.tp_f + w.tp_b, r.launch += w.launch_f + w.launch_b, r.recompute += w.recompute;
-    r.a2a += w.a2a_f + w.a2a_b, r.a2a_nvl += w.a2a_bytes_nvlink, r.a2a_nic += w.a2a_bytes_scaleout;
+    r.f += lanes * t.fwd(), r.b += lanes * t.bwd();
+    r.gemm += lanes * (t.gemm_f + t.gemm_b), r.attn += lanes * (t.attn_f + t.attn_b);
+    r.mem += lanes * (t.mem_f + t.mem_b), r.tp += lanes * (t.tp_f + t.tp_b);
+    r.launch += lanes * (t.launch_f + t.launch_b), r.recompute += lanes * t.recompute;
+    r.a2a += lanes * (t.a2a_f + t.a2a_b);
+    r.a2a_nvl += w.a2a_bytes_nvlink, r.a2a_nic += w.a2a_bytes_scaleout;
     r.act += w.act_bytes, r.dense += w.dense_params, r.expert += w.expert_params;
     r.redo = std::max(r.redo, w.redo_bytes);
     if (w.name != "embedding" && w.name != "loss") ++r.layers;
-    forward_chain(fwd[stage_of[i]], w);
+    forward_chain(fwd[stage_of[i]], t);
   }
-  for (size_t i = slots.size(); i-- > 0;) backward_chain(bwd[stage_of[i]], slots[i]);
+  for (size_t i = slots.size(); i-- > 0;) backward_chain(bwd[stage_of[i]], timed[i]);
 
   // The step as events (step_timeline.h): the engine's own schedule (pipeline_schedule) orders
   // each rank's passes; with the all-to-all overlap, combined 1F1B runs a forward and the
@@ -145,7 +156,8 @@ Prediction simulate(const ModelConfig& c, const SimLayout& l, const SystemSpec& 
   const double act_b = activation_bytes(l.precision);
   TimelineOptions opt;
   opt.sm_fraction = s.eff.a2a_sm_fraction;
-  opt.pair_passes = l.a2a_overlap;
+  opt.pair_passes = l.a2a_overlap && !two_lanes;
+  opt.two_lanes = two_lanes;
   if (P > 1) {
     const bool neighbour_in_domain = l.gpus / P < rpd;
     const double link = neighbour_in_domain ? s.nvlink_gbps * 1e9 * s.eff.collective_nvlink

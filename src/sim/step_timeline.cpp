@@ -166,7 +166,9 @@ StepTimeline run_step_timeline(const PipelineScheduleSpec& spec, const std::vect
           }
         }
         const double start = std::max(rp, std::max(st.compute_free, st.exchange_free));
-        run_chains(st, chain(p, r), start, nullptr, 0, opt.sm_fraction, end_a, end_b);
+        const Chain* c = chain(p, r);
+        run_chains(st, c, start, opt.two_lanes ? c : nullptr, start, opt.sm_fraction, end_a, end_b);
+        end_a = std::max(end_a, opt.two_lanes ? end_b : end_a);
         finish(p, r, end_a);
         st.compute_free = st.exchange_free = end_a;
         ++i, ++done, progressed = true, unpair = false;

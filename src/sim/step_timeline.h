@@ -25,6 +25,9 @@ struct TimelineOptions {
   double p2p_s = 0;          // each hop between pipeline ranks
   double sm_fraction = 0;    // compute slowed by this share while an exchange runs beside it
   bool pair_passes = false;  // combined 1F1B: a forward runs with the backward after it
+  // moet's --a2a-overlap without a pipeline: each micro-batch split in two lanes whose passes
+  // (the chains given, for half a micro-batch) run side by side
+  bool two_lanes = false;
 };
 
 // Per pipeline rank, over the step: compute (as given, and what the exchange's SMs added),
