@@ -100,6 +100,76 @@ void backward_chain(Chain& c, const SlotCost& w) {
   append(c, false, std::max(0.0, w.bwd() - w.experts_b));
 }
 
+// The step's timeline: the engine's schedule over the virtual stages' chains, or, for a
+// micro-batch count Megatron refuses, each rank's chunks as one stage of its own plus the closed
+// form of the interleaved bubble, (P − 1)/V micro-batches and the fill and drain hops.
+StepTimeline step_events(int64_t P, int64_t V, int64_t m, bool ep_overlap,
+                         const std::vector<Chain>& fwd, const std::vector<Chain>& bwd,
+                         const TimelineOptions& opt) {
+  PipelineScheduleSpec spec;
+  spec.stages = P;
+  spec.chunks = V;
+  spec.microbatches = m;
+  spec.ep_overlap = ep_overlap;  // combined 1F1B: one more warm-up forward
+  bool megatron_valid = true;
+  try {
+    check_pipeline_schedule(spec);
+  } catch (const Error&) {
+    megatron_valid = false;
+  }
+  if (megatron_valid) return run_step_timeline(spec, fwd, bwd, opt);
+  StepTimeline tl;
+  PipelineScheduleSpec one;
+  one.microbatches = m;
+  for (int64_t r = 0; r < P; ++r) {
+    Chain f1, b1;
+    for (int64_t v = 0; v < V; ++v) {
+      for (const Interval& x : fwd[size_t(v * P + r)]) append(f1, x.exchange, x.s);
+      for (const Interval& x : bwd[size_t((V - 1 - v) * P + r)]) append(b1, x.exchange, x.s);
+    }
+    RankTimeline rt = run_step_timeline(one, {f1}, {b1}, opt).ranks[0];
+    rt.idle = double(P - 1) / double(V) * rt.busy() / double(m) + 2.0 * double(P - 1) * opt.p2p_s;
+    tl.ranks.push_back(rt);
+    tl.step_s = std::max(tl.step_s, rt.busy() + rt.idle);
+  }
+  return tl;
+}
+
+// Data parallel: fp32 gradients reduce-scattered, parameters all-gathered, dense over DP
+// (stride TP), experts over expert-DP (stride EP·ETP); hidden behind the last backward and the
+// first forward when overlapped.
+void data_parallel(Breakdown& b, const SimLayout& l, const SystemSpec& s, const RankWork& slow,
+                   int64_t m, double act_b) {
+  const int64_t P = l.pp, V = l.vpp;
+  const int rpd = s.ranks_per_domain(int(l.gpus));
+  const int share = s.compute_shared ? int(l.gpus) : 1;
+  const bool quant = is_fp8_recipe(parse_recipe(l.precision));
+  // FP8 primary weights (Megatron's --fp8-param-gather): gathered in one byte.
+  const double grad_b = 4, param_b = quant ? 1 : act_b;
+  const double kd = members_per_domain(l.dp(), l.tp, rpd), gd = double(l.dp()) / kd;
+  const double ke = members_per_domain(l.edp(), l.ep * l.etp, rpd), ge = double(l.edp()) / ke;
+  auto coll = [&](double bytes_per_param) {
+    return collective_s(s, slow.dense * bytes_per_param, kd, gd, share) +
+           collective_s(s, slow.expert * bytes_per_param, ke, ge, share);
+  };
+  const double rs = coll(grad_b), ag = coll(param_b);
+  b.dp_total = rs + ag;
+  if (!l.dp_overlap) {
+    b.dp_exposed = rs + ag;
+  } else {
+    // Gradients are final during the last micro-batch's backward (the cooldown of the
+    // interleaved schedule); parameters are gathered under the first forward. The last
+    // bucket (one layer's worth) cannot hide.
+    const double cool = double(std::min<int64_t>(m * V, warmup_chunks(P, V, 0)));
+    const double widen = std::max(1.0, cool / double(V));
+    const double buckets = std::max(1, slow.layers);
+    auto exposed = [&](double t, double window) {
+      return std::max(t / buckets, t - window) + s.eff.collective_sm_fraction * std::min(t, window);
+    };
+    b.dp_exposed = exposed(rs, slow.b * widen) + exposed(ag, slow.f * widen);
+  }
+}
+
 }  // namespace
 
 Prediction simulate(const ModelConfig& c, const SimLayout& l, const SystemSpec& s) {
@@ -164,38 +234,7 @@ Prediction simulate(const ModelConfig& c, const SimLayout& l, const SystemSpec& 
                                             : s.scaleout_gbps * 1e9 * s.eff.collective_scaleout;
     opt.p2p_s = double(l.mbs * l.seq) * double(c.hidden_size) * act_b / double(l.tp) / link;
   }
-  PipelineScheduleSpec spec;
-  spec.stages = P;
-  spec.chunks = V;
-  spec.microbatches = m;
-  spec.ep_overlap = l.a2a_overlap;  // combined 1F1B: one more warm-up forward
-  bool megatron_valid = true;
-  try {
-    check_pipeline_schedule(spec);
-  } catch (const Error&) {
-    megatron_valid = false;
-  }
-  StepTimeline tl;
-  if (megatron_valid) {
-    tl = run_step_timeline(spec, fwd, bwd, opt);
-  } else {
-    // A count Megatron refuses: each rank's chunks as one stage of its own, plus the closed
-    // form of the interleaved bubble, (P − 1)/V micro-batches and the fill and drain hops.
-    PipelineScheduleSpec one;
-    one.microbatches = m;
-    for (int64_t r = 0; r < P; ++r) {
-      Chain f1, b1;
-      for (int64_t v = 0; v < V; ++v) {
-        for (const Interval& x : fwd[size_t(v * P + r)]) append(f1, x.exchange, x.s);
-        for (const Interval& x : bwd[size_t((V - 1 - v) * P + r)]) append(b1, x.exchange, x.s);
-      }
-      const StepTimeline t1 = run_step_timeline(one, {f1}, {b1}, opt);
-      RankTimeline rt = t1.ranks[0];
-      rt.idle = double(P - 1) / double(V) * rt.busy() / double(m) + 2.0 * double(P - 1) * opt.p2p_s;
-      tl.ranks.push_back(rt);
-      tl.step_s = std::max(tl.step_s, rt.busy() + rt.idle);
-    }
-  }
+  const StepTimeline tl = step_events(P, V, m, l.a2a_overlap, fwd, bwd, opt);
   // The breakdown is the busiest rank's: what it computes, the SMs the exchange took from it,
   // its exchange with no compute beside it, and its waiting (the bubble).
   size_t busiest = 0;
@@ -212,33 +251,7 @@ Prediction simulate(const ModelConfig& c, const SimLayout& l, const SystemSpec& 
   b.launch = double(m) * slow.launch, b.contention = rt.contention;
   b.recompute = double(m) * slow.recompute, b.a2a_total = double(m) * slow.a2a;
 
-  // Data parallel: fp32 gradients reduce-scattered, parameters all-gathered (fp32 or bf16),
-  // dense over DP (stride TP), experts over expert-DP (stride EP·ETP).
-  const bool quant = is_fp8_recipe(parse_recipe(l.precision));
-  // FP8 primary weights (Megatron's --fp8-param-gather): gathered in one byte.
-  const double grad_b = 4, param_b = quant ? 1 : act_b;
-  const double kd = members_per_domain(l.dp(), l.tp, rpd), gd = double(l.dp()) / kd;
-  const double ke = members_per_domain(l.edp(), l.ep * l.etp, rpd), ge = double(l.edp()) / ke;
-  auto coll = [&](double bytes_per_param) {
-    return collective_s(s, slow.dense * bytes_per_param, kd, gd, share) +
-           collective_s(s, slow.expert * bytes_per_param, ke, ge, share);
-  };
-  const double rs = coll(grad_b), ag = coll(param_b);
-  b.dp_total = rs + ag;
-  if (!l.dp_overlap) {
-    b.dp_exposed = rs + ag;
-  } else {
-    // Gradients are final during the last micro-batch's backward (the cooldown of the
-    // interleaved schedule); parameters are gathered under the first forward. The last
-    // bucket (one layer's worth) cannot hide.
-    const double cool = double(std::min<int64_t>(m * V, warmup_chunks(P, V, 0)));
-    const double widen = std::max(1.0, cool / double(V));
-    const double buckets = std::max(1, slow.layers);
-    auto exposed = [&](double t, double window) {
-      return std::max(t / buckets, t - window) + s.eff.collective_sm_fraction * std::min(t, window);
-    };
-    b.dp_exposed = exposed(rs, slow.b * widen) + exposed(ag, slow.f * widen);
-  }
+  data_parallel(b, l, s, slow, m, act_b);
 
   // Optimizer: AdamW over this rank's shard, memory-bound: ~36 bytes per parameter (fp32
   // gradient, master weight, two moments read and written, the working copy written, the
@@ -265,6 +278,7 @@ Prediction simulate(const ModelConfig& c, const SimLayout& l, const SystemSpec& 
   // recomputation makes again for the one slot in backward.
   MemoryUse& mu = p.memory;
   const double params = slow.dense + slow.expert;
+  const bool quant = is_fp8_recipe(parse_recipe(l.precision));
   // FP8 primary weights keep row- and column-wise FP8 copies instead of a BF16 one.
   mu.weights = params * (quant ? 2 : act_b) / 1e9;
   mu.gradients = params * 4 / 1e9;
