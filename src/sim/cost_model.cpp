@@ -27,8 +27,10 @@ namespace {
 // Builds the cost of one slot op by op.
 class SlotBuilder {
  public:
-  SlotBuilder(const ModelConfig& c, const SimLayout& l, const SystemSpec& s, const Fanout& fan)
-      : c_(c), l_(l), s_(s), fan_(fan) {
+  // `peers`: the EP group's ranks in one NVLink domain
+  SlotBuilder(const ModelConfig& c, const SimLayout& l, const SystemSpec& s, const Fanout& fan,
+              int64_t peers)
+      : c_(c), l_(l), s_(s), fan_(fan), a2a_eff_(s.a2a_nvlink_at(static_cast<double>(peers))) {
     a_ = activation_bytes(l.precision);
     low_ = l.precision;
     high_ = l.precision == "fp32" ? "fp32" : "bf16";
@@ -305,7 +307,8 @@ class SlotBuilder {
 
   // Expert dispatch (payload `db` bytes per element) and combine, forward and backward. Tokens
   // crossing domains go once per destination domain over the NIC, then NVLink (DeepEP and
-  // HybridEP); within a domain once per destination rank.
+  // HybridEP); within a domain once per destination rank. NVLink runs at the efficiency measured
+  // for the EP size's ranks per domain, dispatch and combine apart (a2a_eff_).
   void a2a(SlotCost& w, double db) {
     if (l_.ep == 1) return;
     const double h_ = h(), scale = db < a_ ? h_ / 128 * 4 : 0;  // FP8 scales per 128
@@ -313,15 +316,18 @@ class SlotBuilder {
     const double combine = h_ * a_;
     const double nvl_rows = tl() * (fan_.ranks_same_domain + fan_.ranks_other_domains);
     const double nic_rows = tl() * fan_.other_domains;
-    const double nvl_bw = s_.nvlink_gbps * 1e9 * s_.eff.a2a_nvlink / share_;
     const double nic_bw = s_.scaleout_gbps * 1e9 * s_.eff.a2a_scaleout;
-    auto t = [&](double bytes_per_row) {
+    auto t = [&](double bytes_per_row, double nvl_eff) {
+      const double nvl_bw = s_.nvlink_gbps * 1e9 * nvl_eff / share_;
       return std::max(nvl_rows * bytes_per_row / nvl_bw, nic_rows * bytes_per_row / nic_bw);
     };
+    const double send = db < 2 ? a2a_eff_.dispatch_fp8 : a2a_eff_.dispatch_bf16;
     const double lat = 2 * s_.eff.op_overhead_us * 1e-6;
-    w.a2a_f += t(dispatch) + t(combine) + lat;
-    w.dispatch_f += t(dispatch) + lat / 2;
-    w.a2a_b += t(combine) + t(combine) + lat;  // gradients travel at activation precision
+    w.a2a_f += t(dispatch, send) + t(combine, a2a_eff_.combine) + lat;
+    w.dispatch_f += t(dispatch, send) + lat / 2;
+    // gradients travel at activation precision: the combine's as a dispatch, the dispatch's as a
+    // combine
+    w.a2a_b += t(combine, a2a_eff_.dispatch_bf16) + t(combine, a2a_eff_.combine) + lat;
     w.a2a_bytes_nvlink += nvl_rows * (dispatch + 3 * combine);
     w.a2a_bytes_scaleout += nic_rows * (dispatch + 3 * combine);
   }
@@ -378,6 +384,7 @@ class SlotBuilder {
   const SimLayout& l_;
   const SystemSpec& s_;
   Fanout fan_;
+  A2aEfficiency a2a_eff_;
   double a_ = 2, hbm_ = 1, tokens_ = 1;
   int share_ = 1;
   std::string low_, high_;
@@ -411,8 +418,9 @@ std::vector<SlotCost> slot_costs(const ModelConfig& c, const SimLayout& l, const
   // Expert ranks are ordered etp-ep-edp-pp (Megatron's parallel folding): an EP group's
   // members have stride ETP, so a domain holds min(EP, ranks per domain / ETP) of them.
   const int64_t rpd = std::max<int64_t>(1, s.ranks_per_domain(static_cast<int>(l.gpus)) / l.etp);
-  const Fanout fan = routing_fanout(c, l.ep, std::min<int64_t>(l.ep, rpd));
-  SlotBuilder b(c, l, s, fan);
+  const int64_t peers = std::min<int64_t>(l.ep, rpd);
+  const Fanout fan = routing_fanout(c, l.ep, peers);
+  SlotBuilder b(c, l, s, fan, peers);
   std::vector<SlotCost> slots;
   slots.push_back(b.embedding());
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {

@@ -1,6 +1,7 @@
 #include "sim/system_spec.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -56,6 +57,55 @@ std::map<std::string, double> per_precision(const json& j, const char* key,
   return out;
 }
 
+// efficiency.a2a_nvlink_by_peers: {"peers": [...], "dispatch_fp8": [...], "dispatch_bf16": [...],
+// "combine": [...]}, peers ascending from 2, each column one fraction per entry.
+A2aByPeers a2a_by_peers(const json& e, const std::string& where) {
+  A2aByPeers t;
+  auto it = e.find("a2a_nvlink_by_peers");
+  if (it == e.end()) return t;
+  const std::string w = where + ".a2a_nvlink_by_peers";
+  if (!it->is_object()) throw Error(str(w, " must be an object of equal-length arrays"));
+  auto column = [&](const char* key, bool is_fraction) {
+    auto c = it->find(key);
+    if (c == it->end() || !c->is_array() || c->empty())
+      throw Error(str(w, ": '", key, "' must be a non-empty array"));
+    std::vector<double> v;
+    for (auto& x : *c) {
+      if (!x.is_number() || !(x.get<double>() > 0) || (is_fraction && x.get<double>() > 1))
+        throw Error(str(w, ".", key, ": ", x.dump(), " is not a ",
+                        is_fraction ? "fraction in (0, 1]" : "positive number"));
+      v.push_back(x.get<double>());
+    }
+    return v;
+  };
+  t.peers = column("peers", false);
+  t.dispatch_fp8 = column("dispatch_fp8", true);
+  t.dispatch_bf16 = column("dispatch_bf16", true);
+  t.combine = column("combine", true);
+  const size_t n = t.peers.size();
+  if (t.dispatch_fp8.size() != n || t.dispatch_bf16.size() != n || t.combine.size() != n)
+    throw Error(str(w, ": peers, dispatch_fp8, dispatch_bf16 and combine differ in length"));
+  for (size_t i = 0; i < n; ++i)
+    if (t.peers[i] < 2 || (i > 0 && t.peers[i] <= t.peers[i - 1]))
+      throw Error(str(w, ".peers must ascend from 2 (", t.peers[i], " at entry ", i, ")"));
+  return t;
+}
+
+// Column `v` of a per-EP-size table whose sizes sit at log2 positions `x`, read at log2 position
+// `at` (SystemSpec::a2a_nvlink_at says how).
+double along_peers(const std::vector<double>& x, const std::vector<double>& v, double at) {
+  const size_t n = x.size();
+  if (n == 1 || at <= x.front()) return v.front();
+  if (at >= x.back()) {
+    const double slope = (v.back() - v.front()) / (x.back() - x.front());
+    return std::max(0.5 * v.back(), v.back() + slope * (at - x.back()));
+  }
+  size_t i = 1;
+  while (x[i] < at) ++i;
+  const double u = (at - x[i - 1]) / (x[i] - x[i - 1]);
+  return v[i - 1] + u * (v[i] - v[i - 1]);
+}
+
 std::vector<std::string> catalog_names() {
   std::vector<std::string> names;
   std::error_code ec;
@@ -93,6 +143,16 @@ double SystemSpec::gemm_half_dim(const std::string& precision) const {
   if (it == eff.gemm_half_dim.end())
     throw Error(str("system '", name, "' has no GEMM half dimension for ", precision));
   return it->second;
+}
+
+A2aEfficiency SystemSpec::a2a_nvlink_at(double peers) const {
+  const A2aByPeers& t = eff.a2a_nvlink_by_peers;
+  if (t.peers.empty()) return {eff.a2a_nvlink, eff.a2a_nvlink, eff.a2a_nvlink};
+  std::vector<double> x;
+  for (double p : t.peers) x.push_back(std::log2(p));
+  const double at = std::log2(std::max(2.0, peers));
+  return {along_peers(x, t.dispatch_fp8, at), along_peers(x, t.dispatch_bf16, at),
+          along_peers(x, t.combine, at)};
 }
 
 int SystemSpec::ranks_per_domain(int gpus) const {
@@ -139,6 +199,7 @@ SystemSpec parse_system(const std::string& text, const std::string& where) {
   f.attention_bwd = fraction(*e, "attention_bwd", f.attention_bwd, ew);
   f.hbm = fraction(*e, "hbm", f.hbm, ew);
   f.a2a_nvlink = fraction(*e, "a2a_nvlink", f.a2a_nvlink, ew);
+  f.a2a_nvlink_by_peers = a2a_by_peers(*e, ew);
   f.a2a_scaleout = fraction(*e, "a2a_scaleout", f.a2a_scaleout, ew);
   f.a2a_sm_fraction = fraction(*e, "a2a_sm_fraction", f.a2a_sm_fraction, ew);
   f.collective_nvlink = fraction(*e, "collective_nvlink", f.collective_nvlink, ew);
@@ -196,6 +257,11 @@ std::string system_to_json(const SystemSpec& s) {
             {"op_overhead_us", f.op_overhead_us},
             {"kernel_launch_us", f.kernel_launch_us},
             {"framework_host_us", f.framework_host_us}};
+  if (const A2aByPeers& t = f.a2a_nvlink_by_peers; !t.peers.empty())
+    e["a2a_nvlink_by_peers"] = {{"peers", t.peers},
+                                {"dispatch_fp8", t.dispatch_fp8},
+                                {"dispatch_bf16", t.dispatch_bf16},
+                                {"combine", t.combine}};
   json j = {{"name", s.name},
             {"description", s.description},
             {"peak_tflops", s.peak_tflops},

@@ -3,8 +3,22 @@
 #pragma once
 #include <map>
 #include <string>
+#include <vector>
 
 namespace moet::sim {
+
+// The expert all-to-all within an NVLink domain as measured at each EP size (fractions of the
+// NVLink bandwidth): the more ranks, the smaller each rank-to-rank message and the lower the
+// throughput. `peers` ascending; the other columns one value per entry.
+struct A2aByPeers {
+  std::vector<double> peers;
+  std::vector<double> dispatch_fp8, dispatch_bf16, combine;
+};
+
+// Efficiencies of one all-to-all at a given EP size.
+struct A2aEfficiency {
+  double dispatch_fp8 = 0, dispatch_bf16 = 0, combine = 0;
+};
 
 // How well real kernels and collectives use the peaks (fractions, 0..1), from published
 // measurements (configs/systems/*.json say which) or from `moet bench` for `local`.
@@ -12,10 +26,12 @@ struct Efficiency {
   std::map<std::string, double> gemm_max;  // best GEMM throughput / peak, per precision
   // Per precision: a GEMM's efficiency falls along each dimension x as x/(x + d).
   std::map<std::string, double> gemm_half_dim;
-  double attention_fwd = 0.5;        // causal flash attention forward, of the BF16 (fp32) peak
-  double attention_bwd = 0.4;        // its backward
-  double hbm = 0.85;                 // memory-bound kernels, of the HBM bandwidth
-  double a2a_nvlink = 0.5;           // expert dispatch/combine, of the NVLink bandwidth
+  double attention_fwd = 0.5;  // causal flash attention forward, of the BF16 (fp32) peak
+  double attention_bwd = 0.4;  // its backward
+  double hbm = 0.85;           // memory-bound kernels, of the HBM bandwidth
+  double a2a_nvlink = 0.5;     // expert dispatch/combine, of the NVLink bandwidth
+  // Measured per EP size (`a2a_nvlink_by_peers`); empty: a2a_nvlink at every size.
+  A2aByPeers a2a_nvlink_by_peers;
   double a2a_scaleout = 0.8;         // expert dispatch/combine across domains, of the NIC bandwidth
   double a2a_sm_fraction = 0;        // compute slowed by this fraction while an all-to-all runs
   double collective_nvlink = 0.8;    // reduce-scatter / all-gather bus bandwidth, of NVLink
@@ -56,6 +72,10 @@ struct SystemSpec {
   double gemm_half_dim(const std::string& precision) const;
   // GPUs of an N-GPU job that share a domain: the largest divisor of N within the domain.
   int ranks_per_domain(int gpus) const;
+  // The NVLink all-to-all among `peers` ranks of a domain: interpolated in log2(peers) between
+  // measured sizes; past the largest, the measured range's mean slope carries on (never below
+  // half the last measurement); below the smallest, the smallest's.
+  A2aEfficiency a2a_nvlink_at(double peers) const;
 };
 
 // The simulator names precisions as the trainer names its recipes (model/recipe.h
