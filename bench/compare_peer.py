@@ -22,21 +22,11 @@ import subprocess
 import sys
 import tempfile
 
+from cpu import cpu_line
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TCMALLOC = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4"
 
-
-def cpu_line():
-    model, flags = "?", set()
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name") and model == "?":
-                model = line.split(":", 1)[1].strip()
-            if line.startswith("flags") and not flags:
-                flags = set(line.split(":", 1)[1].split())
-    bf16 = [x for x in ("amx_bf16", "avx512_bf16") if x in flags]
-    isa = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "SSE"
-    return f"{model}, {isa}, bf16 instructions: {', '.join(bf16) if bf16 else 'none'}"
 
 
 def model_config(a, d):

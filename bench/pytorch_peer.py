@@ -61,6 +61,7 @@ import torch  # noqa: E402
 
 from config import load_config  # noqa: E402  (reference/config.py)
 from flops import flops_per_token  # noqa: E402  (reference/flops.py)
+from cpu import cpu_model  # noqa: E402
 from peer_model import PeerModel  # noqa: E402
 
 BIAS_RATE = 1e-3
@@ -105,16 +106,6 @@ def build_fwd(model, compile_mode):
         return model
     return torch.compile(model, mode=None if compile_mode == "default" else compile_mode)
 
-
-def cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
 
 
 def run_bench(a):
@@ -176,7 +167,7 @@ def run_bench(a):
         "timed_steps": n, "warmup_s": round(warm_s, 3), "tokens_per_step": tokens_per_step,
         "micro_batch": B, "seq": T, "grad_accum": GA, "vocab": cfg.vocab_size,
         "optimizer": f"AdamW({opt_kind})", "attention": "sdpa" + ("+pad_v" if pad_v else ""),
-        "tcmalloc": "tcmalloc" in ld, "cpu": cpu_name(),
+        "tcmalloc": "tcmalloc" in ld, "cpu": cpu_model(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "impl": "pytorch2-peer",
     }

@@ -16,6 +16,8 @@ import subprocess
 import sys
 import tempfile
 
+from cpu import cpu_model
+
 PEER = r"""
 import sys, time
 from tokenizers import Tokenizer
@@ -41,13 +43,6 @@ if len(sys.argv) > 4:
             f.write(" ".join(map(str, e.ids)) + "\n")
 """
 
-
-def cpu_model():
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return "unknown"
 
 
 def main():
