@@ -54,7 +54,9 @@ void print_caveats(const ModelConfig& c, const sim::SystemSpec& s, const sim::Si
   else if (sim::validated_model(c))
     std::printf(
         "error band: %s\n",
-        sim::band_line(sim::error_band(sim::check_published_rows(c), l.cuda_graphs), l.cuda_graphs)
+        sim::band_line(
+            sim::error_band(sim::check_published_rows(c, l.cuda_graphs != "full"), l.cuda_graphs),
+            l.cuda_graphs)
             .c_str());
   else
     std::printf("error band: no published row validates this model\n");

@@ -148,13 +148,12 @@ std::string assumptions_line(const SimLayout& l) {
 
 std::string band_line(const ErrorBand& b, const std::string& cuda_graphs) {
   char buf[300];
-  std::snprintf(buf, sizeof buf,
-                "%+.0f%% to %+.0f%% (the errors of %d published DeepSeek-V3 rows run with %s%s; "
-                "`moet published`, docs/simulator.md)",
-                100 * b.low, 100 * b.high, b.rows, graphs_phrase(cuda_graphs).c_str(),
-                cuda_graphs == "full" ? ""
-                                      : ", in-sample: the host constant is fitted to them, "
-                                        "leave-one-out in `moet published`");
+  std::snprintf(
+      buf, sizeof buf,
+      "%+.0f%% to %+.0f%% (the errors of %d published DeepSeek-V3 rows run with %s%s; "
+      "`moet published`, docs/simulator.md)",
+      100 * b.low, 100 * b.high, b.rows, graphs_phrase(cuda_graphs).c_str(),
+      cuda_graphs == "full" ? "" : ", each predicted with the host constant fitted without it");
   return buf;
 }
 
