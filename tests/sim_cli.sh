@@ -58,8 +58,23 @@ grep -q "^256 GPUs: needs [0-9.]* GB of 186; with --recompute selective .*(fits"
 # the validation table: every published row the catalog simulates, with its error
 "$moet" published --model "$dsv3" >"$tmp/published"
 [ "$(grep -c "^| D[0-9]* |" "$tmp/published")" -ge 20 ] || fail "moet published lists too few rows"
-grep -q "^| D5 | 26.06 | gb300-nvl72 | 256 | TP1 PP2 VPP8 EP32 MBS1 GBS4096 | .* | 1648 | " "$tmp/published" ||
+grep -q "^| D5 | DeepSeek-V3 | 26.06 | gb300-nvl72 | 256 | TP1 PP2 VPP8 EP32 MBS1 GBS4096 | .* | 1648 | " "$tmp/published" ||
   fail "moet published lacks the record row"
+grep -q "^| K1 | Kimi-K2 | 26.06 | gb300-nvl72 | 256 | TP1 PP4 VPP4 EP64 MBS2 GBS4096 | mxfp8, 0 | none | off | mla_up_proj | 1099 | " "$tmp/published" ||
+  fail "moet published lacks the Kimi-K2 rows"
+# Kimi-K2 (configs/kimi-k2.json): 204.6 GFLOP per token as published (1099 TFLOP/s at 5372
+# tokens/s), the band of its own rows where they ran (no CUDA graphs), none where none ran
+kimi=(--model "$root/configs/kimi-k2.json" --system gb300-nvl72 --gpus 256 --pp 4 --vpp 4 --ep 64
+  --mbs 2 --gbs 4096 --precision mxfp8 --recompute selective --recompute-modules mla_up_proj
+  --pp-layout "Et*4|(t*4|)*14tL")
+"$moet" simulate "${kimi[@]}" --cuda-graphs none --no-a2a-overlap --no-distributed-optimizer \
+  >"$tmp/kimi" 2>&1
+grep -q "204.5 GFLOP per token" "$tmp/kimi" || fail "Kimi-K2's FLOPs per token: $(cat "$tmp/kimi")"
+grep -q "^error band: -[0-9]*% to -[0-9]*% (the errors of 4 published Kimi-K2 rows run with no CUDA graphs" "$tmp/kimi" ||
+  fail "Kimi-K2 without CUDA graphs lacks its band: $(grep band "$tmp/kimi")"
+"$moet" simulate "${kimi[@]}" >"$tmp/kimi" 2>&1
+grep -q "^error band: none: no published Kimi-K2 row ran with full-iteration CUDA graphs" "$tmp/kimi" ||
+  fail "Kimi-K2 with full graphs claims a band: $(grep band "$tmp/kimi")"
 
 # The FP8-blockwise recipe by the trainer's name; "fp8", the simulator's former name, is read as
 # it with one line on stderr and the same prediction.

@@ -43,6 +43,14 @@ std::string precision_flag(const std::string& flag) {
   return name;
 }
 
+// The published rows' error band for `model` ("deepseek-v3", "kimi-k2") with these CUDA graphs;
+// outside full graphs each DeepSeek-V3 row predicted with the host constant refitted without it.
+sim::ErrorBand published_band(const std::string& model, const std::string& cuda_graphs) {
+  const ModelConfig dsv3 = sim::published_model_config("deepseek-v3");
+  return sim::error_band(sim::check_published_rows(dsv3, cuda_graphs != "full"), cuda_graphs,
+                         model);
+}
+
 // After the table: the error band the published rows support, what the prediction assumes,
 // what a layout that does not fit would need, and a token budget's time.
 void print_caveats(const ModelConfig& c, const sim::SystemSpec& s, const sim::SimLayout& l,
@@ -51,13 +59,9 @@ void print_caveats(const ModelConfig& c, const sim::SystemSpec& s, const sim::Si
     std::printf(
         "error band: moet's own runs on this machine, within 20%% "
         "(tests/sim_local_check.sh)\n");
-  else if (sim::validated_model(c))
-    std::printf(
-        "error band: %s\n",
-        sim::band_line(
-            sim::error_band(sim::check_published_rows(c, l.cuda_graphs != "full"), l.cuda_graphs),
-            l.cuda_graphs)
-            .c_str());
+  else if (const std::string model = sim::validated_model(c); !model.empty())
+    std::printf("error band: %s\n",
+                sim::band_line(published_band(model, l.cuda_graphs), l.cuda_graphs).c_str());
   else
     std::printf("error band: no published row validates this model\n");
   std::printf("assumes: %s\n", sim::assumptions_line(l).c_str());
@@ -147,8 +151,9 @@ CLI::App* add_published_command(CLI::App& app, PublishedArgs& a) {
 
 void run_published(const PublishedArgs& a) {
   const ModelConfig c = load_model_config(a.model);
-  if (!sim::validated_model(c))
-    throw Error(str(a.model, " is not DeepSeek-V3's shape: the published rows are DeepSeek-V3's"));
+  if (sim::validated_model(c) != "deepseek-v3")
+    throw Error(str(a.model, " is not DeepSeek-V3's shape: the published rows are DeepSeek-V3's ",
+                    "(with Kimi-K2's, read from configs/kimi-k2.json)"));
   if (a.fit) {
     std::printf("framework_host_us %.1f\n", sim::fit_framework_host_us(c));
     return;
@@ -198,8 +203,8 @@ void run_plan(const PlanArgs& a) {
   s.peak(r.precision);
   const sim::Plan plan = sim::plan_layouts(c, s, r);
   std::optional<sim::ErrorBand> band;
-  if (!s.compute_shared && sim::validated_model(c))
-    band = sim::error_band(sim::check_published_rows(c), "full");
+  if (const std::string model = sim::validated_model(c); !s.compute_shared && !model.empty())
+    band = published_band(model, "full");
   sim::print_plan(stdout, s, plan, size_t(a.top), band ? &*band : nullptr);
   if (plan.ranked.empty()) throw Error("no layout divides the model and fits in memory");
   if (a.tokens > 0)

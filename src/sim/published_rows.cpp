@@ -4,7 +4,13 @@
 #include <cmath>
 #include <map>
 
+#include "core/error.h"
+#include "model/config.h"
 #include "sim/system_spec.h"
+
+#ifndef MOET_SOURCE_DIR
+#define MOET_SOURCE_DIR "."
+#endif
 
 namespace moet::sim {
 
@@ -27,9 +33,10 @@ struct Recipe {
 };
 
 PublishedRow row(const char* id, const char* container, const char* system, const Recipe& r,
-                 double tflops, bool flags_known = true) {
+                 double tflops, double tokens_per_s, bool flags_known = true) {
   PublishedRow p;
   p.id = id, p.container = container, p.system = system, p.tflops = tflops;
+  p.tokens_per_s = tokens_per_s;
   p.flags_known = flags_known;
   SimLayout& l = p.layout;
   l.gpus = r.gpus, l.tp = r.tp, l.pp = r.pp, l.vpp = r.vpp, l.ep = r.ep, l.mbs = r.mbs;
@@ -78,39 +85,62 @@ const std::vector<PublishedRow>& published_rows() {
     // 25.09 H100: DeepEP, A2A overlap, no CUDA graphs; 338 as FACTS.md §3 gives it
     const Recipe h100{
         1024, 2, 8, 4, 64, 1, 8192, "fp8-blockwise", 1, up_mlp, true, "none", "Et|(tt|)*30mL"};
+    // Kimi-K2 on GB300, 26.02.01-26.06 (one preset throughout: kimi_workload_base_configs.py,
+    // recipes/kimi/kimi_k2.py): HybridEP, no overlap, no CUDA graphs, Muon, which needs the
+    // optimizer unsharded; the (4, 4) layout of _get_kimi_k2_pipeline_layout
+    const Recipe kimi{256, 1, 4, 4, 64, 2, 4096, "mxfp8", 0, up, false, "none", "Et*4|(t*4|)*14tL"};
+    auto kimi_row = [&](const char* id, const char* container, double tflops, double tokens) {
+      PublishedRow p = row(id, container, "gb300-nvl72", kimi, tflops, tokens);
+      p.model = "kimi-k2";
+      p.layout.distributed_optimizer = false;
+      return p;
+    };
     return std::vector<PublishedRow>{
-        row("D1", "26.08", "gb300-nvl72", gb300_full, 1635),
-        row("D2", "26.08", "gb200-nvl72", gb200_full, 1276),
-        row("D3", "26.06.01", "gb300-nvl72", gb300_full, 1640),
-        row("D4", "26.06.01", "gb200-nvl72", gb200_full, 1280),
-        row("D5", "26.06", "gb300-nvl72", gb300_full, 1648),
-        row("D6", "26.06", "gb300-nvl72", gb300_gbs15360, 1670),
-        row("D7", "26.06", "gb200-nvl72", gb200_full, 1292),
-        row("D9", "26.04.01", "gb300-nvl72", gb300_mbs2, 1298),
-        row("D10", "26.04.01", "gb200-nvl72", gb200_v2_mlp, 1106),
-        row("D12", "26.04.01", "b200", b200_pp8, 864),
-        row("D13", "26.04", "gb300-nvl72", gb300_mbs2, 1290),
-        row("D14", "26.04", "gb200-nvl72", gb200_v2_mlp, 1090),
-        row("D16", "26.04", "b200", b200_pp16, 732),
-        row("D17", "26.02.01", "gb300-nvl72", gb300_mbs2, 1219),
-        row("D18", "26.02.01", "gb200-nvl72", gb200_v2, 1046),
-        row("D20", "26.02.01", "b200", b200_pp16, 725),
-        row("D21", "26.02", "gb300-nvl72", gb300_mbs2, 1199),
-        row("D22", "26.02", "gb200-nvl72", gb200_v2, 1028),
-        row("D24", "26.02", "b200", b200_pp16, 699),
-        row("D25", "25.11", "gb300-nvl72", gb300_25, 961, false),
-        row("D26", "25.11", "gb300-nvl72", gb300_25_mx, 1088, false),
-        row("D27", "25.11", "gb200-nvl72", gb200_25, 782, false),
-        row("D28", "25.11", "gb200-nvl72", gb200_25_mx, 1003, false),
-        row("D34", "25.09", "h100-sxm", h100, 338),
+        row("D1", "26.08", "gb300-nvl72", gb300_full, 1635, 6288),
+        row("D2", "26.08", "gb200-nvl72", gb200_full, 1276, 4912),
+        row("D3", "26.06.01", "gb300-nvl72", gb300_full, 1640, 6304),
+        row("D4", "26.06.01", "gb200-nvl72", gb200_full, 1280, 4928),
+        row("D5", "26.06", "gb300-nvl72", gb300_full, 1648, 6338),
+        row("D6", "26.06", "gb300-nvl72", gb300_gbs15360, 1670, 6422),
+        row("D7", "26.06", "gb200-nvl72", gb200_full, 1292, 4969),
+        row("D9", "26.04.01", "gb300-nvl72", gb300_mbs2, 1298, 4992),
+        row("D10", "26.04.01", "gb200-nvl72", gb200_v2_mlp, 1106, 4256),
+        row("D12", "26.04.01", "b200", b200_pp8, 864, 3328),
+        row("D13", "26.04", "gb300-nvl72", gb300_mbs2, 1290, 4965),
+        row("D14", "26.04", "gb200-nvl72", gb200_v2_mlp, 1090, 4193),
+        row("D16", "26.04", "b200", b200_pp16, 732, 2815),
+        row("D17", "26.02.01", "gb300-nvl72", gb300_mbs2, 1219, 4691),
+        row("D18", "26.02.01", "gb200-nvl72", gb200_v2, 1046, 4021),
+        row("D20", "26.02.01", "b200", b200_pp16, 725, 2790),
+        row("D21", "26.02", "gb300-nvl72", gb300_mbs2, 1199, 4612),
+        row("D22", "26.02", "gb200-nvl72", gb200_v2, 1028, 3955),
+        row("D24", "26.02", "b200", b200_pp16, 699, 2689),
+        row("D25", "25.11", "gb300-nvl72", gb300_25, 961, 3848, false),
+        row("D26", "25.11", "gb300-nvl72", gb300_25_mx, 1088, 4357, false),
+        row("D27", "25.11", "gb200-nvl72", gb200_25, 782, 3139, false),
+        row("D28", "25.11", "gb200-nvl72", gb200_25_mx, 1003, 4018, false),
+        row("D34", "25.09", "h100-sxm", h100, 338, 1297),
+        kimi_row("K1", "26.06", 1099, 5372),
+        kimi_row("K2", "26.04.01", 1088, 5328),
+        kimi_row("K3", "26.04", 1090, 5332),
+        kimi_row("K4", "26.02.01", 1037, 5072),
     };
   }();
   return rows;
 }
 
-bool validated_model(const ModelConfig& c) {
-  return c.hidden_size == 7168 && c.num_hidden_layers == 61 && c.n_routed_experts == 256 &&
-         c.num_experts_per_tok == 8;
+std::string validated_model(const ModelConfig& c) {
+  if (c.hidden_size != 7168 || c.num_hidden_layers != 61 || c.num_experts_per_tok != 8) return "";
+  if (c.n_routed_experts == 256) return "deepseek-v3";
+  if (c.n_routed_experts == 384) return "kimi-k2";
+  return "";
+}
+
+ModelConfig published_model_config(const std::string& model) {
+  MOET_CHECK(model == "deepseek-v3" || model == "kimi-k2", "no published rows of model '", model,
+             "'");
+  return load_model_config(str(MOET_SOURCE_DIR, "/configs/",
+                               model == "kimi-k2" ? "kimi-k2.json" : "deepseek-v3-671b.json"));
 }
 
 namespace {
@@ -122,18 +152,29 @@ const SystemSpec& system_of(const std::string& name) {
   return it->second;
 }
 
-RowCheck check(const ModelConfig& c, const PublishedRow& r, double framework_host_us) {
+// The row's model: DeepSeek-V3 as the caller loaded it, or Kimi-K2 from configs/.
+const ModelConfig& model_of(const ModelConfig& dsv3, const PublishedRow& r) {
+  if (r.model == "deepseek-v3") return dsv3;
+  static const ModelConfig kimi = published_model_config("kimi-k2");
+  MOET_ASSERT(r.model == "kimi-k2");
+  return kimi;
+}
+
+RowCheck check(const ModelConfig& dsv3, const PublishedRow& r, double framework_host_us) {
   SystemSpec s = system_of(r.system);
   s.eff.framework_host_us = framework_host_us;
   RowCheck k;
   k.row = r;
-  k.prediction = simulate(c, r.layout, s);
+  k.prediction = simulate(model_of(dsv3, r), r.layout, s);
   k.error = k.prediction.tflops_per_gpu / r.tflops - 1;
   k.framework_host_us = framework_host_us;
   return k;
 }
 
 bool host_launched(const PublishedRow& r) { return r.layout.cuda_graphs != "full"; }
+
+// The rows the host constant is fitted to (and refitted without, one at a time).
+bool in_fit(const PublishedRow& r) { return host_launched(r) && r.model == "deepseek-v3"; }
 
 }  // namespace
 
@@ -153,7 +194,7 @@ struct HostCurve {
 std::vector<HostCurve> host_curves(const ModelConfig& c) {
   std::vector<HostCurve> curves;
   for (const PublishedRow& r : published_rows()) {
-    if (!host_launched(r)) continue;
+    if (!in_fit(r)) continue;
     HostCurve h{&r, {}};
     for (double us = 0; us <= kHostGridMax + 1e-9; us += kHostGridStep)
       h.tflops.push_back(check(c, r, us).prediction.tflops_per_gpu);
@@ -202,21 +243,22 @@ std::vector<RowCheck> check_published_rows(const ModelConfig& dsv3, bool leave_o
   std::vector<RowCheck> out;
   for (const PublishedRow& r : published_rows()) {
     const double catalog = system_of(r.system).eff.framework_host_us;
-    const bool refit = leave_one_out && host_launched(r);
+    const bool refit = leave_one_out && in_fit(r);
     out.push_back(check(dsv3, r, refit ? fit_on(curves, r.id) : catalog));
   }
   return out;
 }
 
-ErrorBand error_band(const std::vector<RowCheck>& checks, const std::string& cuda_graphs) {
+ErrorBand error_band(const std::vector<RowCheck>& checks, const std::string& cuda_graphs,
+                     const std::string& model) {
   ErrorBand b;
-  for (int pass = 0; pass < 2 && b.rows == 0; ++pass)
-    for (const RowCheck& c : checks) {
-      if (pass == 0 && c.row.layout.cuda_graphs != cuda_graphs) continue;
-      b.low = b.rows ? std::min(b.low, c.error) : c.error;
-      b.high = b.rows ? std::max(b.high, c.error) : c.error;
-      ++b.rows;
-    }
+  b.model = model;
+  for (const RowCheck& c : checks) {
+    if (c.row.model != model || c.row.layout.cuda_graphs != cuda_graphs) continue;
+    b.low = b.rows ? std::min(b.low, c.error) : c.error;
+    b.high = b.rows ? std::max(b.high, c.error) : c.error;
+    ++b.rows;
+  }
   return b;
 }
 

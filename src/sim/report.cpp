@@ -147,13 +147,19 @@ std::string assumptions_line(const SimLayout& l) {
 }
 
 std::string band_line(const ErrorBand& b, const std::string& cuda_graphs) {
+  const char* model = b.model == "kimi-k2" ? "Kimi-K2" : "DeepSeek-V3";
+  if (b.rows == 0)
+    return str("none: no published ", model, " row ran with ", graphs_phrase(cuda_graphs),
+               " (`moet published`, docs/simulator.md)");
+  const char* host = cuda_graphs == "full"  ? ""
+                     : b.model == "kimi-k2" ? ", the host constant fitted to DeepSeek-V3's rows"
+                                            : ", each predicted with the host constant fitted "
+                                              "without it";
   char buf[300];
-  std::snprintf(
-      buf, sizeof buf,
-      "%+.0f%% to %+.0f%% (the errors of %d published DeepSeek-V3 rows run with %s%s; "
-      "`moet published`, docs/simulator.md)",
-      100 * b.low, 100 * b.high, b.rows, graphs_phrase(cuda_graphs).c_str(),
-      cuda_graphs == "full" ? "" : ", each predicted with the host constant fitted without it");
+  std::snprintf(buf, sizeof buf,
+                "%+.0f%% to %+.0f%% (the errors of %d published %s rows run with %s%s; "
+                "`moet published`, docs/simulator.md)",
+                100 * b.low, 100 * b.high, b.rows, model, graphs_phrase(cuda_graphs).c_str(), host);
   return buf;
 }
 
@@ -167,21 +173,22 @@ std::string tokens_line(const Prediction& p, double tokens) {
 }
 
 void print_published(std::FILE* out, const std::vector<RowCheck>& checks) {
-  std::fprintf(out,
-               "| row | container | system | GPUs | layout | precision, MTP | CUDA graphs | "
-               "all-to-all overlap | recompute | published | predicted | error |\n"
-               "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::fprintf(
+      out,
+      "| row | model | container | system | GPUs | layout | precision, MTP | CUDA graphs | "
+      "all-to-all overlap | recompute | published | predicted | error |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const RowCheck& c : checks) {
     const SimLayout& l = c.row.layout;
     std::fprintf(out,
-                 "| %s | %s | %s | %lld | TP%lld PP%lld VPP%lld EP%lld MBS%lld GBS%lld | %s, %lld "
-                 "| %s | %s | %s%s | %.0f | %.0f | %+.1f%% |\n",
-                 c.row.id.c_str(), c.row.container.c_str(), c.row.system.c_str(),
-                 static_cast<long long>(l.gpus), static_cast<long long>(l.tp),
-                 static_cast<long long>(l.pp), static_cast<long long>(l.vpp),
-                 static_cast<long long>(l.ep), static_cast<long long>(l.mbs),
-                 static_cast<long long>(l.gbs), l.precision.c_str(), static_cast<long long>(l.mtp),
-                 l.cuda_graphs.c_str(), l.a2a_overlap ? "on" : "off",
+                 "| %s | %s | %s | %s | %lld | TP%lld PP%lld VPP%lld EP%lld MBS%lld GBS%lld | %s, "
+                 "%lld | %s | %s | %s%s | %.0f | %.0f | %+.1f%% |\n",
+                 c.row.id.c_str(), c.row.model == "kimi-k2" ? "Kimi-K2" : "DeepSeek-V3",
+                 c.row.container.c_str(), c.row.system.c_str(), static_cast<long long>(l.gpus),
+                 static_cast<long long>(l.tp), static_cast<long long>(l.pp),
+                 static_cast<long long>(l.vpp), static_cast<long long>(l.ep),
+                 static_cast<long long>(l.mbs), static_cast<long long>(l.gbs), l.precision.c_str(),
+                 static_cast<long long>(l.mtp), l.cuda_graphs.c_str(), l.a2a_overlap ? "on" : "off",
                  l.recompute == "none" ? "none" : l.selective_modules().names().c_str(),
                  c.row.flags_known ? "" : " (flags not published: the release's preset)",
                  c.row.tflops, c.prediction.tflops_per_gpu, 100 * c.error);
