@@ -170,6 +170,55 @@ void data_parallel(Breakdown& b, const SimLayout& l, const SystemSpec& s, const 
   }
 }
 
+// Each slot's work onto the rank of its virtual stage (stage j on rank j % P), and its passes
+// onto that stage's forward and backward chains; `timed` is the time of one micro-batch, lane by
+// lane (`lanes` of them), `slots` its bytes and parameters.
+void place_slots(const std::vector<SlotCost>& slots, const std::vector<SlotCost>& timed,
+                 double lanes, const std::vector<size_t>& stage_of, std::vector<RankWork>& ranks,
+                 std::vector<Chain>& fwd, std::vector<Chain>& bwd) {
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const SlotCost& w = slots[i];
+    const SlotCost& t = timed[i];
+    RankWork& r = ranks[stage_of[i] % ranks.size()];
+    r.f += lanes * t.fwd(), r.b += lanes * t.bwd();
+    r.gemm += lanes * (t.gemm_f + t.gemm_b), r.attn += lanes * (t.attn_f + t.attn_b);
+    r.mem += lanes * (t.mem_f + t.mem_b), r.tp += lanes * (t.tp_f + t.tp_b);
+    r.launch += lanes * (t.launch_f + t.launch_b), r.recompute += lanes * t.recompute;
+    r.a2a += lanes * (t.a2a_f + t.a2a_b);
+    r.a2a_nvl += w.a2a_bytes_nvlink, r.a2a_nic += w.a2a_bytes_scaleout;
+    r.act += w.act_bytes, r.dense += w.dense_params, r.expert += w.expert_params;
+    r.redo = std::max(r.redo, w.redo_bytes);
+    if (w.name != "embedding" && w.name != "loss") ++r.layers;
+    forward_chain(fwd[stage_of[i]], t);
+  }
+  for (size_t i = slots.size(); i-- > 0;) backward_chain(bwd[stage_of[i]], timed[i]);
+}
+
+// Memory of the fullest rank: weights (plus FP8 row/column copies), fp32 gradients,
+// optimizer state (fp32 master and two moments over `shard` parameters), activations of the
+// micro-batch chunks in flight (rank 0 of the interleaved schedule holds the most) and what
+// recomputation makes again for the one slot in backward.
+MemoryUse memory_use(const SimLayout& l, const SystemSpec& s, const std::vector<RankWork>& ranks,
+                     const RankWork& slow, double shard) {
+  const int64_t P = l.pp, V = l.vpp, m = l.micro_batches();
+  MemoryUse mu;
+  const double params = slow.dense + slow.expert;
+  const bool quant = is_fp8_recipe(parse_recipe(l.precision));
+  // FP8 primary weights keep row- and column-wise FP8 copies instead of a BF16 one.
+  mu.weights = params * (quant ? 2 : activation_bytes(l.precision)) / 1e9;
+  mu.gradients = params * 4 / 1e9;
+  mu.optimizer = 12 * shard / 1e9;
+  double act_max = 0;
+  for (int64_t r = 0; r < P; ++r) {
+    const double in_flight = double(std::min<int64_t>(m * V, warmup_chunks(P, V, r) + 1));
+    const RankWork& w = ranks[size_t(r)];
+    act_max = std::max(act_max, w.act / double(V) * in_flight + w.redo);
+  }
+  mu.activations = act_max / 1e9;
+  mu.reserve = s.memory_reserve_gb;
+  return mu;
+}
+
 }  // namespace
 
 Prediction simulate(const ModelConfig& c, const SimLayout& l, const SystemSpec& s) {
@@ -198,22 +247,7 @@ Prediction simulate(const ModelConfig& c, const SimLayout& l, const SystemSpec& 
                                            ? balanced_stages(slots, size_t(l.stages()))
                                            : stages_of_slots(c, l);
   if (l.pp > 1) p.pp_layout = format_pp_layout(c, l, stage_of);
-  for (size_t i = 0; i < slots.size(); ++i) {
-    const SlotCost& w = slots[i];
-    const SlotCost& t = timed[i];  // the time of one micro-batch, lane by lane
-    RankWork& r = ranks[stage_of[i] % size_t(P)];
-    r.f += lanes * t.fwd(), r.b += lanes * t.bwd();
-    r.gemm += lanes * (t.gemm_f + t.gemm_b), r.attn += lanes * (t.attn_f + t.attn_b);
-    r.mem += lanes * (t.mem_f + t.mem_b), r.tp += lanes * (t.tp_f + t.tp_b);
-    r.launch += lanes * (t.launch_f + t.launch_b), r.recompute += lanes * t.recompute;
-    r.a2a += lanes * (t.a2a_f + t.a2a_b);
-    r.a2a_nvl += w.a2a_bytes_nvlink, r.a2a_nic += w.a2a_bytes_scaleout;
-    r.act += w.act_bytes, r.dense += w.dense_params, r.expert += w.expert_params;
-    r.redo = std::max(r.redo, w.redo_bytes);
-    if (w.name != "embedding" && w.name != "loss") ++r.layers;
-    forward_chain(fwd[stage_of[i]], t);
-  }
-  for (size_t i = slots.size(); i-- > 0;) backward_chain(bwd[stage_of[i]], timed[i]);
+  place_slots(slots, timed, lanes, stage_of, ranks, fwd, bwd);
 
   // The step as events (step_timeline.h): the engine's own schedule (pipeline_schedule) orders
   // each rank's passes; with the all-to-all overlap, combined 1F1B runs a forward and the
@@ -272,26 +306,8 @@ Prediction simulate(const ModelConfig& c, const SimLayout& l, const SystemSpec& 
   p.a2a_gb_nvlink = double(m) * slow.a2a_nvl / 1e9;
   p.a2a_gb_scaleout = double(m) * slow.a2a_nic / 1e9;
 
-  // Memory of the fullest rank: weights (plus FP8 row/column copies), fp32 gradients,
-  // optimizer state (fp32 master and two moments, sharded over DP), activations of the
-  // micro-batch chunks in flight (rank 0 of the interleaved schedule holds the most) and what
-  // recomputation makes again for the one slot in backward.
-  MemoryUse& mu = p.memory;
-  const double params = slow.dense + slow.expert;
-  const bool quant = is_fp8_recipe(parse_recipe(l.precision));
-  // FP8 primary weights keep row- and column-wise FP8 copies instead of a BF16 one.
-  mu.weights = params * (quant ? 2 : act_b) / 1e9;
-  mu.gradients = params * 4 / 1e9;
-  mu.optimizer = 12 * shard / 1e9;
-  double act_max = 0;
-  for (int64_t r = 0; r < P; ++r) {
-    const double in_flight = double(std::min<int64_t>(m * V, warmup_chunks(P, V, r) + 1));
-    const RankWork& w = ranks[size_t(r)];
-    act_max = std::max(act_max, w.act / double(V) * in_flight + w.redo);
-  }
-  mu.activations = act_max / 1e9;
-  mu.reserve = s.memory_reserve_gb;
-  p.memory_gb_per_gpu = mu.total();
+  p.memory = memory_use(l, s, ranks, slow, shard);
+  p.memory_gb_per_gpu = p.memory.total();
   p.fits = p.memory_gb_per_gpu <= s.hbm_gb / share;
   return p;
 }
