@@ -57,6 +57,9 @@ grep -q "^256 GPUs: needs [0-9.]* GB of 186; with --recompute selective .*(fits"
   fail "a layout that does not fit does not say what would fit: $(tail -3 "$tmp/nofit")"
 # the validation table: every published row the catalog simulates, with its error
 "$moet" published --model "$dsv3" >"$tmp/published"
+# without --model: the repository's DeepSeek-V3 config, the same table
+"$moet" published >"$tmp/published_default"
+cmp -s "$tmp/published" "$tmp/published_default" || fail "moet published without --model differs"
 [ "$(grep -c "^| D[0-9]* |" "$tmp/published")" -ge 20 ] || fail "moet published lists too few rows"
 grep -q "^| D5 | DeepSeek-V3 | 26.06 | gb300-nvl72 | 256 | TP1 PP2 VPP8 EP32 MBS1 GBS4096 | .* | 1648 | " "$tmp/published" ||
   fail "moet published lacks the record row"

@@ -141,8 +141,9 @@ CLI::App* add_plan_command(CLI::App& app, PlanArgs& a) {
 CLI::App* add_published_command(CLI::App& app, PublishedArgs& a) {
   CLI::App* c = app.add_subcommand(
       "published", "predict every published DeepSeek-V3 row with its recipe: the validation table");
-  c->add_option("--model", a.model, "DeepSeek-V3's config.json (configs/deepseek-v3-671b.json)")
-      ->required();
+  c->add_option("--model", a.model,
+                "DeepSeek-V3's config.json (default: the repository's "
+                "configs/deepseek-v3-671b.json, which the band of simulate and plan uses)");
   c->add_flag("--fit", a.fit,
               "print framework_host_us fitted to every row run outside full CUDA graphs (the "
               "catalog's value)");
@@ -150,7 +151,8 @@ CLI::App* add_published_command(CLI::App& app, PublishedArgs& a) {
 }
 
 void run_published(const PublishedArgs& a) {
-  const ModelConfig c = load_model_config(a.model);
+  const ModelConfig c =
+      a.model.empty() ? sim::published_model_config("deepseek-v3") : load_model_config(a.model);
   if (sim::validated_model(c) != "deepseek-v3")
     throw Error(str(a.model, " is not DeepSeek-V3's shape: the published rows are DeepSeek-V3's ",
                     "(with Kimi-K2's, read from configs/kimi-k2.json)"));
