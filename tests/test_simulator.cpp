@@ -291,6 +291,34 @@ TEST(Simulator, CatalogHasTheSystemsAndASourceForEveryNumber) {
 // NVL72's all-to-all as HybridEP measured it per EP size: the table's values at its sizes,
 // log2-interpolated between them, the measured slope past the largest (EP 64 in the GB200
 // recipes), and the largest's time per byte in the model longer than EP 32's.
+// A shared machine (`local`): a rank that runs one thread (ranks >= the calibration's threads)
+// takes the GEMM curve measured on one thread; a rank with several threads, the machine's.
+TEST(Simulator, SharedMachineRanksOfOneThreadTakeTheOneThreadCurve) {
+  SystemSpec s = load_system("h100-sxm");
+  const double d = s.gemm_half_dim("bf16");
+  EXPECT_EQ(s.gemm_half_dim("bf16", 8), d);  // a GPU system: one curve
+  s.compute_shared = true, s.threads = 2;
+  s.eff.gemm_half_dim_one_thread["bf16"] = d / 8;
+  EXPECT_EQ(s.gemm_half_dim("bf16", 1), d);
+  EXPECT_EQ(s.gemm_half_dim("bf16", 2), d / 8);
+  EXPECT_EQ(s.gemm_half_dim("bf16", 3), d / 8);
+  EXPECT_EQ(s.gemm_half_dim("fp8-blockwise", 2), s.gemm_half_dim("fp8-blockwise"));  // not measured
+  EXPECT_GT(gemm_efficiency(s, "bf16", 256, 256, 256, 2),
+            gemm_efficiency(s, "bf16", 256, 256, 256, 1));
+  // the writer keeps both; a file without them (every catalog system) reads as before
+  const SystemSpec back = parse_system(system_to_json(s), "local.json");
+  EXPECT_EQ(back.threads, 2);
+  EXPECT_EQ(back.eff.gemm_half_dim_one_thread, s.eff.gemm_half_dim_one_thread);
+  EXPECT_EQ(load_system("b200").threads, 0);
+  // through the model: two one-thread ranks' pipeline runs faster than on the machine's curve
+  SimLayout l;
+  l.gpus = 2, l.pp = 2, l.mbs = 1, l.gbs = 8, l.seq = 4096, l.precision = "bf16";
+  l.cuda_graphs = "full";
+  SystemSpec machine_curve = s;
+  machine_curve.eff.gemm_half_dim_one_thread.clear();
+  EXPECT_LT(simulate(dsv3(), l, s).step_time_s, simulate(dsv3(), l, machine_curve).step_time_s);
+}
+
 TEST(Simulator, AllToAllFollowsTheMeasuredEpSizes) {
   const SystemSpec s = load_system("gb200-nvl72");
   const A2aByPeers& t = s.eff.a2a_nvlink_by_peers;

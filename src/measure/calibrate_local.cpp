@@ -16,8 +16,8 @@
 #include "core/error.h"
 #include "kernels/ops.h"
 #include "measure/best_of.h"
-#include "measure/stream.h"
 #include "measure/gemm_peak.h"
+#include "measure/stream.h"
 
 namespace moet {
 
@@ -74,6 +74,19 @@ void fit_gemm(const std::vector<GemmPoint>& pts, double peak, double& g, double&
   }
 }
 
+// The GEMM grid again on one thread (then back to `used`): the half dimension of its curve.
+double one_thread_half_dim(int used, double d, const std::function<void(const std::string&)>& say) {
+  ops::set_num_threads(1);
+  const std::vector<GemmPoint> one = measure_gemms();
+  ops::set_num_threads(used);
+  double peak = 0, g = 1;
+  for (auto& p : one) peak = std::max(peak, p.tflops);
+  fit_gemm(one, peak, g, d);
+  say(str("fp32 GEMM on one thread: peak ", peak * 1e3, " GFLOP/s, half dimension ", d,
+          " (ranks running one thread each)"));
+  return d;
+}
+
 std::string cpu_name() {
   std::ifstream in("/proc/cpuinfo");
   std::string line;
@@ -109,6 +122,10 @@ SystemSpec calibrate_local(int threads, std::FILE* log) {
   s.eff.gemm_half_dim["fp32"] = d;
   say(str("fp32 GEMM peak (forward + both gradients) ", peak * 1e3, " GFLOP/s over ", pts.size(),
           " shapes; efficiency fit ", g, " * prod x/(x+", d, ") (the simulator's peak)"));
+  // The ranks of `mpirun -np N` run threads / N threads each (moet train); at one thread each
+  // their GEMMs follow the one-thread curve, whose small shapes lose less.
+  s.threads = used;
+  if (used > 1) s.eff.gemm_half_dim_one_thread["fp32"] = one_thread_half_dim(used, d, say);
   // The peak MFU divides by, measured as moet train measures it at start-up (same function,
   // same thread count): fp32, and bf16 where the CPU multiplies bf16.
   say("MFU's peak, as moet train measures it: " + describe_gemm_peak(measure_gemm_peak()));
@@ -199,6 +216,8 @@ SystemSpec calibrate_local(int threads, std::FILE* log) {
                         "attention_bwd", "hbm_tbps", "op_overhead_us", "nvlink_gbps"})
     s.sources[k] = src;
   s.sources["nvlink_domain"] = "one machine: all MPI ranks share memory and cores";
+  if (used > 1)
+    s.sources["gemm_half_dim_one_thread"] = str("measured by moet bench with 1 thread, ", when);
   return s;
 }
 

@@ -12,8 +12,8 @@ namespace moet::sim {
 double activation_bytes(const std::string& precision) { return precision == "fp32" ? 4 : 2; }
 
 double gemm_efficiency(const SystemSpec& s, const std::string& precision, double m, double n,
-                       double k) {
-  const double d = s.gemm_half_dim(precision);
+                       double k, int ranks) {
+  const double d = s.gemm_half_dim(precision, ranks);
   auto f = [d](double x) { return x / (x + d); };
   return s.gemm_max(precision) * f(m) * f(n) * f(k);
 }
@@ -126,7 +126,7 @@ class SlotBuilder {
     const std::string& p = low_precision ? low_ : high_;
     const double pk = peak(p), flops = 2 * m * n * k * count, mr = m;
     auto t = [&](double x, double y, double z) {
-      const double compute = flops / (pk * gemm_efficiency(s_, p, x, y, z));
+      const double compute = flops / (pk * gemm_efficiency(s_, p, x, y, z, share_));
       const double eb = (low_precision && quantized_) ? 1 : a_;
       const double bytes = count * (x * z + z * y) * eb + count * x * y * a_;
       return std::max(compute, bytes / hbm_);

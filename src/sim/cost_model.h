@@ -42,9 +42,10 @@ struct SlotCost {
 
 // Bytes of one activation element (2 on GPUs, 4 in fp32).
 double activation_bytes(const std::string& precision);
-// Efficiency of an [m,k]x[k,n] GEMM: gemm_max · Π x/(x + half_dim) over m, n, k.
+// Efficiency of an [m,k]x[k,n] GEMM on one rank of `ranks`: gemm_max · Π x/(x + half_dim) over
+// m, n, k (SystemSpec::gemm_half_dim says which half dimension a shared machine's rank sees).
 double gemm_efficiency(const SystemSpec& s, const std::string& precision, double m, double n,
-                       double k);
+                       double k, int ranks = 1);
 
 // All slots in pipeline order: embedding, decoder layers, MTP layers, loss.
 std::vector<SlotCost> slot_costs(const ModelConfig& c, const SimLayout& l, const SystemSpec& s);

@@ -161,6 +161,13 @@ int SystemSpec::ranks_per_domain(int gpus) const {
   return 1;
 }
 
+double SystemSpec::gemm_half_dim(const std::string& precision, int ranks) const {
+  auto it = eff.gemm_half_dim_one_thread.find(precision);
+  const bool one_thread = compute_shared && threads > 0 && ranks >= threads;
+  if (one_thread && it != eff.gemm_half_dim_one_thread.end()) return it->second;
+  return gemm_half_dim(precision);
+}
+
 std::string systems_dir() {
   if (const char* env = std::getenv("MOET_SYSTEMS_DIR")) return env;
   return std::string(MOET_SOURCE_DIR) + "/configs/systems";
@@ -184,6 +191,7 @@ SystemSpec parse_system(const std::string& text, const std::string& where) {
   s.nvlink_domain = static_cast<int>(number(j, "nvlink_domain", where));
   s.scaleout_gbps = number(j, "scaleout_gbps", where);
   s.compute_shared = j.value("compute_shared", false);
+  s.threads = j.value("threads", 0);
   s.memory_reserve_gb = j.value("memory_reserve_gb", 0.0);
   if (s.hbm_gb <= 0 || s.hbm_tbps <= 0 || s.nvlink_gbps <= 0 || s.nvlink_domain < 1 ||
       s.scaleout_gbps <= 0)
@@ -195,6 +203,8 @@ SystemSpec parse_system(const std::string& text, const std::string& where) {
   Efficiency& f = s.eff;
   f.gemm_max = per_precision(*e, "gemm_max", ew, true);
   f.gemm_half_dim = per_precision(*e, "gemm_half_dim", ew, false);
+  if (e->contains("gemm_half_dim_one_thread"))
+    f.gemm_half_dim_one_thread = per_precision(*e, "gemm_half_dim_one_thread", ew, false);
   f.attention_fwd = fraction(*e, "attention_fwd", f.attention_fwd, ew);
   f.attention_bwd = fraction(*e, "attention_bwd", f.attention_bwd, ew);
   f.hbm = fraction(*e, "hbm", f.hbm, ew);
@@ -262,6 +272,8 @@ std::string system_to_json(const SystemSpec& s) {
                                 {"dispatch_fp8", t.dispatch_fp8},
                                 {"dispatch_bf16", t.dispatch_bf16},
                                 {"combine", t.combine}};
+  if (!f.gemm_half_dim_one_thread.empty())
+    e["gemm_half_dim_one_thread"] = f.gemm_half_dim_one_thread;
   json j = {{"name", s.name},
             {"description", s.description},
             {"peak_tflops", s.peak_tflops},
@@ -274,6 +286,7 @@ std::string system_to_json(const SystemSpec& s) {
             {"memory_reserve_gb", s.memory_reserve_gb},
             {"efficiency", e},
             {"sources", s.sources}};
+  if (s.threads > 0) j["threads"] = s.threads;
   return j.dump(2) + "\n";
 }
 

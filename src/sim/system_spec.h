@@ -26,6 +26,10 @@ struct Efficiency {
   std::map<std::string, double> gemm_max;  // best GEMM throughput / peak, per precision
   // Per precision: a GEMM's efficiency falls along each dimension x as x/(x + d).
   std::map<std::string, double> gemm_half_dim;
+  // `local` only: the half dimension measured with one thread. A rank of a shared machine that
+  // runs one thread (as many ranks as SystemSpec::threads or more) takes it: small GEMMs lose
+  // less to one thread than to a team of threads splitting them.
+  std::map<std::string, double> gemm_half_dim_one_thread;
   double attention_fwd = 0.5;  // causal flash attention forward, of the BF16 (fp32) peak
   double attention_bwd = 0.4;  // its backward
   double hbm = 0.85;           // memory-bound kernels, of the HBM bandwidth
@@ -62,6 +66,7 @@ struct SystemSpec {
   // Every rank of a run shares one machine's compute and memory (`local`: MPI ranks on a CPU,
   // in one shared-memory domain or in the emulated cluster's namespaces).
   bool compute_shared = false;
+  int threads = 0;  // compute_shared: the threads the calibration ran (the machine's cores)
   double memory_reserve_gb = 0;  // runtime, communication buffers, allocator fragmentation
   Efficiency eff;
   std::map<std::string, std::string> sources;  // field -> where its value comes from
@@ -70,6 +75,9 @@ struct SystemSpec {
   double peak(const std::string& precision) const;
   double gemm_max(const std::string& precision) const;
   double gemm_half_dim(const std::string& precision) const;
+  // The half dimension a rank of an N-rank run sees: gemm_half_dim, or on a shared machine whose
+  // ranks run one thread each (N >= threads), the one-thread curve's where it was measured.
+  double gemm_half_dim(const std::string& precision, int ranks) const;
   // GPUs of an N-GPU job that share a domain: the largest divisor of N within the domain.
   int ranks_per_domain(int gpus) const;
   // The NVLink all-to-all among `peers` ranks of a domain: interpolated in log2(peers) between
