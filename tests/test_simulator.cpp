@@ -288,9 +288,6 @@ TEST(Simulator, CatalogHasTheSystemsAndASourceForEveryNumber) {
   }
 }
 
-// NVL72's all-to-all as HybridEP measured it per EP size: the table's values at its sizes,
-// log2-interpolated between them, the measured slope past the largest (EP 64 in the GB200
-// recipes), and the largest's time per byte in the model longer than EP 32's.
 // A shared machine (`local`): a rank that runs one thread (ranks >= the calibration's threads)
 // takes the GEMM curve measured on one thread; a rank with several threads, the machine's.
 TEST(Simulator, SharedMachineRanksOfOneThreadTakeTheOneThreadCurve) {
@@ -319,6 +316,9 @@ TEST(Simulator, SharedMachineRanksOfOneThreadTakeTheOneThreadCurve) {
   EXPECT_LT(simulate(dsv3(), l, s).step_time_s, simulate(dsv3(), l, machine_curve).step_time_s);
 }
 
+// NVL72's all-to-all as HybridEP measured it per EP size: the table's values at its sizes,
+// log2-interpolated between them, the measured slope past the largest (EP 64 in the GB200
+// recipes), and the largest's time per byte in the model longer than EP 32's.
 TEST(Simulator, AllToAllFollowsTheMeasuredEpSizes) {
   const SystemSpec s = load_system("gb200-nvl72");
   const A2aByPeers& t = s.eff.a2a_nvlink_by_peers;
