@@ -20,7 +20,7 @@ trap 'rm -rf "$tmp"; "$root/scripts/cluster.sh" down >/dev/null 2>&1 || true' EX
 small=$root/configs/small.json
 cluster=("$root/scripts/cluster.sh" run --nodes 2 --ranks-per-node 1 --)
 train=(train --model "$small" --steps 8 --eval-batches 0 --quiet --seq 256 --micro-batch 4
-       --threads 1 --data mock --ep-ranks-per-node 1 --overwrite-metrics)
+       --threads 1 --data mock --ep-ranks-per-node 1 --overwrite-metrics --precision fp32)
 sim=(--gpus 2 --mbs 4 --gbs 8 --seq 256 --precision fp32 --no-a2a-overlap
      --no-distributed-optimizer --json)
 echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; 2 nodes x 1 rank x 1 thread"

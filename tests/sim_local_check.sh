@@ -22,7 +22,10 @@ mpi=("$@")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 small=$root/configs/small.json
-train=(train --model "$small" --steps 8 --eval-batches 0 --quiet --overwrite-metrics)
+# fp32 on both sides: `moet bench` calibrates the fp32 kernels (the local system has no bf16
+# peak), and `moet train`'s default precision (auto) is bf16 on CPUs with bf16 GEMMs.
+train=(train --model "$small" --steps 8 --eval-batches 0 --quiet --overwrite-metrics
+  --precision fp32)
 
 stat() {  # stat FILE FIELD min|median: over the steps after the first two
   /usr/bin/python3 - "$1" "$2" "$3" <<'PY'
