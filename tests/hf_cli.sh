@@ -14,8 +14,10 @@ source "$(dirname "$0")/cli_util.sh"
 export OMP_NUM_THREADS=2
 eval_args=(--data mock --batches 2 --micro-batch 2 --seq 16)
 
+# fp32: eval --checkpoint evaluates a run in its recipe, an imported checkpoint (which has none)
+# in fp32; the default recipe (auto) is bf16 on a CPU with bf16 GEMMs
 "$moet" train --model "$root/configs/tiny.json" --data mock --steps 2 --micro-batch 2 --seq 16 \
-  --out "$tmp/run" --quiet >/dev/null
+  --precision fp32 --out "$tmp/run" --quiet >/dev/null
 
 "$moet" export-hf "$tmp/run" "$tmp/hf" --dtype fp32 >"$tmp/out"
 grep -q "207 tensors" "$tmp/out" || fail "export-hf: $(cat "$tmp/out")"

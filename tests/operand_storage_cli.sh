@@ -33,11 +33,17 @@ import json, sys
 a = [json.loads(l) for l in open(sys.argv[1])]
 b = [json.loads(l) for l in open(sys.argv[2])]
 assert len(a) == len(b) == 4, (len(a), len(b))
+# Step 1 is one forward and backward from the same weights: only the GEMMs' accumulation order
+# differs (measured on Zen 4: loss 2e-8, gradient norm 2e-5 relative). After it AdamW's first
+# updates are close to lr * sign(g), so a gradient element near zero that the two orders round
+# to opposite signs moves its weight by 2 lr: steps 2-4 drift more (gradient norm up to 2.2e-3).
+bound = {1: {"loss": 1e-6, "grad_norm": 1e-4}}
 for x, y in zip(a, b):
     for k in ("loss", "grad_norm"):
         rel = abs(x[k] - y[k]) / abs(x[k])
-        assert rel < 2e-3, f"step {x['step']} {k}: {x[k]} vs {y[k]} ({rel:.2e})"
-print(f"{sys.argv[3]}: fp32 and bf16 operand storage agree to 2e-3 (bf16 GEMM vs sgemm)")
+        tol = bound.get(x["step"], {"loss": 1e-3, "grad_norm": 1e-2})[k]
+        assert rel < tol, f"step {x['step']} {k}: {x[k]} vs {y[k]} ({rel:.2e}, bound {tol:g})"
+print(f"{sys.argv[3]}: fp32 and bf16 operand storage agree (step 1 to 1e-6/1e-4, then 1e-3/1e-2)")
 PY
   fi
 done

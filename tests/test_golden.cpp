@@ -41,7 +41,11 @@ struct Tolerance {
 Tolerance tolerance(const std::string& precision) {
   if (precision == "fp32") return {1e-5, 1e-5, 1e-4, 1e-4, 1e-4};
   if (precision == "bf16") return {1e-5, 3e-3, 5e-3, 1e-2, 5e-3};
-  return {1e-5, 3e-3, 3e-2, 0.1, 5e-3};
+  // Ten FP8 steps: within a few steps a few expert-bias updates (sign of the load) and FP8
+  // roundings already go the other way than the reference's (15-17 of 48 biases equal), so the
+  // loss error is that divergence's size. Measured worst: 2.2-2.6e-3 through sgemm, 4.0-5.3e-3
+  // through the bf16 GEMM of a CPU with AVX512_BF16 (Zen 4); the bound is twice the worst.
+  return {1e-5, 3e-3, 3e-2, 0.1, 1e-2};
 }
 
 class Golden : public ::testing::TestWithParam<std::string> {
