@@ -151,7 +151,7 @@ out=$("$moet" train --model "$config" --data mock --steps 4 --save-every 2 --out
 "$moet" train --model "$config" --data mock --steps 6 --save-every 2 --out "$dir/saves" \
   --eval-batches 0 --resume auto --override-opt-param-scheduler --quiet
 "$moet" report "$dir/saves" >/dev/null
-grep -q "command (first start)" "$dir/saves/report.html" && grep -q "command (resume 1)" "$dir/saves/report.html" &&
+grep -q ">first start<" "$dir/saves/report.html" && grep -q ">resume 1<" "$dir/saves/report.html" &&
   grep -q -- "--steps 4 --save-every 2" "$dir/saves/report.html" ||
   fail "the report of a resumed run does not keep the first invocation"
 cp "$dir/saves/metrics.jsonl" "$dir/loose.jsonl"

@@ -2,7 +2,9 @@
 # What `moet train` prints and logs (docs/metrics.md): the start-up notes and the header, and
 # with --log-every 3 the interval means — at each step that prints, the JSONL's interval_* fields
 # are the means of that interval's per-step JSONL values (loss, lm_loss, step time) and its rates
-# (tokens/s, TFLOP/s, MFU weighted by step time), and the progress line shows them.
+# (tokens/s, TFLOP/s, MFU weighted by step time), and the progress line shows them. Every step
+# holds each MoE layer's balance loss, adding up to balance_loss (also with --deterministic and
+# --grad-accum 2, and under mpirun over the ranks).
 # With MPIEXEC [FLAGS...] after SOURCE_DIR (label mpi): 2 ranks --ep 2, rank 0's header states the
 # layout, the global batch and the communication mode --overlap auto chose, the progress line
 # labels global and per-rank rates, and grad_sync_bytes is in the metrics.
@@ -19,6 +21,23 @@ source "$(dirname "$0")/cli_util.sh"
 config="$root/configs/tiny.json"
 common=(train --model "$config" --data mock --seq 32 --micro-batch 2 --threads 1 --eval-batches 0)
 has() { grep -qF -- "$2" "$1" || fail "no '$2' in: $(cat "$1")"; }
+balance_per_layer() {  # metrics.jsonl steps: each MoE layer's balance loss adds up to the sum
+  python3 - "$1" "$2" "$config" <<'PY' || fail "balance_loss_per_layer of $1"
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+cfg = json.load(open(sys.argv[3]))
+L = cfg["num_hidden_layers"]
+moe = [l for l in range(cfg["first_k_dense_replace"], L)] + [L + k for k in
+                                                             range(cfg["num_nextn_predict_layers"])]
+assert len(recs) == int(sys.argv[2]), len(recs)
+for r in recs:
+    assert r["balance_loss_layers"] == moe, (r["balance_loss_layers"], moe)
+    per = r["balance_loss_per_layer"]
+    assert len(per) == len(moe) and all(v > 0 for v in per), per
+    assert abs(sum(per) - r["balance_loss"]) <= 1e-12 * r["balance_loss"], (per, r["balance_loss"])
+print("balance_loss_per_layer: %d steps, layers %s, adding up to balance_loss" % (len(recs), moe))
+PY
+}
 
 if [ ${#mpi[@]} -eq 0 ]; then
   "$moet" "${common[@]}" --steps 7 --log-every 3 --metrics "$tmp/m.jsonl" >"$tmp/out.txt"
@@ -61,6 +80,10 @@ for r in recs:
     assert "step %d: loss %.4f" % (r["step"], r["loss"]) in line, line
 print("interval means: steps 3, 6, 7 hold the means of their intervals' JSONL values")
 PY
+  balance_per_layer "$tmp/m.jsonl" 7
+  "$moet" "${common[@]}" --steps 2 --grad-accum 2 --deterministic --peak-tflops 1 --quiet \
+    --metrics "$tmp/det.jsonl"
+  balance_per_layer "$tmp/det.jsonl" 2
   "$moet" "${common[@]}" --steps 2 --peak-tflops 1 --metrics "$tmp/one.jsonl" >"$tmp/one.txt"
   ! grep -q interval_ "$tmp/one.jsonl" || fail "--log-every 1 wrote interval fields"
   ! grep -q "mean of" "$tmp/one.txt" || fail "--log-every 1 printed means"
@@ -100,6 +123,7 @@ for r in recs:
     assert r["comm_bytes"] > r["grad_sync_bytes"], r  # plus the experts' dispatch and combine
 print("grad_sync_bytes %d per step, comm_bytes %d" % (g[0], recs[0]["comm_bytes"]))
 PY
+balance_per_layer "$tmp/mpi.jsonl" 2
 "${mpi[@]}" 2 "$moet" "${common[@]}" --steps 1 --ep 2 --overlap on --peak-tflops 1 >"$tmp/on.txt" 2>&1 ||
   fail "--overlap on: $(cat "$tmp/on.txt")"
 has "$tmp/on.txt" "communication: on a communication thread, overlapping compute (--overlap on)"

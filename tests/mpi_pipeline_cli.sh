@@ -2,8 +2,9 @@
 # Pipeline parallelism end to end (docs/pipeline.md): `moet train --pp` under mpirun trains the
 # same model as the layout without a pipeline, bit for bit. Step by step, the gradient norm
 # (which sees every parameter's gradient), the LM and MTP losses and the held-out loss equal
-# the reference's exactly, and the total loss within 1e-12 (the stages' balance-loss parts are
-# added in another order):
+# the reference's exactly, and the total loss and each MoE layer's balance loss (gathered from
+# the stages that hold the layers) within 1e-12 (the stages' balance-loss parts are added in
+# another order):
 #   - 1F1B on 2 and 4 stages, interleaved 1F1B (2 x 2 virtual stages, a stage holding only the
 #     MTP layer and the loss), each against one process;
 #   - 2 stages x 2 data-parallel ranks with --ep 2 and ZeRO-1, interleaved, against 2 ranks
@@ -40,6 +41,15 @@ same() {  # reference.jsonl candidate.jsonl what [values: 10 = 3 steps x 3 + the
   paste <(total "$1") <(total "$2") | awk -v what="$3" '{
     d = $1 - $2; if (d < 0) d = -d
     if (d > 1e-12 * ($1 < 0 ? -$1 : $1)) { print "FAIL: " what ": loss " $1 " vs " $2; exit 1 } }'
+  /usr/bin/python3 - "$1" "$2" <<'PY' || fail "$3: the balance loss per layer differs"
+import json, sys
+a, b = ([json.loads(l) for l in open(f)] for f in sys.argv[1:3])
+assert len(a) == len(b) and a, (len(a), len(b))
+for x, y in zip(a, b):
+    assert x["balance_loss_layers"] == y["balance_loss_layers"], (x, y)
+    for u, v in zip(x["balance_loss_per_layer"], y["balance_loss_per_layer"]):
+        assert abs(u - v) <= 1e-12 * abs(u), (x["step"], u, v)
+PY
   echo "ok: $3"
 }
 run() {  # ranks out.jsonl args...

@@ -35,12 +35,13 @@ std::string rank_file_name(int rank) {
 
 }  // namespace
 
-std::string run_tokenizer_spec(const std::string& flag, const std::string& step_dir) {
+std::string run_tokenizer_spec(const std::string& flag, const std::string& step_dir,
+                               const std::string& fallback) {
   if (!flag.empty()) return flag;
   const fs::path step(step_dir);
   for (const fs::path& dir : {step, step.parent_path()})
     if (fs::is_regular_file(dir / "tokenizer.json")) return (dir / "tokenizer.json").string();
-  return "byte";
+  return fallback;
 }
 
 void keep_run_tokenizer(const std::string& run_dir, const std::string& spec, bool copy) {

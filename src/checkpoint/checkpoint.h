@@ -39,8 +39,9 @@ std::optional<std::string> latest_checkpoint(const std::string& run_dir);
 std::string resolve_checkpoint_dir(const std::string& path);
 // The tokenizer a run trained with, for commands that read its checkpoints (generate, eval):
 // `flag` when given, else the tokenizer.json `moet train` kept in the step's run directory (or
-// beside the step's weights), else "byte".
-std::string run_tokenizer_spec(const std::string& flag, const std::string& step_dir);
+// beside the step's weights), else `fallback`.
+std::string run_tokenizer_spec(const std::string& flag, const std::string& step_dir,
+                               const std::string& fallback = "byte");
 // Keeps the run's tokenizer in run_dir/tokenizer.json: `spec` "byte" keeps nothing (and refuses a
 // run directory that holds a tokenizer.json); a tokenizer.json path is copied there durably when
 // `copy` (one process of a run copies), or, when the run directory has one already (a resumed

@@ -1,6 +1,9 @@
 #include "cli/eval_commands.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -8,6 +11,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/safetensors.h"
+#include "cli/checkpoint_run.h"
 #include "cli/flag_validators.h"
 #include "cli/text_format_options.h"
 #include "core/error.h"
@@ -17,11 +21,20 @@
 #include "data/open_dataset.h"
 #include "data/tokenizer.h"
 #include "kernels/ops.h"
+#include "measure/gemm_choice.h"
 #include "model/model.h"
 #include "train/checkpointing.h"
 #include "train/evaluation.h"
 
 namespace moet::cli {
+
+namespace {
+std::string fmt_fixed(double v, int digits) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.*f", digits, v);
+  return b;
+}
+}  // namespace
 
 CLI::App* add_eval_command(CLI::App& app, EvalArgs& a) {
   CLI::App* c =
@@ -36,13 +49,16 @@ CLI::App* add_eval_command(CLI::App& app, EvalArgs& a) {
       "--tokenizer", a.tokenizer,
       "tokenizer of text data and of bits per byte: 'byte' or a Hugging Face tokenizer.json "
       "(default: a tokenizer.json in the checkpoint's step directory, else the one moet train "
-      "kept in the run directory, else 'byte')");
+      "kept in the run directory, else the one recorded beside Megatron data, else 'byte'; "
+      "refused when it does not fit the model's vocabulary)");
   c->add_option("--split", a.split,
                 "train,validation shares of the documents; the held-out part is evaluated "
-                "(default: the run's, else 95,5)");
+                "(default: the run's, else 95,5; 0,100 holds out every document)");
   add_text_format_options(c, a.doc_boundary, a.json_key);
-  c->add_option("--batches", a.batches,
-                "held-out batches to evaluate (default: the run's --eval-batches, else 4)");
+  c->add_option("--batches", a.batches_text,
+                "held-out batches to evaluate, or 'all' (the whole held-out part: with --split "
+                "0,100 a whole held-out file or dataset; default: the run's --eval-batches, else "
+                "4)");
   c->add_option("--micro-batch", a.micro_batch, "sequences per batch (default: the run's, else 8)");
   c->add_option("--seq", a.seq,
                 "sequence length (default: the run's, else min(256, max_position_embeddings))");
@@ -63,35 +79,20 @@ CLI::App* add_eval_command(CLI::App& app, EvalArgs& a) {
   return c;
 }
 
-namespace {
-
-// The run's settings a checkpoint records (checkpoint.json's "run"), for the flags not given.
-struct RunSettings {
-  std::optional<TrainOptions> options;  // none when the checkpoint records none (an imported one)
-  std::string precision;                // the recipe the run resolved
-  uint64_t seed = 0;
-};
-
-RunSettings run_settings(const std::string& step) {
-  RunSettings r;
-  const std::string path = step + "/checkpoint.json";
-  if (!std::filesystem::exists(path)) return r;
-  const nlohmann::json j = nlohmann::json::parse(read_text_file(path), nullptr, false);
-  if (!j.is_object()) return r;
-  if (j.contains("run")) {
-    r.options = checkpoint_run_options(j["run"], path + " run");
-    if (j["run"].contains("precision") && j["run"]["precision"].is_string())
-      r.precision = j["run"]["precision"].get<std::string>();
-  }
-  if (j.contains("seed") && j["seed"].is_number_unsigned()) r.seed = j["seed"].get<uint64_t>();
-  return r;
-}
-
-}  // namespace
-
 void run_eval(const EvalArgs& given) {
   // the flags as given first (a bad flag is refused before the checkpoint is read)
-  check_flag_positive("--batches", given.batches);
+  EvalArgs with_batches = given;  // --batches N or all
+  if (!given.batches_text.empty()) {
+    if (given.batches_text == "all") {
+      with_batches.batches = kAllBatches;
+    } else {
+      char* end = nullptr;
+      const long long n = std::strtoll(given.batches_text.c_str(), &end, 10);
+      MOET_CHECK(!given.batches_text.empty() && *end == '\0' && n > 0, "--batches '",
+                 given.batches_text, "' is neither a positive number nor 'all'");
+      with_batches.batches = n;
+    }
+  }
   check_flag_positive("--micro-batch", given.micro_batch);
   check_flag_at_least("--bf16-layers", given.bf16_layers, 0);
   if (given.seq) check_flag_positive("--seq", *given.seq);
@@ -100,7 +101,7 @@ void run_eval(const EvalArgs& given) {
   MOET_CHECK(given.dump.empty() || given.overwrite || !std::filesystem::exists(given.dump),
              "--dump file '", given.dump,
              "' already exists; refusing to overwrite it (--overwrite replaces it)");
-  EvalArgs a = given;
+  EvalArgs a = with_batches;
   auto set = [&](const char* flag) { return a.app && a.app->count(flag) > 0; };
   const std::string step = resolve_checkpoint_dir(a.checkpoint);
   const RunSettings rs = run_settings(step);
@@ -133,10 +134,16 @@ void run_eval(const EvalArgs& given) {
   if (a.threads > 0) ops::set_num_threads(a.threads);
   const ModelConfig cfg = load_model_config(step + "/config.json");
   const int64_t T = a.seq.value_or(std::min<int64_t>(256, cfg.max_position_embeddings));
-  const auto tokenizer = load_tokenizer(run_tokenizer_spec(a.tokenizer, step));
+  const auto tokenizer =
+      checkpoint_tokenizer(a.tokenizer, step, a.data, cfg.vocab_size, "moet eval").tokenizer;
   const auto ds = open_token_dataset(a.data, *tokenizer, cfg.vocab_size, a.seed, a.split,
                                      TextFormat{a.doc_boundary, a.json_key});
   const PrecisionPolicy precision = resolve_precision(a.precision, a.bf16_layers);
+  if (precision.recipe != Recipe::FP32) {  // the run's GEMMs, else the faster here
+    const GemmOperandChoice g =
+        choose_gemm_operands(model_gemm_shapes(cfg, a.micro_batch * T), rs.gemm_operands);
+    ops::set_gemm_operand_dtype(g.dtype, g.reason);
+  }
   if (!from_run.empty() && !a.json) {
     std::string s;
     for (const std::string& f : from_run) s += (s.empty() ? "" : ", ") + f;
@@ -146,8 +153,19 @@ void run_eval(const EvalArgs& given) {
   Model model(cfg, a.micro_batch, T, LossWeights{}, nullptr, precision);
   load_checkpoint_weights(step, model.params());
   EvalDump dump;
-  const EvalResult r =
-      evaluate_held_out(model, *ds, a.batches, a.dump.empty() ? nullptr : &dump, tokenizer.get());
+  // a progress line on stderr: redrawn on a terminal, every tenth of the way elsewhere
+  const bool tty = isatty(fileno(stderr));
+  int64_t shown = 0;
+  const auto progress = [&](int64_t done, int64_t total, double mean) {
+    if (a.json || total < 2) return;
+    if (!tty && done != total && done * 10 / total == shown * 10 / total) return;
+    shown = done;
+    std::fprintf(stderr, "%smoet eval: %lld/%lld batches, loss %.4f%s", tty ? "\r" : "",
+                 (long long)done, (long long)total, mean, tty && done < total ? "" : "\n");
+    std::fflush(stderr);
+  };
+  const EvalResult r = evaluate_held_out(model, *ds, a.batches, a.dump.empty() ? nullptr : &dump,
+                                         tokenizer.get(), progress);
   if (!a.dump.empty()) {
     const int64_t S = r.batches * a.micro_batch;
     SafetensorsWriter w;
@@ -156,26 +174,31 @@ void run_eval(const EvalArgs& given) {
     w.write(a.dump);
   }
   if (a.json) {
-    const nlohmann::ordered_json j = {{"checkpoint", step},
-                                      {"loss", r.loss},
-                                      {"perplexity", r.perplexity},
-                                      {"bits_per_byte", r.bits_per_byte},
-                                      {"batches", r.batches},
-                                      {"micro_batch", a.micro_batch},
-                                      {"seq", T},
-                                      {"precision", recipe_name(precision.recipe)},
-                                      {"data", ds->describe()}};
+    const nlohmann::ordered_json j = {
+        {"checkpoint", step},
+        {"loss", r.loss},
+        {"loss_se", std::isfinite(r.loss_se) ? nlohmann::ordered_json(r.loss_se)
+                                             : nlohmann::ordered_json(nullptr)},
+        {"perplexity", r.perplexity},
+        {"bits_per_byte", r.bits_per_byte},
+        {"batches", r.batches},
+        {"micro_batch", a.micro_batch},
+        {"seq", T},
+        {"precision", recipe_name(precision.recipe)},
+        {"data", ds->describe()}};
     std::printf("%s\n", j.dump().c_str());
     return;
   }
-  const std::string fewer = r.batches < a.batches
+  const std::string fewer = r.batches < a.batches && a.batches != kAllBatches
                                 ? str(" (", a.batches, " asked: the held-out part holds only ",
                                       r.batches, " batches of ", a.micro_batch, " x ", T, ")")
                                 : "";
+  const std::string se =
+      std::isfinite(r.loss_se) ? str(" ± ", fmt_fixed(r.loss_se, 6), " (standard error)") : "";
   std::printf(
-      "moet eval: %s: loss %.6f, perplexity %.4f, bits/byte %.6f (%lld held-out batches of "
+      "moet eval: %s: loss %.6f%s, perplexity %.4f, bits/byte %.6f (%lld held-out batches of "
       "%lld x %lld tokens%s, %s; %s)\n",
-      step.c_str(), r.loss, r.perplexity, r.bits_per_byte, (long long)r.batches,
+      step.c_str(), r.loss, se.c_str(), r.perplexity, r.bits_per_byte, (long long)r.batches,
       (long long)a.micro_batch, (long long)T, fewer.c_str(), recipe_name(precision.recipe),
       ds->describe().c_str());
 }

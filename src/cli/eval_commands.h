@@ -14,6 +14,9 @@ namespace moet::cli {
 // were read and held out, the sequence, the micro-batch, the evaluation batches, the recipe), so
 // `moet eval --checkpoint RUN` evaluates what training evaluated; the values after "=" are the
 // defaults of a checkpoint that records none.
+// --batches all: every held-out batch.
+constexpr int64_t kAllBatches = INT64_MAX;
+
 struct EvalArgs {
   CLI::App* app = nullptr;  // which flags were given
   std::string checkpoint, dump;
@@ -24,6 +27,7 @@ struct EvalArgs {
   std::string json_key = "text";
   std::string precision;  // = fp32
   int64_t bf16_layers = 1, batches = 4, micro_batch = 8;
+  std::string batches_text;    // --batches as given: N or "all" ("" = not given)
   std::optional<int64_t> seq;  // = min(256, max_position_embeddings)
   uint64_t seed = 1234;
   int threads = 0;

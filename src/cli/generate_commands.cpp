@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "checkpoint/checkpoint.h"
+#include "cli/checkpoint_run.h"
 #include "cli/flag_validators.h"
 #include "core/error.h"
 #include "core/flag_check.h"
@@ -91,9 +92,8 @@ void run_generate(const GenerateArgs& a) {
   if (a.threads > 0) ops::set_num_threads(a.threads);
   const std::string step = resolve_checkpoint_dir(a.checkpoint);
   const ModelConfig cfg = load_model_config(step + "/config.json");
-  const auto tok = load_tokenizer(run_tokenizer_spec(a.tokenizer, step));
-  MOET_CHECK(tok->vocab_size() <= cfg.vocab_size, "the tokenizer (", tok->describe(), ") has ",
-             tok->vocab_size(), " ids but the model's vocab_size is ", cfg.vocab_size);
+  const auto tok =
+      checkpoint_tokenizer(a.tokenizer, step, "", cfg.vocab_size, "moet generate").tokenizer;
   const std::vector<int32_t> prompt =
       a.prompt_ids.empty() ? tok->encode(a.prompt) : parse_ids(a.prompt_ids, cfg.vocab_size);
   MOET_CHECK(!prompt.empty(), "the prompt is empty: give --prompt TEXT or --prompt-ids IDS");

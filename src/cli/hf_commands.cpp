@@ -5,6 +5,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/hf.h"
+#include "cli/checkpoint_run.h"
 #include "cli/flag_validators.h"
 #include "core/error.h"
 #include "core/file_io.h"
@@ -34,9 +35,11 @@ CLI::App* add_export_hf_command(CLI::App& app, ExportHfArgs& a) {
   c->add_option("--max-shard-bytes", a.max_shard_bytes,
                 "shard the weights into files of at most this many bytes")
       ->capture_default_str();
-  c->add_option("--tokenizer", a.tokenizer,
-                "the tokenizer written beside the weights: 'byte' or a tokenizer.json (default: "
-                "the run's tokenizer.json, else 'byte')");
+  c->add_option(
+      "--tokenizer", a.tokenizer,
+      "the tokenizer written beside the weights: 'byte' or a tokenizer.json (default: "
+      "the run's tokenizer.json, else the one recorded beside the run's Megatron data, else "
+      "'byte'; refused when it does not fit the model's vocabulary)");
   c->add_flag("--no-mtp", a.no_mtp,
               "leave the MTP modules out: transformers' DeepseekV3ForCausalLM does not use them "
               "and lists their weights as unexpected keys");
@@ -69,6 +72,9 @@ void run_export_hf(const ExportHfArgs& a) {
   const std::string step = resolve_checkpoint_dir(a.checkpoint);
   const std::string config_path = step + "/config.json";
   const ModelConfig cfg = load_model_config(config_path);
+  // the tokenizer, refused before anything is written when it is not the model's
+  const std::string tok_spec =
+      checkpoint_tokenizer(a.tokenizer, step, "", cfg.vocab_size, "moet export-hf").spec;
   Model model(cfg, 1, 1);
   load_checkpoint_weights(step, model.params());
   HfExportOptions opts;
@@ -76,7 +82,6 @@ void run_export_hf(const ExportHfArgs& a) {
   opts.max_shard_bytes = a.max_shard_bytes;
   opts.mtp = !a.no_mtp;
   // the run's tokenizer beside the weights, and its end of document as bos/eos of the config
-  const std::string tok_spec = run_tokenizer_spec(a.tokenizer, step);
   std::filesystem::create_directories(a.out_dir);
   const ExportedTokenizer tok =
       export_hf_tokenizer(tok_spec, a.out_dir, cfg.max_position_embeddings);

@@ -10,6 +10,7 @@
 #include "cli/bench_commands.h"
 #include "cli/checkpoint_commands.h"
 #include "cli/config_commands.h"
+#include "cli/config_file.h"
 #include "cli/data_commands.h"
 #include "cli/eval_commands.h"
 #include "cli/flag_validators.h"
@@ -43,7 +44,22 @@ std::string parse_error_line(const CLI::ParseError& e) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc_given, char** argv_given) {
+  // `moet train --config FILE`: the file's flags first, then the command line's (config_file.h)
+  std::vector<std::string> args(argv_given, argv_given + argc_given);
+  std::string config_path;
+  try {
+    args = moet::cli::expand_config_file(args, &config_path);
+  } catch (const std::exception& e) {
+    if (moet::launcher_rank() == 0)
+      std::fprintf(stderr, "moet: %s\n", moet::failure_line(e).c_str());
+    return 2;
+  }
+  std::vector<char*> arg_ptrs;
+  for (std::string& a : args) arg_ptrs.push_back(a.data());
+  arg_ptrs.push_back(nullptr);
+  int argc = int(args.size());
+  char** argv = arg_ptrs.data();
   CLI::App app{"moet: pre-training engine for DeepSeek-V3-style mixture-of-experts models"};
   app.require_subcommand(1);
   moet::TrainOptions train;
@@ -125,6 +141,7 @@ int main(int argc, char** argv) {
   }
   // Under mpirun every rank joins the job; a plain `moet train` never touches MPI.
   for (int i = 0; i < argc; ++i) train.command_line += (i ? " " : "") + std::string(argv[i]);
+  train.config_file = config_path;
   std::unique_ptr<moet::MpiCommunicator> world;
   std::optional<moet::SetupAgreement> setup;
   try {
@@ -133,6 +150,7 @@ int main(int argc, char** argv) {
     setup.emplace(world.get());
     moet::apply_run_directory_defaults(
         train, app.get_subcommand("train")->get_option("--tensorboard")->count() > 0);
+    moet::resolve_train_tokenizer(train);
     if (app.get_subcommand("train")->get_option("--seq")->count() == 0 &&
         moet::fit_default_seq_to_model(train) && reporter && !train.logging.quiet)
       std::printf(

@@ -1,13 +1,19 @@
-// `moet report RUN_DIR|METRICS.jsonl`: the run's HTML report (src/metrics/report.h).
+// `moet report RUN_DIR|METRICS.jsonl`: the run's HTML report; `moet report RUN_A RUN_B ...`:
+// several runs compared on one page (src/metrics/report.h).
 #pragma once
 #include <CLI/CLI.hpp>
 #include <string>
+#include <vector>
 
 namespace moet::cli {
 
 struct ReportArgs {
-  std::string run;  // a run directory (--out of moet train) or a metrics JSONL file
-  std::string out;  // default: RUN_DIR/report.html (FILE.html beside a metrics file FILE.jsonl)
+  // run directories (--out of moet train) or metrics JSONL files: one for a run's report,
+  // several for a comparison
+  std::vector<std::string> runs;
+  // default: one run: RUN_DIR/report.html (FILE.html beside a metrics file FILE.jsonl); several:
+  // compare.html in the current directory
+  std::string out;
   bool overwrite = false;
 };
 

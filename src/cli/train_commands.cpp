@@ -16,14 +16,20 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
   // A flag given twice takes the last value (scripts add defaults, users override them).
   t->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   t->add_option("--model", o.model_path, "Hugging Face config.json of the model")->required();
+  // read by main() before the flags (cli/config_file.h); declared here for --help
+  static std::string config_file;
+  t->add_option("--config", config_file,
+                "a FILE.yaml or FILE.json of train's flags (\"micro-batch: 4\"), read first: "
+                "flags on the command line override it; run.json keeps it");
   t->add_option("--data", o.data.spec,
                 "training text file or directory, a Megatron PREFIX (PREFIX.bin/.idx, e.g. from "
                 "moet data prepare), a blend \"0.7 PREFIX_A 0.3 PREFIX_B\", or 'mock' for random "
                 "tokens (default: the English corpus of Debian's fortunes package)");
   t->add_option("--tokenizer", o.data.tokenizer,
-                "tokenizer of text data: 'byte' or a Hugging Face tokenizer.json (kept in --out as "
-                "tokenizer.json, where moet generate and moet eval find it)")
-      ->capture_default_str();
+                "tokenizer of text data: 'byte' (the default) or a Hugging Face tokenizer.json; "
+                "Megatron data use the one moet data prepare recorded beside them (a --tokenizer "
+                "given must be that one). Kept in --out as tokenizer.json, where moet generate, "
+                "eval and export-hf find it");
   t->add_option("--split", o.data.split,
                 "train,validation[,test] shares of the documents (default 95,5; the validation "
                 "part is held out for evaluation)");
@@ -48,9 +54,14 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
   t->add_flag("--override-opt-param-scheduler", o.optim.override_opt_param_scheduler,
               "resume under a learning-rate schedule (--lr, --min-lr, --warmup, --steps, "
               "--schedule) other than the checkpoint's (as Megatron's flag; refused otherwise)");
-  t->add_option("--seed", o.data.seed, "seed of initialisation and data")
+  t->add_option("--seed", o.data.seed,
+                "seed of the initialisation, and of the data order unless --data-seed is given")
       ->check(cli::unsigned_integer())
       ->capture_default_str();
+  t->add_option("--data-seed", o.data.data_seed,
+                "seed of the data order alone (which samples, in which order; the held-out data "
+                "never depend on it): runs that differ only in it measure data noise")
+      ->check(cli::unsigned_integer());
   t->add_option("--threads", o.parallel.threads, "threads (default: all cores)");
   add_choice_option(t, "--precision", o.precision.recipe, precision_choices(),
                     "fp32, bf16, mxfp8, fp8-blockwise, or auto (bf16 where the CPU multiplies "

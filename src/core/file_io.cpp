@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -62,6 +63,13 @@ void write_file_atomically(const std::string& path, const std::string& text, boo
     const fs::path dir = fs::path(path).parent_path();
     fsync_path(dir.empty() ? "." : dir.string(), true);
   }
+}
+
+std::string user_cache_dir() {
+  if (const char* d = std::getenv("MOET_CACHE_DIR"); d && *d) return d;
+  if (const char* d = std::getenv("XDG_CACHE_HOME"); d && *d) return std::string(d) + "/moet";
+  if (const char* d = std::getenv("HOME"); d && *d) return std::string(d) + "/.cache/moet";
+  return "";
 }
 
 }  // namespace moet

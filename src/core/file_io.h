@@ -15,6 +15,10 @@ std::string read_text_file(const std::string& path);
 void write_file_atomically(const std::string& path, const std::string& text, bool overwrite,
                            bool durable = false);
 
+// moet's cache directory: $MOET_CACHE_DIR, else $XDG_CACHE_HOME/moet, else ~/.cache/moet ("" when
+// none of them is set). Sample indices of read-only data and the measured GEMM speeds live there.
+std::string user_cache_dir();
+
 // fsync of a file, or of a directory's entries (after creating or renaming in it).
 void fsync_path(const std::string& path, bool directory);
 

@@ -93,8 +93,8 @@ TextDataset::TextDataset(const std::vector<std::string>& paths, uint64_t seed, d
     : json_key_(format.json_key), seed_(seed) {
   const DocBoundary boundary = format.boundary;
   MOET_CHECK(!paths.empty(), "text dataset: no input files given");
-  MOET_CHECK(eval_fraction >= 0.0 && eval_fraction < 1.0,
-             "text dataset: held-out fraction must be in [0, 1), got ", eval_fraction);
+  MOET_CHECK(eval_fraction >= 0.0 && eval_fraction <= 1.0,
+             "text dataset: held-out fraction must be in [0, 1], got ", eval_fraction);
   files_ = expand_inputs(paths);
 
   const ByteTokenizer bytes;

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/rng.h"
 
 namespace moet {
@@ -35,14 +36,6 @@ uint64_t fnv1a(const std::string& s) {
   uint64_t h = 0xcbf29ce484222325ull;
   for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
   return h;
-}
-
-// The user cache directory for sample indices of read-only data.
-std::string user_cache_dir() {
-  if (const char* d = std::getenv("MOET_CACHE_DIR"); d && *d) return d;
-  if (const char* d = std::getenv("XDG_CACHE_HOME"); d && *d) return std::string(d) + "/moet";
-  if (const char* d = std::getenv("HOME"); d && *d) return std::string(d) + "/.cache/moet";
-  return "";
 }
 
 template <typename T>
@@ -151,7 +144,8 @@ DataSplit parse_data_split(const std::string& text) {
   }
   MOET_CHECK(v.size() == 2 || v.size() == 3, "--split '", text,
              "' needs two or three shares: train,validation[,test] (e.g. 95,5)");
-  MOET_CHECK(v[0] > 0, "--split '", text, "' gives the training split no documents");
+  MOET_CHECK(v[0] + v[1] + (v.size() == 3 ? v[2] : 0) > 0, "--split '", text,
+             "' gives no split any documents");
   DataSplit s;
   s.train = v[0];
   s.valid = v[1];
@@ -259,7 +253,7 @@ GptDataset::GptDataset(const std::string& prefix, int64_t model_vocab, uint64_t 
                " (was the data tokenized for another model?)");
   }
   std::tie(train_end_, valid_end_) = split_document_ranges(split, data_->num_documents());
-  MOET_CHECK(train_end_ > 0, prefix, ": ", data_->num_documents(),
+  MOET_CHECK(train_end_ > 0 || split.train == 0, prefix, ": ", data_->num_documents(),
              " documents leave the training split empty");
   valid_starts_.push_back(0);
   for (int64_t d = train_end_; d < valid_end_; ++d)

@@ -12,6 +12,33 @@
 
 namespace moet {
 
+namespace {
+
+// The prefix PREFIX, PREFIX.idx or PREFIX.bin names; "" when `spec` names none.
+std::string single_prefix(const std::string& spec) {
+  auto ends_with = [&](std::string_view suffix) {
+    return spec.size() > suffix.size() &&
+           spec.compare(spec.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  if (is_indexed_prefix(spec)) return spec;
+  if ((ends_with(".idx") || ends_with(".bin")) &&
+      is_indexed_prefix(spec.substr(0, spec.size() - 4)))
+    return spec.substr(0, spec.size() - 4);
+  return "";
+}
+
+}  // namespace
+
+std::vector<std::string> indexed_prefixes(const std::string& spec) {
+  if (spec.empty() || spec == "mock") return {};
+  const std::string prefix = single_prefix(spec);
+  if (!prefix.empty()) return {prefix};
+  std::error_code ec;
+  if (std::filesystem::exists(spec, ec) || spec.find_first_of(" \t\n") == std::string::npos)
+    return {};
+  return parse_data_blend(spec).first;
+}
+
 std::unique_ptr<TokenDataset> open_token_dataset(const std::string& spec,
                                                  const Tokenizer& tokenizer, int64_t vocab_size,
                                                  uint64_t seed, const std::string& split_text,
@@ -19,16 +46,7 @@ std::unique_ptr<TokenDataset> open_token_dataset(const std::string& spec,
   const DataSplit split = parse_data_split(split_text.empty() ? "95,5" : split_text);
   std::unique_ptr<TokenDataset> ds;
   std::error_code ec;
-  auto ends_with = [&](std::string_view suffix) {
-    return spec.size() > suffix.size() &&
-           spec.compare(spec.size() - suffix.size(), suffix.size(), suffix) == 0;
-  };
-  std::string prefix;
-  if (is_indexed_prefix(spec))
-    prefix = spec;
-  else if ((ends_with(".idx") || ends_with(".bin")) &&
-           is_indexed_prefix(spec.substr(0, spec.size() - 4)))
-    prefix = spec.substr(0, spec.size() - 4);
+  const std::string prefix = spec == "mock" ? "" : single_prefix(spec);
   if (spec == "mock") {
     ds = std::make_unique<MockDataset>(vocab_size, seed);
   } else if (!prefix.empty()) {

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "data/dataset.h"
 #include "data/documents.h"
@@ -18,6 +19,10 @@ class Tokenizer;
 // JSONL field holds them).
 // `split` ("95,5"; "" for that default) divides documents into training and held-out data. Throws
 // moet::Error when the data need a larger vocabulary than vocab_size.
+// The Megatron prefixes a --data argument names (one for a prefix, each of a blend's); empty for
+// text, a directory, "mock" or the default corpus.
+std::vector<std::string> indexed_prefixes(const std::string& spec);
+
 std::unique_ptr<TokenDataset> open_token_dataset(const std::string& spec,
                                                  const Tokenizer& tokenizer, int64_t vocab_size,
                                                  uint64_t seed, const std::string& split = "",

@@ -15,6 +15,7 @@
 #include "core/flag_check.h"
 #include "core/json_depth_limit.h"
 #include "data/dataset.h"
+#include "data/dataset_tokenizer.h"
 #include "data/documents.h"
 #include "data/indexed_dataset.h"
 #include "data/tokenizer.h"
@@ -271,6 +272,9 @@ PrepareResult prepare_data(const PrepareOptions& o, std::FILE* progress) {
   MOET_CHECK(writer.documents() > 0, no_documents_message(r.files.size(), r.skips, o.json_key),
              "; nothing written to ", o.output, ".bin/.idx");
   r.bad_lines = r.skips.total();
+  // the tokenizer beside the data (PREFIX.moet.json), written before the pair is published:
+  // whoever reads PREFIX.bin/.idx finds it
+  record_dataset_tokenizer(o.output, o.tokenizer, *tok);
   writer.finish();
   bar.update(done_bytes, writer.documents(), true);
   single.warn();

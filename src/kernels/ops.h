@@ -10,7 +10,9 @@
 //   gradients always accumulate (gradient accumulation, shared weights).
 // - An empty Tensor (ptr == nullptr) for an optional output means "don't compute it".
 // - Results are deterministic for a fixed thread count: no atomics, reductions in a fixed
-//   order.
+//   order. With set_thread_invariant(true) (--deterministic) they do not depend on the thread
+//   count either: every GEMM is cut into output tiles fixed by its shape alone, each multiplied
+//   whole along K on one thread (docs/parallel.md, "--deterministic").
 #pragma once
 #include <cstdint>
 #include <string>
@@ -23,13 +25,28 @@ namespace moet::ops {
 // Threads used by the ops (OpenMP and the BLAS library).
 void set_num_threads(int n);
 int num_threads();
+// Results that do not depend on the thread count (the GEMMs' only thread-dependent choice is how
+// their libraries split the work: see blas.cpp). Off by default (the libraries' own threading is
+// faster); --deterministic turns it on.
+void set_thread_invariant(bool on);
+bool thread_invariant();
 
 // ---------------------------------------------------------------- CPU capabilities
 // Whether this CPU multiplies bf16 in hardware (AVX512_BF16 or AMX, as oneDNN sees it).
 bool cpu_has_bf16();
-// The dtype low-precision GEMM operands are stored in: BF16 where the CPU multiplies bf16,
-// F32 elsewhere (bf16 and FP8 values are exact in either; docs/precision.md).
+// The dtype low-precision GEMM operands are stored in and multiplied as: BF16 through bf16 GEMMs,
+// or F32 through sgemm (bf16 and FP8 values are exact in either, the products exact and summed in
+// fp32 both ways: docs/precision.md). By default BF16 where the CPU multiplies bf16, F32
+// elsewhere; a command sets it from measured speeds (measure/gemm_choice.h) before it builds a
+// model, with the reason its header prints. MOET_NO_BF16_GEMM=1 and MOET_BF16_OPERANDS=1 (tests)
+// override both.
 DType gemm_operand_dtype();
+void set_gemm_operand_dtype(DType dtype, const std::string& reason);
+// Why the operands are stored as they are ("bf16 GEMMs 0.17 TFLOP/s < fp32 0.33 here", "no bf16
+// instructions", ...).
+const std::string& gemm_operand_reason();
+// Whether MOET_NO_BF16_GEMM or MOET_BF16_OPERANDS fixes the store (a measurement must not).
+bool gemm_operand_dtype_forced();
 // One line for people: the instruction set and the GEMM kernels in use for `fmt`.
 std::string kernel_description(Format fmt);
 

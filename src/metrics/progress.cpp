@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -13,6 +14,14 @@ namespace moet {
 namespace {
 
 bool has(double v) { return std::isfinite(v); }
+
+// A float32 as the double of its shortest decimal ("0.03", not 0.029999999329447746): the
+// JSON reads as written and its float32 is the value.
+double shortest(float v) {
+  char buf[32];
+  const auto res = std::to_chars(buf, buf + sizeof buf, v);
+  return std::strtod(std::string(buf, res.ptr).c_str(), nullptr);
+}
 
 std::string fmt(const char* f, double v) {
   char buf[64];
@@ -37,6 +46,14 @@ std::string format_hms(double seconds) {
   std::snprintf(buf, sizeof buf, "%lld:%02lld:%02lld", static_cast<long long>(s / 3600),
                 static_cast<long long>(s / 60 % 60), static_cast<long long>(s % 60));
   return buf;
+}
+
+std::string format_eval_line(const StepMetrics& m) {
+  std::string s = "step " + std::to_string(m.step);
+  if (m.total_steps > 0) s += "/" + std::to_string(m.total_steps);
+  s += " | eval " + (has(m.eval_loss) ? fmt("%.4f", m.eval_loss) : std::string("nan"));
+  if (has(m.eval_loss_se)) s += " ± " + fmt("%.4f", m.eval_loss_se);
+  return s + " (held-out loss)";
 }
 
 std::string format_progress_line(const StepMetrics& m) {
@@ -74,7 +91,9 @@ std::string format_progress_line(const StepMetrics& m) {
   } else {
     s += " | " + loss_text(m.loss, m.lm_loss, m.mtp_loss);
   }
-  if (has(m.eval_loss)) s += " | eval " + fmt("%.4f", m.eval_loss);
+  if (has(m.eval_loss))
+    s += " | eval " + fmt("%.4f", m.eval_loss) +
+         (has(m.eval_loss_se) ? " ± " + fmt("%.4f", m.eval_loss_se) : "");
   if (has(m.lr)) s += " | lr " + fmt("%.2e", m.lr);
   if (has(m.grad_norm)) s += " | gnorm " + fmt("%.3f", m.grad_norm);
   if (!interval) {
@@ -158,6 +177,7 @@ std::string metrics_json_line(const StepMetrics& m) {
   optional("balance_loss", m.balance_loss);
   optional("z_loss", m.z_loss);
   optional("eval_loss", m.eval_loss);
+  optional("eval_loss_se", m.eval_loss_se);
   required("lr", m.lr);
   required("grad_norm", m.grad_norm);
   required("tokens_per_s", m.tokens_per_s);
@@ -193,6 +213,13 @@ std::string metrics_json_line(const StepMetrics& m) {
     optional("interval_tflops", m.interval_tflops);
     optional("interval_mfu", m.interval_mfu);
   }
+  if (!m.balance_loss_per_layer.empty()) {
+    j["balance_loss_layers"] = m.balance_loss_layers;
+    nlohmann::ordered_json per = nlohmann::ordered_json::array();
+    for (double v : m.balance_loss_per_layer)
+      per.push_back(has(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json(nullptr));
+    j["balance_loss_per_layer"] = per;
+  }
   if (!m.expert_load.empty()) {
     j["expert_load_layers"] = m.expert_load_layers;
     j["expert_load"] = m.expert_load;
@@ -202,6 +229,15 @@ std::string metrics_json_line(const StepMetrics& m) {
       ratios.push_back(has(r) ? nlohmann::ordered_json(r) : nlohmann::ordered_json(nullptr));
     }
     j["expert_load_imbalance"] = ratios;
+    if (!m.expert_bias.empty()) {
+      nlohmann::ordered_json bias = nlohmann::ordered_json::array();
+      for (const std::vector<float>& row : m.expert_bias) {
+        nlohmann::ordered_json r = nlohmann::ordered_json::array();
+        for (float b : row) r.push_back(shortest(b));
+        bias.push_back(r);
+      }
+      j["expert_bias"] = bias;
+    }
   }
   return j.dump();
 }

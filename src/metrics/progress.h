@@ -23,6 +23,7 @@ struct StepMetrics {
   double balance_loss = kNone;  // sequence-wise balance loss (unweighted sum over MoE layers)
   double z_loss = kNone;        // router z-loss (unweighted)
   double eval_loss = kNone;     // held-out lm loss, when evaluated this step
+  double eval_loss_se = kNone;  // its standard error over the evaluated batches
   double lr = kNone;
   double grad_norm = kNone;        // global norm before clipping
   double tokens_per_s = kNone;     // the global batch's tokens / step_time_s
@@ -77,10 +78,22 @@ struct StepMetrics {
   // layer index (Hugging Face numbering: MTP layers follow the main ones). Empty otherwise.
   std::vector<int64_t> expert_load_layers;
   std::vector<std::vector<int64_t>> expert_load;
+  // ... and each routed expert's e_score_correction_bias after the step's update (what a
+  // checkpoint of this step holds), one row per MoE layer as expert_load. Empty otherwise.
+  std::vector<std::vector<float>> expert_bias;
+  // Every step: each MoE layer's sequence-wise balance loss (unweighted; the mean over the step's
+  // sequences and ranks, adding up to balance_loss) and the layers' decoder indices (as
+  // expert_load_layers). Empty when the model has no MoE layer.
+  std::vector<int64_t> balance_loss_layers;
+  std::vector<double> balance_loss_per_layer;
 };
 
 // max(load) / mean(load) of one layer (1 = balanced; NaN when the layer received nothing).
 double expert_load_imbalance(const std::vector<int64_t>& load_E);
+
+// The line for a held-out evaluation at a step that prints no progress line (--eval-every and
+// --log-every not aligned): "step 150/300 | eval 4.1234 ± 0.0123 (held-out loss)".
+std::string format_eval_line(const StepMetrics& m);
 
 // One line, e.g. "step  12/100 | loss 5.4321 (lm 5.4012 mtp 5.6930) | lr 3.00e-04 |
 // gnorm 1.234 | 1.23k tok/s | 0.152 TFLOP/s | MFU 12.3% | load max/mean 1.42 | 0.52 s/step |

@@ -7,40 +7,22 @@
 #include <map>
 
 #include "core/error.h"
+#include "metrics/progress.h"
+#include "metrics/report_svg.h"
 
 namespace moet {
 namespace {
 
 using json = nlohmann::json;
 
-std::string escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '&')
-      out += "&amp;";
-    else if (c == '<')
-      out += "&lt;";
-    else if (c == '>')
-      out += "&gt;";
-    else if (c == '"')
-      out += "&quot;";
-    else
-      out += c;
-  }
-  return out;
-}
-
-std::string num(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-
-// A JSON number field as a double (NaN when absent or null).
-double field(const json& r, const char* key) {
-  auto it = r.find(key);
-  return it != r.end() && it->is_number() ? it->get<double>() : std::nan("");
-}
+using report_page::escape;
+using report_page::field;
+using report_page::heat_color;
+using report_page::line_chart;
+using report_page::num;
+using report_page::row;
+using report_page::series;
+using report_page::Series;
 
 }  // namespace
 
@@ -100,98 +82,75 @@ std::string tick_label(double v, double step) {
 
 namespace {
 
-struct Series {
-  std::string name, color;
-  std::vector<std::pair<double, double>> xy;
-  bool dots = false;  // points (sparse series such as held-out loss) rather than a line
-};
-
-const int kW = 520, kH = 260, kLeft = 64, kRight = 12, kTop = 44, kBottom = 40;
-
-// A line chart as inline SVG; "" when no series has a point.
-std::string line_chart(const std::string& title, const std::string& x_label,
-                       const std::vector<Series>& series, bool percent = false) {
-  double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
-  for (const Series& s : series)
-    for (auto [x, y] : s.xy)
-      x0 = std::min(x0, x), x1 = std::max(x1, x), y0 = std::min(y0, y), y1 = std::max(y1, y);
-  if (!(x0 <= x1)) return "";
-  if (x1 == x0) x0 -= 1, x1 += 1;
-  if (y1 == y0) y0 -= std::max(1e-12, std::fabs(y0) * 0.05), y1 += std::max(1e-12, y1 * 0.05);
-  const double pad = (y1 - y0) * 0.05;
-  y0 -= pad, y1 += pad;
-  const double pw = kW - kLeft - kRight, ph = kH - kTop - kBottom;
-  auto px = [&](double x) { return kLeft + (x - x0) / (x1 - x0) * pw; };
-  auto py = [&](double y) { return kTop + (1 - (y - y0) / (y1 - y0)) * ph; };
-  std::string svg = "<svg class=\"chart\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" +
-                    std::to_string(kW) + "\" height=\"" + std::to_string(kH) + "\">";
-  svg += "<text x=\"" + std::to_string(kLeft) + "\" y=\"18\" class=\"title\">" + escape(title) +
-         "</text>";
-  svg += "<rect x=\"" + std::to_string(kLeft) + "\" y=\"" + std::to_string(kTop) + "\" width=\"" +
-         num("%.0f", pw) + "\" height=\"" + num("%.0f", ph) + "\" class=\"frame\"/>";
-  const double scale = percent ? 100 : 1;  // ticks at round percentages
-  const AxisTicks yt = axis_ticks(y0 * scale, y1 * scale), xt = axis_ticks(x0, x1);
-  for (double t : yt.values) {
-    const double y = t / scale;
-    svg += "<line x1=\"" + std::to_string(kLeft) + "\" x2=\"" + num("%.1f", kLeft + pw) +
-           "\" y1=\"" + num("%.1f", py(y)) + "\" y2=\"" + num("%.1f", py(y)) +
-           "\" class=\"grid\"/>";
-    svg += "<text x=\"" + std::to_string(kLeft - 4) + "\" y=\"" + num("%.1f", py(y) + 4) +
-           "\" class=\"ytick\">" + tick_label(t, yt.step) + (percent ? "%" : "") + "</text>";
-  }
-  for (double x : xt.values)
-    svg += "<text x=\"" + num("%.1f", px(x)) + "\" y=\"" + std::to_string(kH - kBottom + 14) +
-           "\" class=\"xtick\">" + tick_label(x, xt.step) + "</text>";
-  svg += "<text x=\"" + num("%.0f", kLeft + pw / 2) + "\" y=\"" + std::to_string(kH - 6) +
-         "\" class=\"xlabel\">" + escape(x_label) + "</text>";
-  double legend_x = kLeft;  // a row under the title, left to right
-  for (const Series& s : series) {
-    if (s.xy.empty()) continue;
-    if (s.dots) {
-      for (auto [x, y] : s.xy)
-        svg += "<circle cx=\"" + num("%.1f", px(x)) + "\" cy=\"" + num("%.1f", py(y)) +
-               "\" r=\"3\" fill=\"" + s.color + "\"/>";
-    } else {
-      svg += "<polyline fill=\"none\" stroke-width=\"1.5\" stroke=\"" + s.color + "\" points=\"";
-      for (auto [x, y] : s.xy) svg += num("%.1f", px(x)) + "," + num("%.1f", py(y)) + " ";
-      svg += "\"/>";
-    }
-    svg += "<rect x=\"" + num("%.0f", legend_x) + "\" y=\"26\" width=\"10\" height=\"10\" fill=\"" +
-           s.color + "\"/><text x=\"" + num("%.0f", legend_x + 13) +
-           "\" y=\"35\" class=\"legend\">" + escape(s.name) + "</text>";
-    legend_x += 6.5 * double(s.name.size()) + 26;
-  }
-  return svg + "</svg>";
+// A MoE layer by its decoder index: the MTP modules' follow the num_hidden_layers main ones
+// (run.json's model config; unknown: -1).
+std::string moe_layer_name(const json& index, int64_t main_layers) {
+  std::string name = "layer " + index.dump();
+  if (main_layers >= 0 && index.is_number_integer() && index.get<int64_t>() >= main_layers)
+    name += " (MTP module " + std::to_string(index.get<int64_t>() - main_layers + 1) + ")";
+  return name;
 }
 
-// One series of (x key, y key) over the records that have both.
-Series series(const std::vector<json>& records, const char* x_key, const char* y_key,
-              const std::string& name, const std::string& color, double scale = 1) {
-  Series s{name, color, {}, false};
+int64_t main_layers_of(const json& run_info) {
+  if (run_info.is_object() && run_info.contains("model") && run_info["model"].is_object() &&
+      run_info["model"].contains("num_hidden_layers") &&
+      run_info["model"]["num_hidden_layers"].is_number_integer())
+    return run_info["model"]["num_hidden_layers"].get<int64_t>();
+  return -1;
+}
+
+// The heatmaps' colour scale at (x, y): blue at no tokens, white at the mean, dark red at the
+// largest load / mean `top`, with those three values written under it.
+std::string heat_legend(double x, double y, double top) {
+  const int kHalf = 12;
+  const double slice = 10, bar = 2 * kHalf * slice;
+  std::string g = "<g class=\"heat-legend\"><text x=\"" + num("%.0f", x - 6) + "\" y=\"" +
+                  num("%.0f", y + 9) + "\" class=\"ytick\">load / mean</text>";
+  for (int i = 0; i < 2 * kHalf; ++i) {
+    // the left half from 0 to the mean, the right half from the mean to the largest
+    const double t = (i + 0.5) / kHalf;
+    const double ratio = i < kHalf ? t : 1 + (t - 1) * (top - 1);
+    g += "<rect x=\"" + num("%.0f", x + slice * i) + "\" y=\"" + num("%.0f", y) + "\" width=\"" +
+         num("%.0f", slice) + "\" height=\"10\" fill=\"" + heat_color(ratio, top) + "\"/>";
+  }
+  g += "<rect x=\"" + num("%.0f", x) + "\" y=\"" + num("%.0f", y) + "\" width=\"" +
+       num("%.0f", bar) + "\" height=\"10\" fill=\"none\" stroke=\"#999\"/>";
+  const std::pair<double, std::string> ticks[] = {
+      {0, "0"}, {bar / 2, "1 (mean)"}, {bar, num("%.2f", top)}};
+  for (const auto& [dx, label] : ticks)
+    g += "<text x=\"" + num("%.0f", x + dx) + "\" y=\"" + num("%.0f", y + 22) +
+         "\" class=\"xtick\">" + label + "</text>";
+  return g + "</g>";
+}
+
+// The sequence-wise balance loss of each MoE layer against steps ("" when not logged).
+std::string balance_per_layer_chart(const std::vector<json>& records, const json& run_info) {
+  static const char* const kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
+                                        "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
+  const int64_t main_layers = main_layers_of(run_info);
+  std::vector<Series> layers;
   for (const json& r : records) {
-    const double x = field(r, x_key), y = field(r, y_key);
-    if (std::isfinite(x) && std::isfinite(y)) s.xy.emplace_back(x, y * scale);
+    const auto per = r.find("balance_loss_per_layer"), idx = r.find("balance_loss_layers");
+    if (per == r.end() || idx == r.end() || !per->is_array() || !idx->is_array() ||
+        per->size() != idx->size())
+      continue;
+    for (size_t i = 0; i < per->size(); ++i) {
+      if (layers.size() <= i) {
+        layers.emplace_back();
+        layers.back().name = moe_layer_name((*idx)[i], main_layers);
+        layers.back().color = kColors[i % 10];
+        if (i >= 10) layers.back().dash = "5,3";
+      }
+      if ((*per)[i].is_number())
+        layers[i].xy.emplace_back(field(r, "step"), (*per)[i].get<double>());
+    }
   }
-  return s;
-}
-
-// White at the mean load, dark red at the largest load / mean, blue towards no tokens.
-std::string heat_color(double ratio, double top) {
-  // over-loaded: 0..1 from the mean to the largest ratio; under-loaded: -1 (no tokens)..0
-  const double t = ratio >= 1 ? (top > 1 ? std::min(1.0, (ratio - 1) / (top - 1)) : 0.0)
-                              : std::max(-1.0, ratio - 1);
-  int r = 255, g = 255, b = 255;
-  if (t >= 0)
-    g = b = int(std::lround(255 * (1 - t))), r = int(std::lround(255 - 80 * t));
-  else
-    r = g = int(std::lround(255 * (1 + t))), b = 255;  // under-loaded: blue
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "#%02x%02x%02x", r, g, b);
-  return buf;
+  return line_chart("sequence-wise balance loss per MoE layer, unweighted", "step", layers);
 }
 
 // Per MoE layer, experts (rows) × logged steps (columns), coloured by load / mean load.
-std::string expert_heatmaps(const std::vector<json>& records) {
+std::string expert_heatmaps(const std::vector<json>& records, const json& run_info) {
+  const int64_t main_layers = main_layers_of(run_info);
   std::vector<const json*> logged;
   for (const json& r : records)
     if (r.contains("expert_load") && r["expert_load"].is_array() &&
@@ -221,12 +180,13 @@ std::string expert_heatmaps(const std::vector<json>& records) {
     if (cols.empty()) continue;
     const double cell_w = std::max(2.0, std::min(24.0, 440.0 / double(cols.size())));
     const double cell_h = std::max(3.0, std::min(16.0, 320.0 / double(experts)));
-    const double w = std::max(380.0, 70 + cell_w * double(cols.size()) + 10),
-                 h = 30 + cell_h * double(experts) + 34;
+    const double w = std::max(480.0, 70 + cell_w * double(cols.size()) + 10),
+                 h = 30 + cell_h * double(experts) + 82;
     std::string svg = "<svg class=\"chart heatmap\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" +
                       num("%.0f", w) + "\" height=\"" + num("%.0f", h) + "\">";
-    svg += "<text x=\"70\" y=\"18\" class=\"title\">layer " + layers[li].dump() +
-           ": tokens per expert / mean (max " + num("%.2f", top) + ")</text>";
+    svg += "<text x=\"70\" y=\"18\" class=\"title\">" +
+           escape(moe_layer_name(layers[li], main_layers)) + ": tokens per expert / mean (max " +
+           num("%.2f", top) + ")</text>";
     for (size_t c = 0; c < cols.size(); ++c)
       for (size_t e = 0; e < cols[c].second.size(); ++e)
         svg += "<rect x=\"" + num("%.1f", 70 + cell_w * double(c)) + "\" y=\"" +
@@ -239,16 +199,42 @@ std::string expert_heatmaps(const std::vector<json>& records) {
            "\" class=\"ytick\">expert 0</text>";
     svg += "<text x=\"64\" y=\"" + num("%.0f", 30 + cell_h * (double(experts) - 0.5) + 4) +
            "\" class=\"ytick\">" + std::to_string(experts - 1) + "</text>";
-    svg += "<text x=\"70\" y=\"" + num("%.0f", h - 18) + "\" class=\"xlabel-left\">step " +
+    const double map_end = 30 + cell_h * double(experts);
+    svg += "<text x=\"70\" y=\"" + num("%.0f", map_end + 16) + "\" class=\"xlabel-left\">step " +
            std::to_string(cols.front().first) + " → " + std::to_string(cols.back().first) + " (" +
            std::to_string(cols.size()) + " records)</text>";
+    svg += heat_legend(80, map_end + 28, top);
     html += svg + "</svg>";
   }
   return html;
 }
 
-std::string row(const std::string& k, const std::string& v) {
-  return "<tr><th>" + escape(k) + "</th><td>" + escape(v) + "</td></tr>";
+// run.json "segments" (src/train/run_info.h): one row per start of the run, the data, split and
+// precision it trained with, its command, and whether the data changed at it.
+std::string segments_table(const json& segments) {
+  std::string t =
+      "<h3>starts of the run</h3><table><tr><th>start</th><th>from step</th><th>data</th>"
+      "<th>split</th><th>precision</th><th>command</th></tr>";
+  int i = 0;
+  for (const json& seg : segments) {
+    if (!seg.is_object()) continue;
+    auto text = [&](const char* k) {
+      return seg.contains(k) && seg[k].is_string() ? escape(seg[k].get<std::string>())
+                                                   : std::string("—");
+    };
+    std::string what = i == 0 ? "first start" : "resume " + std::to_string(i);
+    if (seg.contains("data_changed_from") && seg["data_changed_from"].is_object()) {
+      const json& from = seg["data_changed_from"];
+      what += "<br><b>data changed</b> (was " + escape(from.value("data", std::string())) +
+              ", split " + escape(from.value("split", std::string())) + ")";
+    }
+    t += "<tr class=\"segment\"><td>" + what + "</td><td>" +
+         std::to_string(seg.value("start_step", int64_t(0))) + "</td><td>" + text("data") +
+         "</td><td>" + text("split") + "</td><td>" + text("precision") + "</td><td>" +
+         text("command") + "</td></tr>";
+    ++i;
+  }
+  return t + "</table>";
 }
 
 }  // namespace
@@ -274,29 +260,83 @@ std::vector<json> read_metrics_records(const std::string& path) {
   return out;
 }
 
+RunElapsed run_elapsed(const std::vector<json>& records, const json& run_info) {
+  std::vector<int64_t> starts;  // run.json: the steps each start continued from
+  if (run_info.is_object() && run_info.contains("segments") && run_info["segments"].is_array())
+    for (const json& s : run_info["segments"])
+      if (s.is_object() && s.contains("start_step") && s["start_step"].is_number_integer())
+        starts.push_back(s["start_step"].get<int64_t>());
+  RunElapsed out;
+  double last = std::nan("");
+  int64_t last_step = 0;
+  for (const json& r : records) {
+    const double e = field(r, "elapsed_s");
+    if (!std::isfinite(e)) continue;
+    const int64_t step = r.value("step", int64_t(0));
+    bool begins = out.starts == 0 || e < last;
+    for (int64_t s : starts) begins = begins || (last_step <= s && s < step);
+    if (begins) {
+      if (out.starts > 0) out.seconds += last;
+      ++out.starts;
+    }
+    last = e, last_step = step;
+  }
+  if (out.starts == 0) return {std::nan(""), 0, std::nan("")};
+  out.seconds += last;
+  out.last_start_s = last;
+  return out;
+}
+
+std::string precision_shown(const json& run_info) {
+  if (!run_info.is_object()) return "";
+  std::string asked, resolved;
+  if (run_info.contains("precision") && run_info["precision"].is_string())
+    resolved = run_info["precision"].get<std::string>();
+  const json* o = run_info.contains("options") ? &run_info["options"] : nullptr;
+  if (o && o->is_object() && o->contains("precision") && (*o)["precision"].is_object() &&
+      (*o)["precision"].contains("precision") && (*o)["precision"]["precision"].is_string())
+    asked = (*o)["precision"]["precision"].get<std::string>();
+  if (asked.empty() || resolved.empty() || asked == resolved)
+    return resolved.empty() ? asked : resolved;
+  return asked + " → " + resolved;
+}
+
+std::vector<DataChange> data_changes(const std::vector<json>& records, const json& run_info) {
+  std::vector<DataChange> out;
+  if (!run_info.is_object() || !run_info.contains("segments") || !run_info["segments"].is_array())
+    return out;
+  for (const json& seg : run_info["segments"]) {
+    if (!seg.is_object() || !seg.contains("data_changed_from") ||
+        !seg["data_changed_from"].is_object())
+      continue;
+    const json& from = seg["data_changed_from"];
+    DataChange c;
+    c.step = seg.value("start_step", int64_t(0));
+    const std::string old_data = from.value("data", std::string()),
+                      old_split = from.value("split", std::string()),
+                      data = seg.value("data", std::string()),
+                      split = seg.value("split", std::string());
+    c.what = "data changed: " + (old_data.empty() ? std::string("(default)") : old_data);
+    if (old_split != split) c.what += " (split " + old_split + ")";
+    c.what += " → " + (data.empty() ? std::string("(default)") : data);
+    if (old_split != split) c.what += " (split " + split + ")";
+    // the tokens trained by step c.step: that step's record, else tokens are steps x batch
+    c.tokens = std::nan("");
+    for (const json& r : records) {
+      const int64_t step = r.value("step", int64_t(0));
+      const double tokens = field(r, "tokens");
+      if (step <= 0 || !std::isfinite(tokens)) continue;
+      c.tokens = tokens / double(step) * double(c.step);
+      if (step >= c.step) break;
+    }
+    out.push_back(c);
+  }
+  return out;
+}
+
 std::string report_html(const std::vector<json>& records, const json& run_info,
                         const std::string& source) {
-  std::string h =
-      "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-      "<link rel=\"icon\" href=\"data:,\"><title>moet report: " +
-      escape(source) +
-      "</title><style>"
-      "body{font-family:sans-serif;margin:24px;color:#222;background:#fff}"
-      "h1{font-size:20px}h2{font-size:16px;margin-top:28px}"
-      ".charts{display:flex;flex-wrap:wrap;gap:12px}"
-      ".chart{background:#fafafa;border:1px solid #ddd}"
-      ".title{font-size:13px;font-weight:bold;fill:#222}"
-      ".frame{fill:#fff;stroke:#999}.grid{stroke:#eee}"
-      ".ytick{font-size:10px;text-anchor:end;fill:#555}"
-      ".xtick{font-size:10px;text-anchor:middle;fill:#555}"
-      ".xlabel{font-size:11px;text-anchor:middle;fill:#333}"
-      ".xlabel-left{font-size:11px;fill:#333}.legend{font-size:11px;fill:#333}"
-      "table{border-collapse:collapse}th,td{text-align:left;padding:2px 10px;"
-      "border-bottom:1px solid #eee;font-size:13px}"
-      "pre{background:#f4f4f4;padding:8px;font-size:12px;white-space:pre-wrap}"
-      ".none{color:#777}"
-      "</style></head><body>\n<h1>moet report: " +
-      escape(source) + "</h1>\n";
+  std::string h = report_page::page_head("moet report: " + source);
   // Summary
   h += "<table>";
   if (records.empty()) {
@@ -317,19 +357,45 @@ std::string report_html(const std::vector<json>& records, const json& run_info,
     if (std::isfinite(best))
       h += row("best held-out loss",
                num("%.4f", best) + " (step " + std::to_string(best_step) + ")");
-    if (std::isfinite(field(last, "elapsed_s")))
-      h += row("elapsed", num("%.1f s", field(last, "elapsed_s")));
+    // every start of the run (a resumed run's metrics continue the file), not just the last
+    const RunElapsed e = run_elapsed(records, run_info);
+    const char* secs = e.seconds < 10 ? "%.2f s" : "%.1f s";
+    if (e.starts == 1)
+      h += row("elapsed", num(secs, e.seconds) + " (" + format_hms(e.seconds) + ")");
+    else if (e.starts > 1)
+      h += row("elapsed", num(secs, e.seconds) + " (" + format_hms(e.seconds) + ") over " +
+                              std::to_string(e.starts) + " starts, the last " +
+                              num(secs, e.last_start_s) +
+                              "; start-up and the time between starts not counted");
+    if (run_info.is_object() && run_info.contains("segments") && run_info["segments"].is_array() &&
+        run_info["segments"].size() > 1) {
+      std::string resumes;
+      for (const json& seg : run_info["segments"])
+        if (seg.is_object() && seg.value("start_step", int64_t(0)) > 0)
+          resumes +=
+              (resumes.empty() ? "" : ", ") + std::to_string(seg.value("start_step", int64_t(0)));
+      std::string text =
+          std::to_string(run_info["segments"].size()) + " (resumed at step " + resumes + ")";
+      for (const DataChange& c : data_changes(records, run_info))
+        text += "; at step " + std::to_string(c.step) + " " + c.what;
+      h += row("starts", text);
+    }
   }
   h += "</table>\n";
 
   h += "<h2>Loss</h2><div class=\"charts\">";
+  std::vector<report_page::Marker> changed;  // a resume that changed --data or --split
+  for (const DataChange& c : data_changes(records, run_info))
+    if (std::isfinite(c.tokens)) changed.push_back({c.tokens, "data changed", "#555"});
   h += line_chart("loss against tokens", "tokens",
                   {series(records, "tokens", "lm_loss", "lm loss", "#1f77b4"),
-                   series(records, "tokens", "mtp_loss", "mtp loss", "#aec7e8"), [&] {
+                   series(records, "tokens", "mtp_loss", "mtp loss", "#aec7e8"),
+                   [&] {
                      Series s = series(records, "tokens", "eval_loss", "held-out", "#d62728");
                      s.dots = true;
                      return s;
-                   }()});
+                   }()},
+                  false, changed);
   // The balance and z losses are logged unweighted and differ by orders of magnitude (~1 and
   // ~20): each on its own axis, titled with the weight it enters the loss with.
   auto weight_of = [&](const char* key, const char* flag) -> std::string {
@@ -347,6 +413,7 @@ std::string report_html(const std::vector<json>& records, const json& run_info,
                   "step", {series(records, "step", "balance_loss", "balance", "#9467bd")});
   h += line_chart("router z-loss, unweighted (" + weight_of("z_loss_coef", "--z-loss") + ")",
                   "step", {series(records, "step", "z_loss", "z", "#8c564b")});
+  h += balance_per_layer_chart(records, run_info);
   h += "</div>\n<h2>Optimisation</h2><div class=\"charts\">";
   h += line_chart("learning rate", "step", {series(records, "step", "lr", "lr", "#2ca02c")});
   h += line_chart("gradient norm (before clipping)", "step",
@@ -360,9 +427,11 @@ std::string report_html(const std::vector<json>& records, const json& run_info,
   h += "</div>\n<h2>Expert load</h2><div class=\"charts\">";
   h += line_chart("worst layer: max / mean expert load", "step",
                   {series(records, "step", "max_expert_load", "max/mean", "#e377c2")});
-  h += "</div><div class=\"charts\">" + expert_heatmaps(records) + "</div>\n";
+  h += "</div><div class=\"charts\">" + expert_heatmaps(records, run_info) + "</div>\n";
   h += "<h2>Communication</h2><div class=\"charts\">";
-  Series hidden{"all-to-all hidden", "#2ca02c", {}, false};
+  Series hidden;
+  hidden.name = "all-to-all hidden";
+  hidden.color = "#2ca02c";
   for (const json& r : records) {
     const double a = field(r, "a2a_s"), e = field(r, "a2a_exposed_s");
     // the exposed part is measured as waiting and can exceed the transfer's own time: 0 then
@@ -376,9 +445,14 @@ std::string report_html(const std::vector<json>& records, const json& run_info,
   h += comm.empty() ? "<p class=\"none\">No communication measured (one process).</p>" : comm;
   h += "</div>\n<h2>Run</h2>";
   if (run_info.is_object()) {
+    // run.json "segments": every start of the run (src/train/run_info.h), listed below
+    const bool has_segments = run_info.contains("segments") && run_info["segments"].is_array() &&
+                              !run_info["segments"].empty();
     h += "<table>";
-    if (run_info.contains("commands") && run_info["commands"].is_array() &&
-        !run_info["commands"].empty()) {
+    if (has_segments) {
+      // the commands are in the starts' table below
+    } else if (run_info.contains("commands") && run_info["commands"].is_array() &&
+               !run_info["commands"].empty()) {
       const auto& cmds = run_info["commands"];
       for (size_t i = 0; i < cmds.size(); ++i)
         if (cmds[i].is_string())
@@ -393,9 +467,17 @@ std::string report_html(const std::vector<json>& records, const json& run_info,
       if (run_info.contains(k) && run_info[k].is_string() &&
           !run_info[k].get<std::string>().empty())
         h += row(k, run_info[k].get<std::string>());
+    const std::string precision = precision_shown(run_info);
+    if (!precision.empty()) h += row("precision", precision);
     h += "</table>";
-    if (run_info.contains("options"))
-      h += "<h3>options</h3><pre>" + escape(run_info["options"].dump(2)) + "</pre>";
+    if (has_segments) h += segments_table(run_info["segments"]);
+    if (run_info.contains("options")) {
+      json options = run_info["options"];  // --precision as asked and as resolved
+      if (options.is_object() && options.contains("precision") &&
+          options["precision"].is_object() && !precision.empty())
+        options["precision"]["precision"] = precision;
+      h += "<h3>options</h3><pre>" + escape(options.dump(2)) + "</pre>";
+    }
     if (run_info.contains("model"))
       h += "<h3>model config</h3><pre>" + escape(run_info["model"].dump(2)) + "</pre>";
   } else {

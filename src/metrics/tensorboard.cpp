@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -197,6 +198,27 @@ Histogram expert_load_histogram(const std::vector<int64_t>& load_E) {
   return h;
 }
 
+Histogram expert_bias_histogram(const std::vector<float>& bias_E) {
+  Histogram h;
+  if (bias_E.empty()) return h;
+  std::vector<double> v(bias_E.begin(), bias_E.end());
+  std::sort(v.begin(), v.end());
+  h.min = v.front();
+  h.max = v.back();
+  h.num = double(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    h.sum += v[i];
+    h.sum_squares += v[i] * v[i];
+    if (i == 0 || v[i] != v[i - 1]) {
+      if (i > 0) h.bucket_limit.back() = (v[i - 1] + v[i]) / 2;
+      h.bucket_limit.push_back(v[i]);
+      h.bucket.push_back(0);
+    }
+    h.bucket.back() += 1;
+  }
+  return h;
+}
+
 std::vector<std::pair<std::string, float>> tensorboard_scalars(const StepMetrics& m) {
   std::vector<std::pair<std::string, float>> out;
   for (const ScalarTag& t : kScalarTags) {
@@ -204,6 +226,10 @@ std::vector<std::pair<std::string, float>> tensorboard_scalars(const StepMetrics
     if (std::isfinite(v)) out.emplace_back(t.tag, float(v));
   }
   out.emplace_back("consumed-tokens", float(m.tokens));
+  for (size_t i = 0; i < m.balance_loss_per_layer.size(); ++i)
+    if (std::isfinite(m.balance_loss_per_layer[i]))
+      out.emplace_back("moe/balance_loss_layer_" + std::to_string(m.balance_loss_layers[i]),
+                       float(m.balance_loss_per_layer[i]));
   for (size_t i = 0; i < m.expert_load.size(); ++i) {
     const double r = expert_load_imbalance(m.expert_load[i]);
     if (std::isfinite(r))
@@ -254,6 +280,10 @@ void TensorBoardWriter::write(const StepMetrics& m) {
     append(tensorboard::histogram_event(
         t, m.step, "moe/expert_load_layer_" + std::to_string(m.expert_load_layers[i]),
         expert_load_histogram(m.expert_load[i])));
+  for (size_t i = 0; i < m.expert_bias.size(); ++i)
+    append(tensorboard::histogram_event(
+        t, m.step, "moe/expert_bias_layer_" + std::to_string(m.expert_load_layers[i]),
+        expert_bias_histogram(m.expert_bias[i])));
 }
 
 void TensorBoardWriter::flush() {

@@ -44,6 +44,12 @@ std::string histogram_event(double wall_time, int64_t step, const std::string& t
 // layer's assignments.
 Histogram expert_load_histogram(const std::vector<int64_t>& load_E);
 
+// A layer's expert biases as the distribution of their values (each expert one sample): one
+// bucket per distinct value, in increasing order, its limit halfway to the next value (the last
+// one's the largest value), so bucket i holds the experts whose bias is the i-th smallest value
+// and num is the number of experts.
+Histogram expert_bias_histogram(const std::vector<float>& bias_E);
+
 // The scalars of one step under their TensorBoard tags (the table of docs/metrics.md), each the
 // float32 of the JSONL field it mirrors; fields not measured this step are left out.
 std::vector<std::pair<std::string, float>> tensorboard_scalars(const StepMetrics& m);
@@ -60,7 +66,8 @@ class TensorBoardWriter {
 
   // A resumed run: its first step is `step` (session_start_event).
   void mark_resume(int64_t step);
-  // The step's scalars, and with expert loads a histogram and an imbalance scalar per layer.
+  // The step's scalars (with a balance loss per MoE layer), and with expert loads a load
+  // histogram, a bias histogram and an imbalance scalar per layer.
   void write(const StepMetrics& m);
   void flush();
   const std::string& path() const { return path_; }

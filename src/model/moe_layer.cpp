@@ -118,6 +118,7 @@ void MoeLayer::route(const Tensor& x_ND) {
   if (recomputing_) return;
   stats_.balance_loss += last_balance_;
   stats_.z_loss += last_z_;
+  ++stats_.forwards;
   const int32_t* idx = idx_NK_.i32();
   for (int64_t i = 0; i < idx_NK_.numel(); ++i) ++stats_.load_E[idx[i]];
 }

@@ -21,6 +21,7 @@ struct RouterStats {
   std::vector<int64_t> load_E;  // (token, expert) assignments per expert since reset
   double balance_loss = 0;      // unweighted, summed over micro-batches since reset
   double z_loss = 0;
+  int64_t forwards = 0;  // the forward calls counted since reset (balance_loss's denominator)
 };
 
 class MoeLayer {

@@ -40,6 +40,7 @@ void reset_router_stats(const std::vector<MoeLayer*>& layers) {
     std::fill(s.load_E.begin(), s.load_E.end(), 0);
     s.balance_loss = 0;
     s.z_loss = 0;
+    s.forwards = 0;
   }
 }
 

@@ -1,5 +1,6 @@
 #include "train/checkpointing.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
@@ -50,9 +51,13 @@ std::string resumed_schedule_change(const nlohmann::json& run, const LrSchedule&
   };
   differs(str("--schedule ", kind, " -> ", schedule_name), kind != schedule_name);
   differs(str("--lr ", max, " -> ", now.max_lr), max != now.max_lr);
-  differs(str("--min-lr ", min, " -> ", now.min_lr), min != now.min_lr);
-  differs(str("--steps ", total, " -> ", now.total), total != now.total);
-  differs(str("warm-up ", warmup, " -> ", now.warmup, " steps"), warmup != now.warmup);
+  // a constant rate has no end and no minimum: more --steps continue the same schedule
+  const bool constant = kind == "constant" && schedule_name == "constant";
+  differs(str("--min-lr ", min, " -> ", now.min_lr), !constant && min != now.min_lr);
+  differs(str("--steps ", total, " -> ", now.total), !constant && total != now.total);
+  // (nor does a warm-up both have finished by the resume, default ones growing with --steps)
+  differs(str("warm-up ", warmup, " -> ", now.warmup, " steps"),
+          warmup != now.warmup && !(constant && resume_step >= std::max(warmup, now.warmup)));
   if (changed.empty()) return "";
   MOET_CHECK(override_scheduler, "the learning-rate schedule differs from the one ", where,
              " was trained under (", changed,
@@ -100,7 +105,13 @@ TrainCheckpoints::TrainCheckpoints(const TrainOptions& o, Communicator* world)
   } else if (!o.checkpoint.resume.empty()) {
     resume_dir_ = resolve_checkpoint_dir(o.checkpoint.resume);
   }
-  if (!resume_dir_.empty()) resume_step_ = CheckpointReader(resume_dir_).index().step;
+  if (!resume_dir_.empty()) {
+    const CheckpointIndex ix = CheckpointReader(resume_dir_).index();
+    resume_step_ = ix.step;
+    if (ix.run.is_object() && ix.run.contains("gemm_operands") &&
+        ix.run["gemm_operands"].is_string())
+      recorded_gemm_operands_ = ix.run["gemm_operands"].get<std::string>();
+  }
   model_config_ = read_json_file(o.model_path);
   if (o.checkpoint.out_dir.empty()) return;
   MOET_CHECK(!fs::exists(o.checkpoint.out_dir) || fs::is_directory(o.checkpoint.out_dir), "--out '",
@@ -163,8 +174,9 @@ int64_t TrainCheckpoints::restore(const StateHolder& h, AdamW& adamw, const Data
   CheckpointReader reader(resume_dir_);
   const CheckpointIndex& ix = reader.index();
   reader.check_model(model_config_);
-  MOET_CHECK(ix.seed == data.seed, "--seed ", data.seed, " differs from the checkpoint's ", ix.seed,
-             " (", resume_dir_, "): the data order follows the seed");
+  MOET_CHECK(ix.seed == data.seed, o_.data.data_seed ? "--data-seed " : "--seed ", data.seed,
+             " differs from the checkpoint's data seed ", ix.seed, " (", resume_dir_,
+             "): the data order follows it");
   const std::optional<TrainOptions> then =
       checkpoint_run_options(ix.run, resume_dir_ + "/checkpoint.json run");
   const int64_t seq = then ? then->data.seq : -1, accum = then ? then->data.grad_accum : -1;
@@ -178,6 +190,18 @@ int64_t TrainCheckpoints::restore(const StateHolder& h, AdamW& adamw, const Data
   schedule_note_ =
       resumed_schedule_change(ix.run, train_lr_schedule(o_), schedule_name(o_.optim.schedule),
                               o_.optim.override_opt_param_scheduler, ix.step, resume_dir_);
+  if (then) {
+    auto split_of = [](const std::string& s) { return s.empty() ? std::string("95,5") : s; };
+    const std::string was = then->data.spec, was_split = split_of(then->data.split);
+    if (was != o_.data.spec || was_split != split_of(o_.data.split)) {
+      data_changed_from_ = DataOrigin{was, was_split};
+      data_note_ =
+          str("the data change at step ", ix.step, ": --data '", was, "' --split ", was_split,
+              " -> --data '", o_.data.spec, "' --split ", split_of(o_.data.split),
+              " (training reads the new data's samples from here; the held-out loss is "
+              "measured on its held-out documents)");
+    }
+  }
   const std::vector<StatePiece> pieces = training_state_pieces(h, false);
   reader.check_tensors(pieces, "param/", !h.pipeline_stage);
   bool has_moments = false;

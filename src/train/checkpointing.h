@@ -9,6 +9,7 @@
 
 #include "checkpoint/async_saver.h"
 #include "checkpoint/training_state.h"
+#include "train/run_info.h"
 #include "train/train_options.h"
 
 namespace moet {
@@ -48,7 +49,13 @@ class TrainCheckpoints {
   // What changes of the learning-rate schedule the resume accepted
   // (--override-opt-param-scheduler), to print; "" when none.
   const std::string& schedule_note() const { return schedule_note_; }
+  // The data the resume changed to (--data or --split other than the checkpoint's), to print;
+  // "" when the same. run.json records it too (run_info.h, "data_changed_from").
+  const std::string& data_note() const { return data_note_; }
+  const std::optional<DataOrigin>& data_changed_from() const { return data_changed_from_; }
   int64_t resume_step() const { return resume_step_; }
+  // The GEMM operand store ("bf16", "fp32") the resumed checkpoint's run recorded; "" if none.
+  const std::string& recorded_gemm_operands() const { return recorded_gemm_operands_; }
   bool saving() const { return saver_ != nullptr; }
 
   // Loads the state `h` holds (parameters, moments, AdamW's step count) after checking the
@@ -75,7 +82,9 @@ class TrainCheckpoints {
  private:
   const TrainOptions& o_;
   Communicator* world_;
-  std::string resume_dir_, schedule_note_;
+  std::string resume_dir_, schedule_note_, data_note_;
+  std::optional<DataOrigin> data_changed_from_;
+  std::string recorded_gemm_operands_;
   int64_t resume_step_ = 0;
   nlohmann::json model_config_;
   nlohmann::json run_;  // the run's settings, recorded in every checkpoint

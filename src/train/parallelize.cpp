@@ -93,6 +93,22 @@ StepPlan ParallelRun::step_plan(const TrainOptions& o, TraceRecorder* trace) {
   plan.pipeline = pipeline.get();
   plan.moe_layers = moe_layers();
   plan.merges = moe_merges();
+  // each chunk's MoE layers are its decoder layers' in order, then the MTP modules'
+  for (const auto& chunk : chunks) {
+    const Model& m = *chunk[0];
+    const ModelConfig& cfg = m.config();
+    int64_t first = 0, decoder = 0, decoder_total = 0;
+    for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) {
+      if (!cfg.is_moe_layer(l)) continue;
+      ++decoder_total;
+      if (l < m.part().first_layer)
+        ++first;
+      else if (l < m.part().end_layer)
+        ++decoder;
+    }
+    for (int64_t i = 0; i < int64_t(m.moe_layers().size()); ++i)
+      plan.moe_index.push_back(i < decoder ? first + i : decoder_total + (i - decoder));
+  }
   plan.trace = trace;
   const int64_t sequences = o.data.micro_batch;
   if (pipeline && o.parallel.deterministic)

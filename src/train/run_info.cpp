@@ -18,28 +18,48 @@ std::string absolute(const std::string& path) {
 
 }  // namespace
 
-void write_run_info(const TrainOptions& o, const std::string& tensorboard_file, bool resuming) {
+void write_run_info(const TrainOptions& o, const RunStart& start) {
   namespace fs = std::filesystem;
   nlohmann::ordered_json j;
   j["command"] = o.command_line;
   // every invocation of the run, the first first: a resumed run adds its own
   nlohmann::ordered_json commands = nlohmann::ordered_json::array();
+  nlohmann::ordered_json segments = nlohmann::ordered_json::array();
   const fs::path previous = fs::path(o.checkpoint.out_dir) / "run.json";
-  if (resuming && fs::is_regular_file(previous)) {
+  if (start.resuming && fs::is_regular_file(previous)) {
     const auto old =
         nlohmann::ordered_json::parse(read_text_file(previous.string()), nullptr, false);
     if (old.is_object() && old.contains("commands") && old["commands"].is_array())
       commands = old["commands"];
     else if (old.is_object() && old.contains("command") && old["command"].is_string())
       commands.push_back(old["command"]);
+    // the earlier starts that reached this one's step (a resume from an older checkpoint
+    // drops the starts after it)
+    if (old.is_object() && old.contains("segments") && old["segments"].is_array())
+      for (const auto& s : old["segments"])
+        if (s.is_object() && s.value("start_step", int64_t(0)) < start.first_step)
+          segments.push_back(s);
   }
   commands.push_back(o.command_line);
   j["commands"] = commands;
+  nlohmann::ordered_json seg = {{"start_step", start.first_step},
+                                {"command", o.command_line},
+                                {"data", o.data.spec},
+                                {"split", o.data.split.empty() ? "95,5" : o.data.split},
+                                {"precision", start.precision}};
+  if (start.data_changed_from)
+    seg["data_changed_from"] = {{"data", start.data_changed_from->data},
+                                {"split", start.data_changed_from->split}};
+  segments.push_back(seg);
+  j["segments"] = segments;
+  if (!o.config_file.empty())
+    j["config_file"] = {{"path", absolute(o.config_file)}, {"text", read_text_file(o.config_file)}};
   j["model_config"] = absolute(o.model_path);
   j["model"] = nlohmann::ordered_json::parse(read_text_file(o.model_path), nullptr, false);
   j["metrics"] = absolute(o.logging.metrics_path);
   j["tensorboard"] = absolute(o.logging.tensorboard_dir);
-  j["tensorboard_file"] = absolute(tensorboard_file);
+  j["tensorboard_file"] = absolute(start.tensorboard_file);
+  j["precision"] = start.precision;
   j["options"] = to_json(o);  // grouped as TrainOptions (train_options.h)
   std::error_code ec;
   fs::create_directories(o.checkpoint.out_dir, ec);

@@ -2,18 +2,36 @@
 // and TensorBoard files are; `moet report` reads it) and the summary printed at the end.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "train/train_options.h"
 
 namespace moet {
 
+// The data a run read: --data and --split ("95,5" for the default).
+struct DataOrigin {
+  std::string data, split;
+};
+
+// One start of a run: a fresh start, or a resume from a checkpoint.
+struct RunStart {
+  std::string tensorboard_file;  // the event file this start writes ("" = none)
+  bool resuming = false;
+  int64_t first_step = 0;  // steps done before this start (the checkpoint's step)
+  std::string precision;   // the recipe --precision resolved to ("bf16" for auto on some CPUs)
+  // a resume on data other than the checkpoint's: what they were (run.json "data_changed_from")
+  std::optional<DataOrigin> data_changed_from;
+};
+
 // Writes OUT_DIR/run.json (rank 0, each start of the run, so a resumed run names its newest
-// files): {"command", "commands", "model_config", "model", "metrics", "tensorboard",
-// "options"}; paths absolute; "commands" is every invocation of the run, the first first (a
-// resumed start, `resuming`, adds its own to the earlier ones). tensorboard_file: the event file
-// this start writes ("" = none).
-void write_run_info(const TrainOptions& o, const std::string& tensorboard_file, bool resuming);
+// files): {"command", "commands", "segments", "model_config", "model", "metrics", "tensorboard",
+// "precision", "options"}; paths absolute; "commands" is every invocation of the run, the first
+// first (a resumed start adds its own to the earlier ones); "segments" the same starts as
+// {"start_step", "command", "data", "split", "precision"}, a resume whose --data or --split
+// differs from its checkpoint's adding "data_changed_from" ({"data", "split"}: what they were;
+// `moet report` marks the step on its curves); "precision" the recipe the newest start resolved.
+void write_run_info(const TrainOptions& o, const RunStart& start);
 
 struct RunSummary {
   int64_t steps = 0;  // steps this process trained (a resumed run: since the resume)

@@ -46,10 +46,21 @@ StepMetrics StepRecorder::record(int64_t step, const StepResult& r, double step_
     m.balance_loss = r.losses.balance_loss;
     m.z_loss = r.losses.z_loss;
     m.max_expert_load = r.max_expert_load;
-    // the step's loads, summed over micro-batches and ranks (StepRunner::run)
+    if (!r.balance_loss_per_layer.empty()) {  // global, every layer (StepRunner::run)
+      MOET_ASSERT(r.balance_loss_per_layer.size() == moe_layer_index_.size());
+      m.balance_loss_layers = moe_layer_index_;
+      m.balance_loss_per_layer.assign(r.balance_loss_per_layer.begin(),
+                                      r.balance_loss_per_layer.end());
+    }
+    // the step's loads, summed over micro-batches and ranks (StepRunner::run), and the biases
+    // they updated (the same on every rank)
     if (o_.logging.log_expert_load > 0 && (step + 1) % o_.logging.log_expert_load == 0) {
       m.expert_load_layers = moe_layer_index_;
-      for (MoeLayer* layer : par_.moe_layers()) m.expert_load.push_back(layer->stats().load_E);
+      for (MoeLayer* layer : par_.moe_layers()) {
+        m.expert_load.push_back(layer->stats().load_E);
+        const Tensor& b = layer->correction_bias()->value;
+        m.expert_bias.emplace_back(b.f32(), b.f32() + b.numel());
+      }
       MOET_ASSERT(m.expert_load.size() == moe_layer_index_.size());
     }
   }

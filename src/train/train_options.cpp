@@ -82,7 +82,8 @@ nlohmann::json to_json(const TrainOptions& o) {
         {"micro_batch", d.micro_batch},
         {"seq", d.seq},
         {"grad_accum", d.grad_accum},
-        {"seed", d.seed}}},
+        {"seed", d.seed},
+        {"data_seed", d.data_seed ? nlohmann::json(*d.data_seed) : nlohmann::json(nullptr)}}},
       {"optim",
        {{"steps", p.steps},
         {"lr", p.lr},
@@ -245,6 +246,7 @@ TrainOptions train_options_from_json(const nlohmann::json& j, const std::string&
   data("seq", d.seq);
   data("grad_accum", d.grad_accum);
   data("seed", d.seed);
+  data("data_seed", d.data_seed);
   OptimizerOptions& p = o.optim;
   const GroupReader optim(j, "optim", where);
   optim("steps", p.steps);

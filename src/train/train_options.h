@@ -25,15 +25,20 @@ enum class DispatcherKind { kAllToAll, kAllGather };
 // What is read and how it is batched.
 struct DataOptions {
   std::string spec;  // --data: "" = default English corpus, "mock", text, prefix, blend
-  std::string tokenizer = "byte";  // tokenizes text data as it is read
-  std::string split;               // train,validation shares of documents ("" = 95,5)
+  // --tokenizer: "" (not given: the data's own, else bytes), "byte" or a tokenizer.json; after
+  // resolve_train_tokenizer, the one the run reads text with and keeps in --out
+  std::string tokenizer;
+  std::string split;  // train,validation shares of documents ("" = 95,5)
   DocBoundary doc_boundary = DocBoundary::kPercent;  // plain text: where documents end
   std::string json_key = "text";                     // JSONL: the field holding a document
   int64_t prefetch = 2;  // batches prepared ahead by a background thread (0: none)
   int64_t micro_batch = 8;
   int64_t seq = 256;
   int64_t grad_accum = 1;
-  uint64_t seed = 1234;  // initialisation and data order
+  uint64_t seed = 1234;               // initialisation, and the data order unless data_seed is set
+  std::optional<uint64_t> data_seed;  // --data-seed: the data order apart from the initialisation
+  // The seed of the data order (which samples, in which order; held-out data never depend on it).
+  uint64_t order_seed() const { return data_seed.value_or(seed); }
 };
 
 // The schedule, the optimizer and the loss's weights.
@@ -132,7 +137,8 @@ struct TrainOptions {
   RecomputeOptions recompute;
   CheckpointOptions checkpoint;
   LoggingOptions logging;
-  std::string command_line;  // recorded in run.json and checkpoints
+  std::string command_line;  // recorded in run.json and checkpoints (--config's flags written out)
+  std::string config_file;   // --config FILE ("" = none); run.json keeps its text
 };
 
 // The words of each choice and what they mean, for the command line and to_json.

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/flag_check.h"
 #include "core/warning.h"
+#include "data/dataset_tokenizer.h"
 #include "data/gpt_dataset.h"
 #include "model/recipe.h"
 #include "parallel/communicator.h"
@@ -71,7 +72,9 @@ void check_numbers(const TrainOptions& o) {
 // The flags that name one of a few choices, or text with a syntax of its own.
 void check_words(const TrainOptions& o) {
   MOET_CHECK(!o.model_path.empty(), "--model CONFIG.json is required");
-  if (!o.data.split.empty()) parse_data_split(o.data.split);
+  if (!o.data.split.empty())
+    MOET_CHECK(parse_data_split(o.data.split).train > 0, "--split '", o.data.split,
+               "' gives the training split no documents");
 }
 
 // A file the run will write (if `path` is given): not a directory, in a directory that exists
@@ -214,6 +217,10 @@ void apply_run_directory_defaults(TrainOptions& o, bool tensorboard_asked) {
   }
   if (!o.checkpoint.out_dir.empty() && o.logging.metrics_path.empty())
     o.logging.metrics_path = (fs::path(o.checkpoint.out_dir) / "metrics.jsonl").string();
+}
+
+void resolve_train_tokenizer(TrainOptions& o) {
+  o.data.tokenizer = resolve_data_tokenizer(o.data.tokenizer, o.data.spec, "", "moet train");
 }
 
 bool output_absent_or_empty(const std::string& path) {

@@ -33,6 +33,12 @@ bool fit_default_seq_to_model(TrainOptions& o);
 // (refused without --out). `tensorboard_asked`: --tensorboard was given.
 void apply_run_directory_defaults(TrainOptions& o, bool tensorboard_asked);
 
+// --tokenizer as the data say (data/dataset_tokenizer.h): on Megatron data, the tokenizer they
+// were prepared with (a --tokenizer given must be that one); on text, --tokenizer or bytes ("").
+// Afterwards o.data.tokenizer names it, for reading text, run.json and the run directory's copy
+// ("" where Megatron data without a record meet no --tokenizer: the run keeps none).
+void resolve_train_tokenizer(TrainOptions& o);
+
 // An output file a run may create without --overwrite: absent, or an empty regular file (what a
 // run killed before it wrote anything leaves; it must not block the rerun).
 bool output_absent_or_empty(const std::string& path);

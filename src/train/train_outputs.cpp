@@ -1,5 +1,6 @@
 #include "train/train_outputs.h"
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 
@@ -40,7 +41,7 @@ TrainOutputs::TrainOutputs(const TrainOptions& o, int rank, int ranks, bool resu
 
 TrainOutputs::~TrainOutputs() = default;
 
-void TrainOutputs::open(int64_t resume_step, int64_t first_step) {
+void TrainOutputs::open(int64_t resume_step, const RunStart& start) {
   if (root_ && !o_.logging.metrics_path.empty()) {
     make_parent_folder(o_.logging.metrics_path);
     if (resuming_) {  // continue the interrupted run's file from the checkpoint's step
@@ -56,9 +57,13 @@ void TrainOutputs::open(int64_t resume_step, int64_t first_step) {
   }
   if (root_ && !o_.logging.tensorboard_dir.empty())
     tensorboard_ = std::make_unique<TensorBoardWriter>(o_.logging.tensorboard_dir);
-  if (tensorboard_ && resuming_) tensorboard_->mark_resume(first_step + 1);
-  if (root_ && !o_.checkpoint.out_dir.empty())
-    write_run_info(o_, tensorboard_ ? tensorboard_->path() : "", resuming_);
+  if (tensorboard_ && resuming_) tensorboard_->mark_resume(start.first_step + 1);
+  if (root_ && !o_.checkpoint.out_dir.empty()) {
+    RunStart s = start;
+    s.tensorboard_file = tensorboard_ ? tensorboard_->path() : "";
+    s.resuming = resuming_;
+    write_run_info(o_, s);
+  }
 }
 
 void TrainOutputs::write(StepMetrics& m, bool log_now) {
@@ -69,6 +74,9 @@ void TrainOutputs::write(StepMetrics& m, bool log_now) {
   if (tensorboard_ && log_now) tensorboard_->flush();
   if (verbose_ && log_now) {
     std::printf("%s\n", format_progress_line(m).c_str());
+    std::fflush(stdout);
+  } else if (verbose_ && std::isfinite(m.eval_loss)) {  // an evaluation between progress lines
+    std::printf("%s\n", format_eval_line(m).c_str());
     std::fflush(stdout);
   }
 }

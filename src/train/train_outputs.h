@@ -8,6 +8,7 @@
 #include <string>
 
 #include "metrics/progress.h"
+#include "train/run_info.h"
 
 namespace moet {
 
@@ -26,7 +27,7 @@ class TrainOutputs {
 
   // Creates the files: the metrics file (a resumed run's continued after resume_step, the
   // checkpoint's), TensorBoard (marking the resume at first_step + 1) and, with --out, run.json.
-  void open(int64_t resume_step, int64_t first_step);
+  void open(int64_t resume_step, const RunStart& start);
   // Null without --trace.
   TraceRecorder* trace() const { return trace_.get(); }
   // The lane steps and evaluations are drawn on (0 without --trace).

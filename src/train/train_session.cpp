@@ -8,8 +8,11 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/hf.h"
 #include "core/error.h"
+#include "core/warning.h"
+#include "data/dataset_tokenizer.h"
 #include "data/open_dataset.h"
 #include "kernels/ops.h"
+#include "measure/gemm_choice.h"
 #include "measure/gemm_peak.h"
 #include "metrics/flops.h"
 #include "metrics/memory.h"
@@ -98,10 +101,17 @@ std::unique_ptr<TrainSession> start_training(const TrainOptions& o, Communicator
   int threads = o.parallel.threads;
   if (threads == 0) threads = std::max(1, int(std::thread::hardware_concurrency()) / s->ranks);
   ops::set_num_threads(threads);
+  // --deterministic: sums that do not depend on the thread count either (a GEMM's K is never
+  // split over threads), so N ranks x T threads train what one process on any thread count does
+  ops::set_thread_invariant(o.parallel.deterministic);
   std::optional<DelayedNote> reading(std::in_place, s->verbose, "reading the data");
   s->tokenizer = load_tokenizer(o.data.tokenizer);
-  s->data = open_token_dataset(o.data.spec, *s->tokenizer, cfg.vocab_size, o.data.seed,
+  s->data = open_token_dataset(o.data.spec, *s->tokenizer, cfg.vocab_size, o.data.order_seed(),
                                o.data.split, TextFormat{o.data.doc_boundary, o.data.json_key});
+  if (!o.logging.quiet && o.data.tokenizer.empty()) {
+    const std::string w = unrecorded_tokenizer_warning(o.data.spec);
+    if (!w.empty()) warn(w);
+  }
   s->checkpoints = std::make_unique<TrainCheckpoints>(o, world);
   const bool resuming = !s->checkpoints->resume_dir().empty();
   s->outputs = std::make_unique<TrainOutputs>(o, s->rank, s->ranks, resuming);
@@ -119,17 +129,42 @@ std::unique_ptr<TrainSession> start_training(const TrainOptions& o, Communicator
   // is built, so that data too small is refused before the start-up note.
   s->data->plan(SampleLayout{A, int64_t(DP) * B, o.optim.steps, T});
   reading.reset();
+  // where the recipe's low-precision operands are multiplied: bf16 GEMMs or sgemm, the faster
+  // here (measured, cached), rank 0's choice on every rank
+  // (--deterministic: the CPU's default store, which no measurement, thread count or rank count
+  // can change)
+  std::optional<GemmOperandChoice> operands;
+  if (precision.recipe != Recipe::FP32 && o.parallel.deterministic)
+    operands = GemmOperandChoice{ops::gemm_operand_dtype(),
+                                 ops::gemm_operand_reason() + "; --deterministic measures nothing",
+                                 {}};
+  else if (precision.recipe != Recipe::FP32)
+    operands = choose_gemm_operands(model_gemm_shapes(cfg, B * T),
+                                    s->checkpoints->recorded_gemm_operands());
   if (setup) setup->agree();  // every rank's setup succeeded: the collectives may start
+  if (operands) {
+    if (world && world->size() > 1) {
+      std::vector<int32_t> all(size_t(world->size()));
+      const int32_t mine = operands->dtype == DType::BF16;
+      world->allgather(&mine, sizeof mine, all.data());
+      if ((all[0] != 0) != (operands->dtype == DType::BF16))
+        *operands = {all[0] ? DType::BF16 : DType::F32, "rank 0's choice", {}};
+    }
+    ops::set_gemm_operand_dtype(operands->dtype, operands->reason);
+    s->checkpoints->note("gemm_operands", gemm_operands_name(operands->dtype));
+  }
   startup_note(s->verbose, "building the model");
   s->par = parallelize(o, cfg, world, precision, threads, s->outputs->trace());
   MOET_ASSERT(DP == s->par->dp);
   s->runner = make_runner(o, *s->par, s->outputs->trace());
   s->state = state_of(o, *s);
-  s->data_shape = DataShape{o.data.seed, T, A, int64_t(DP) * A * B};
+  s->data_shape = DataShape{o.data.order_seed(), T, A, int64_t(DP) * A * B};
   if (resuming) {
     s->first_step = s->checkpoints->restore(s->state, s->runner->optimizer(), s->data_shape);
     if (s->verbose && !s->checkpoints->schedule_note().empty())
       std::printf("moet train: %s\n", s->checkpoints->schedule_note().c_str());
+    if (s->verbose && !s->checkpoints->data_note().empty())
+      std::printf("moet train: %s\n", s->checkpoints->data_note().c_str());
   } else if (!o.checkpoint.init_from.empty()) {
     if (is_hf_directory(o.checkpoint.init_from))
       load_hf_weights(o.checkpoint.init_from, cfg, s->par->model().params());
@@ -140,7 +175,11 @@ std::unique_ptr<TrainSession> start_training(const TrainOptions& o, Communicator
   // The outputs, made once the run is known to start (a refused run leaves no file behind and
   // the run directory as it was).
   s->checkpoints->open();
-  s->outputs->open(s->checkpoints->resume_step(), s->first_step);
+  RunStart run_start;
+  run_start.first_step = s->first_step;
+  run_start.precision = recipe_name(precision.recipe);
+  run_start.data_changed_from = s->checkpoints->data_changed_from();
+  s->outputs->open(s->checkpoints->resume_step(), run_start);
   std::vector<int64_t> activations_per_rank;
   const MemoryNeed need = memory_need(*s, &activations_per_rank);
 

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
+#include "core/error.h"
 #include "core/trace.h"
 #include "optim/expert_bias.h"
 #include "parallel/communicator.h"
@@ -37,6 +39,8 @@ StepResult StepRunner::run(int64_t step, int64_t grad_accum, const MicroBatchFn&
     std::vector<int64_t>& to = into->stats().load_E;
     const std::vector<int64_t>& add = from->stats().load_E;
     for (size_t e = 0; e < to.size(); ++e) to[e] += add[e];
+    into->stats().balance_loss += from->stats().balance_loss;
+    into->stats().forwards += from->stats().forwards;
   }
   r.lr = schedule_.at(step);
   // A non-finite loss would poison the weights: no update (every rank sees the same reduced
@@ -47,6 +51,7 @@ StepResult StepRunner::run(int64_t step, int64_t grad_accum, const MicroBatchFn&
   }
   DataParallel* dp = plan_.dp;
   if (dp) dp->reduce_expert_loads(moe);
+  balance_per_layer(r);
   {
     TraceRecorder::Span span(plan_.trace, trace_lane_, "adamw step", trace::kOptimizer);
     r.grad_norm = dp ? dp->optimizer_step(adamw_, r.lr) : adamw_.step(r.lr);
@@ -60,6 +65,28 @@ StepResult StepRunner::run(int64_t step, int64_t grad_accum, const MicroBatchFn&
   }
   update_expert_bias(moe, bias_rate_);
   return r;
+}
+
+void StepRunner::balance_per_layer(StepResult& r) {
+  const std::vector<MoeLayer*>& moe = plan_.moe_layers;
+  const size_t n = size_t(model_.config().num_moe_layers());
+  if (n == 0) return;
+  balance_scratch_.assign(2 * n, 0.0);
+  for (size_t i = 0; i < moe.size(); ++i) {
+    const size_t g = plan_.moe_index.empty() ? i : size_t(plan_.moe_index[i]);
+    MOET_ASSERT(g < n);
+    balance_scratch_[g] += moe[i]->stats().balance_loss;
+    balance_scratch_[n + g] += double(moe[i]->stats().forwards);
+  }
+  // every forward holds as many sequences: the sums over the ranks' forwards give the means
+  if (plan_.dp) plan_.dp->layout().world->allreduce_sum(balance_scratch_.data(), int64_t(2 * n));
+  if (plan_.pp) plan_.pp->allreduce_sum(balance_scratch_.data(), int64_t(2 * n));
+  balance_per_layer_.resize(n);
+  for (size_t g = 0; g < n; ++g)
+    balance_per_layer_[g] = balance_scratch_[n + g] > 0
+                                ? balance_scratch_[g] / balance_scratch_[n + g]
+                                : std::numeric_limits<double>::quiet_NaN();
+  r.balance_loss_per_layer = balance_per_layer_;
 }
 
 }  // namespace moet

@@ -2,6 +2,7 @@
 // scheduled learning rate, then the auxiliary-loss-free expert-bias update.
 #pragma once
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "model/model.h"
@@ -16,7 +17,13 @@ struct StepResult {
   double grad_norm = 0;  // before clipping
   double lr = 0;
   double max_expert_load = 0;  // worst layer's max/mean expert load this step
-  bool skipped = false;        // the loss was not finite: parameters and optimizer untouched
+  // Each MoE layer's sequence-wise balance loss (unweighted), in the model's MoE-layer order
+  // (the decoder's, then the MTP modules'): the mean over the step's sequences and data-parallel
+  // ranks, gathered over the pipeline stages. Its sum is losses.balance_loss (to rounding).
+  // Empty on a skipped step; the StepRunner's, valid until its next run (a step allocates
+  // nothing).
+  std::span<const double> balance_loss_per_layer;
+  bool skipped = false;  // the loss was not finite: parameters and optimizer untouched
 };
 
 class DataParallel;
@@ -40,6 +47,9 @@ struct StepPlan {
   // pipeline slots) whose statistics are added into them each step (from, into).
   std::vector<MoeLayer*> moe_layers;
   std::vector<std::pair<MoeLayer*, MoeLayer*>> merges;
+  // Each moe_layers entry's place among the whole model's MoE layers (the decoder's in order,
+  // then the MTP modules'); empty: 0, 1, 2, ... (this rank holds every layer).
+  std::vector<int64_t> moe_index;
   TraceRecorder* trace = nullptr;  // the optimizer step as a trace::kOptimizer span
 };
 
@@ -60,6 +70,11 @@ class StepRunner {
   double bias_rate_;
   int trace_lane_ = 0;
   std::vector<double> pp_scratch_;
+  std::vector<double> balance_scratch_;    // per MoE layer: balance-loss sums, then forward counts
+  std::vector<double> balance_per_layer_;  // what r.balance_loss_per_layer views
+
+  // r.balance_loss_per_layer from the layers' router statistics, reduced over the ranks
+  void balance_per_layer(StepResult& r);
 };
 
 }  // namespace moet

@@ -53,10 +53,10 @@ bool evaluation_due(const TrainOptions& o, int64_t steps_done) {
          (steps_done == o.optim.steps && o.logging.eval_batches > 0);
 }
 
-double evaluate_now(TrainSession& s) {
+HeldOutLoss evaluate_now(TrainSession& s) {
   TraceRecorder::Span span(s.outputs->trace(), s.outputs->step_lane(), "eval", trace::kEval);
-  const double loss = evaluate_in_training(*s.par, s.o.data.micro_batch, *s.data,
-                                           s.o.logging.eval_batches, s.tokens(), s.world);
+  const HeldOutLoss loss = evaluate_in_training(*s.par, s.o.data.micro_batch, *s.data,
+                                                s.o.logging.eval_batches, s.tokens(), s.world);
   s.recorder->forget_exchanges();  // evaluation's exchanges belong to no training step
   return loss;
 }
@@ -146,7 +146,9 @@ double run_training(const TrainOptions& o, Communicator* world, SetupAgreement* 
         s.recorder->record(step, r, step_s, data_wait, seconds_since(start), s.first_step);
     const bool last = step + 1 == o.optim.steps;
     if (evaluation_due(o, step + 1)) {
-      m.eval_loss = evaluate_now(s);
+      const HeldOutLoss h = evaluate_now(s);
+      m.eval_loss = h.loss;
+      if (std::isfinite(h.se)) m.eval_loss_se = h.se;
       if (std::isfinite(m.eval_loss) && !(m.eval_loss >= best_eval))
         best_eval = m.eval_loss, best_eval_step = step + 1;
     }
