@@ -105,23 +105,28 @@ int main(int argc, char** argv) {
                             *pd1 = low ? &qd1 : nullptr, *pd2 = low ? &qd2 : nullptr;
   Tensor none;
   row(
-      "gate/up fprop", f1, [&] { ops::grouped_linear_forward(x, ot, w1, gu, 1, p, p1); },
-      [&] { ops::linear_forward(x, dense_w1, gu, p, pd1); });
+      "gate/up fprop", f1,
+      [&] { ops::grouped_linear_forward(x, ot, w1, gu, {.precision = p, .wq = p1}); },
+      [&] { ops::linear_forward(x, dense_w1, gu, {.precision = p, .wq = pd1}); });
   row(
-      "down fprop", f2, [&] { ops::grouped_linear_forward(h, ot, w2, y, 1, p, p2); },
-      [&] { ops::linear_forward(h, dense_w2, y, p, pd2); });
+      "down fprop", f2,
+      [&] { ops::grouped_linear_forward(h, ot, w2, y, {.precision = p, .wq = p2}); },
+      [&] { ops::linear_forward(h, dense_w2, y, {.precision = p, .wq = pd2}); });
   row(
       "gate/up dgrad", f1,
-      [&] { ops::grouped_linear_backward(dgu, x, ot, w1, dx, none, 1, p, p1); },
-      [&] { ops::linear_backward(dgu, x, dense_w1, dx, false, none, p, pd1); });
+      [&] { ops::grouped_linear_backward(dgu, x, ot, w1, dx, none, {.precision = p, .wq = p1}); },
+      [&] { ops::linear_backward(dgu, x, dense_w1, dx, none, {.precision = p, .wq = pd1}); });
   row(
-      "gate/up wgrad", f1, [&] { ops::grouped_linear_backward(dgu, x, ot, w1, none, dw1, 1, p); },
-      [&] { ops::linear_backward(dgu, x, dense_w1, none, false, dwd1, p); });
+      "gate/up wgrad", f1,
+      [&] { ops::grouped_linear_backward(dgu, x, ot, w1, none, dw1, {.precision = p}); },
+      [&] { ops::linear_backward(dgu, x, dense_w1, none, dwd1, {.precision = p}); });
   row(
-      "down dgrad", f2, [&] { ops::grouped_linear_backward(y, h, ot, w2, dh, none, 1, p, p2); },
-      [&] { ops::linear_backward(y, h, dense_w2, dh, false, none, p, pd2); });
+      "down dgrad", f2,
+      [&] { ops::grouped_linear_backward(y, h, ot, w2, dh, none, {.precision = p, .wq = p2}); },
+      [&] { ops::linear_backward(y, h, dense_w2, dh, none, {.precision = p, .wq = pd2}); });
   row(
-      "down wgrad", f2, [&] { ops::grouped_linear_backward(y, h, ot, w2, none, dw2, 1, p); },
-      [&] { ops::linear_backward(y, h, dense_w2, none, false, dwd2, p); });
+      "down wgrad", f2,
+      [&] { ops::grouped_linear_backward(y, h, ot, w2, none, dw2, {.precision = p}); },
+      [&] { ops::linear_backward(y, h, dense_w2, none, dwd2, {.precision = p}); });
   return 0;
 }

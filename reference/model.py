@@ -406,7 +406,7 @@ class DeepseekV3(nn.Module):
         self.set_precision(precision, bf16_layers)
 
     def set_precision(self, precision: str, bf16_layers: int = 1):
-        """Formats of every GEMM from the recipe (src/model/recipe.cpp's policy): decoder
+        """Formats of every GEMM from the recipe (src/model/recipe.h's kRecipes): decoder
         linears by layer, LM head, eh_proj and core attention bf16 unless fp32; the router
         stays in the model's dtype."""
         L = self.cfg.num_hidden_layers

@@ -336,7 +336,7 @@ def grouped_quantized_linear(x_MD, counts, weights, fmt: str, x_in_format: bool 
 
 
 # ------------------------------------------------------------------------------------------
-# The recipes' policy (src/model/recipe.cpp's contract)
+# The recipes' policy (src/model/recipe.h's kRecipes: the contract)
 # ------------------------------------------------------------------------------------------
 def decoder_format(precision: str, layer: int, num_layers: int, bf16_layers: int = 1) -> str:
     """Format of the linears of decoder layer `layer` (>= num_layers: an MTP block)."""

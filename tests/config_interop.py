@@ -90,9 +90,13 @@ def compare(name, cfg, shipped=False):
     elif yarn:
         for k in YARN:
             t = rp.get(k)
-            o = ours["rope_scaling"][k]
-            if t is None and k in ("mscale", "mscale_all_dim"):
-                t = 0.0  # unset: moet writes 0 for "not set"
+            o = ours["rope_scaling"].get(k)
+            if k in ("mscale", "mscale_all_dim"):
+                # unset: moet leaves the key out, as transformers' config does (both read 0 as
+                # unset, so a file's 0 reads as no key)
+                if o == 0:
+                    diffs.append(f"rope_scaling.{k}: moet writes an unset {k} as 0")
+                o, t = o or 0.0, t or 0.0
             if t is None and k in ("beta_fast", "beta_slow"):
                 t = {"beta_fast": 32.0, "beta_slow": 1.0}[k]
             if float(o) != float(t):
@@ -144,6 +148,17 @@ cfg = copy.deepcopy(small)
 for k in defaulted:
     del cfg[k]
 compare("small.json without every defaulted field", cfg)
+# YaRN without mscale and mscale_all_dim (unset: neither moet nor transformers holds them), and
+# with them 0 (transformers reads 0 as unset, as moet does)
+tiny = load("configs/tiny.json")
+for value in (None, 0.0):
+    cfg = copy.deepcopy(tiny)
+    for k in ("mscale", "mscale_all_dim"):
+        if value is None:
+            del cfg["rope_scaling"][k]
+        else:
+            cfg["rope_scaling"][k] = value
+    compare(f"tiny.json with mscale {'left out' if value is None else 0}", cfg)
 # a key moet does not read: a warning, and the same model
 cfg = copy.deepcopy(small)
 cfg["my_note"] = "trained on fortunes"

@@ -43,7 +43,7 @@ int run_export(int argc, char** argv) {
   MOET_CHECK(argc == 6 || argc == 7,
              "usage: hf_tool export CONFIG SEED OUT_DIR fp32|bf16 [MAX_SHARD_BYTES]");
   const ModelConfig cfg = load_model_config(argv[2]);
-  Model m(cfg, 1, 1);
+  Model m(cfg, {.micro_batch = 1, .seq_len = 1});
   m.init_parameters(parse_seed(argv[3]));
   HfExportOptions opts;
   opts.dtype = parse_hf_dtype(argv[5]);
@@ -69,7 +69,7 @@ int run_logits(int argc, char** argv) {
   MOET_CHECK(info.shape.size() == 2, argv[4], ": input_ids must be [B, T]");
   const int64_t B = info.shape[0], T = info.shape[1], V = cfg.vocab_size;
   const std::vector<int32_t> ids = ids_file.read_i32("input_ids");
-  Model m(cfg, B, T);
+  Model m(cfg, {.micro_batch = B, .seq_len = T});
   m.init_parameters(parse_seed(argv[3]));
   if (argc == 7) report_missing_mtp(load_hf_weights(argv[6], cfg, m.params()), argv[6]);
   // forward() takes T+1 tokens a row (inputs and next-token targets); the last target is a
@@ -92,7 +92,7 @@ int run_compare(int argc, char** argv) {
   MOET_CHECK(argc == 5, "usage: hf_tool compare CONFIG SEED HF_DIR");
   const ModelConfig cfg = load_model_config(argv[2]);
   const uint64_t seed = parse_seed(argv[3]);
-  Model want(cfg, 1, 1), got(cfg, 1, 1);
+  Model want(cfg, {.micro_batch = 1, .seq_len = 1}), got(cfg, {.micro_batch = 1, .seq_len = 1});
   want.init_parameters(seed);
   got.init_parameters(seed + 1);
   const HfLoadResult r = load_hf_weights(argv[4], cfg, got.params());

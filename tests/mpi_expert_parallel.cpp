@@ -40,7 +40,9 @@ TrainRun train_single(int64_t B, int64_t parts, bool split, int steps, bool dete
                       int64_t accum = 1) {
   ModelConfig cfg = load_model_config(kRoot + "/configs/tiny.json");
   const int64_t mb = split ? B : parts * B, A = split ? parts : accum;
-  Model m(cfg, deterministic ? 1 : mb, kT, LossWeights{0.3, 1e-2, 1e-3});
+  Model m(
+      cfg,
+      {.micro_batch = deterministic ? 1 : mb, .seq_len = kT, .loss_weights = {0.3, 1e-2, 1e-3}});
   m.init_parameters(7);
   LrSchedule sched;
   sched.max_lr = 3e-3;
@@ -188,7 +190,7 @@ TEST(ExpertParallel, GroupLimitedRoutingLimitsTheNodesATokenReaches) {
       return d;
     };
     const int64_t B = 2;
-    Model m(cfg, B, kT, LossWeights{}, factory);
+    Model m(cfg, {.micro_batch = B, .seq_len = kT, .dispatchers = factory});
     m.init_parameters(5);
     MockDataset data(cfg.vocab_size, 9);
     std::vector<int32_t> tok(B * (kT + 1));
@@ -274,7 +276,7 @@ TEST(ExpertParallel, SourcePartsOfExpertGradientsAreOneProcessPerSequence) {
   DispatcherFactory factory = [&](int64_t E) -> std::unique_ptr<TokenDispatcher> {
     return std::make_unique<AllToAllDispatcher>(*layout.ep_group, E);
   };
-  Model ep(cfg, 1, kT, lw, factory);
+  Model ep(cfg, {.micro_batch = 1, .seq_len = kT, .loss_weights = lw, .dispatchers = factory});
   ep.init_parameters(7);
   std::vector<std::vector<float>> parts;  // per MoE layer: gate/up, down; [P, El, O, D] each
   for (MoeLayer* layer : ep.moe_layers()) {
@@ -299,7 +301,7 @@ TEST(ExpertParallel, SourcePartsOfExpertGradientsAreOneProcessPerSequence) {
     layer->set_expert_grad_parts({}, {});
   }
 
-  Model one(cfg, 1, kT, lw);
+  Model one(cfg, {.micro_batch = 1, .seq_len = kT, .loss_weights = lw});
   one.init_parameters(7);
   int64_t nonzero = 0;
   for (int p = 0; p < P; ++p) {

@@ -86,10 +86,19 @@ inline TrainRun train_tiny(const TrainSetup& o) {
   };
   const LossWeights lw{0.3, 1e-2, 1e-3};
   const int64_t lane_b = o.deterministic ? 1 : o.split == Split::kNone ? o.B : o.B / 2;
-  Model m(cfg, lane_b, T, lw, factory, o.precision);
+  Model m(cfg, {.micro_batch = lane_b,
+                .seq_len = T,
+                .loss_weights = lw,
+                .dispatchers = factory,
+                .precision = o.precision});
   m.init_parameters(7);
   std::unique_ptr<Model> lane2;
-  if (o.split != Split::kNone) lane2 = std::make_unique<Model>(cfg, lane_b, T, lw, factory, m);
+  if (o.split != Split::kNone)
+    lane2 = std::make_unique<Model>(cfg, ModelSpec{.micro_batch = lane_b,
+                                                   .seq_len = T,
+                                                   .loss_weights = lw,
+                                                   .dispatchers = factory,
+                                                   .shared = &m});
   // As in the trainer: with overlap, the gradient reductions share the dispatchers' stream.
   DataParallel dp(layout, m.params(), stream.get(), o.zero1);
   (lane2 ? *lane2 : m).set_backward_hook([&](int64_t layer) { dp.on_layer_done(layer); });

@@ -40,7 +40,9 @@ struct State {
   Model model;
   AdamW adamw;
   explicit State(uint64_t seed, const std::string& config = kTiny)
-      : cfg(load_model_config(config)), model(cfg, 1, 8), adamw(model.params(), AdamWConfig{}) {
+      : cfg(load_model_config(config)),
+        model(cfg, {.micro_batch = 1, .seq_len = 8}),
+        adamw(model.params(), AdamWConfig{}) {
     model.init_parameters(seed);
     std::mt19937 rng{uint32_t(seed)};
     std::normal_distribution<float> d;

@@ -44,7 +44,7 @@ std::vector<int32_t> random_tokens(int64_t n, int64_t V, uint64_t seed) {
 // prefill of the chunks' sizes in turn, then one token at a time — and one full forward.
 double decode_vs_full(const ModelConfig& cfg, const std::vector<int64_t>& chunks, int64_t total) {
   const int64_t V = cfg.vocab_size;
-  Model base(cfg, 1, 1);
+  Model base(cfg, {.micro_batch = 1, .seq_len = 1});
   base.init_parameters(7);
   const std::vector<int32_t> tok = random_tokens(total + 1, V, 3);
   std::vector<float> inc(size_t(total * V)), full(size_t(total * V));
@@ -57,7 +57,7 @@ double decode_vs_full(const ModelConfig& cfg, const std::vector<int64_t>& chunks
     pos += n;
   }
   EXPECT_EQ(dec.cache().length(), total);
-  Model whole(cfg, 1, total, LossWeights{}, nullptr, base);
+  Model whole(cfg, {.micro_batch = 1, .seq_len = total, .shared = &base});
   whole.forward(tok.data());
   Tensor full_NV(full.data(), DType::F32, {total, V});
   whole.logits(full_NV);
@@ -124,7 +124,7 @@ TEST(KvCacheDecode, SizesAndLimits) {
   EXPECT_EQ(KvCache::bytes_per_token(c), 3 * 32 * 4);
   EXPECT_EQ(KvCache::expanded_bytes_per_token(c), 3 * 4 * 40 * 4);
   EXPECT_THROW(KvCache(c, c.max_position_embeddings + 1), Error);
-  Model m(c, 1, 1);
+  Model m(c, {.micro_batch = 1, .seq_len = 1});
   m.init_parameters(1);
   Decoder dec(m, 4);
   std::vector<float> lg(size_t(c.vocab_size));
@@ -203,7 +203,7 @@ TEST(Sampling, TemperatureTopKTopP) {
 
 TEST(Generate, GreedyFollowsFullForwardAndStops) {
   const ModelConfig c = tiny();
-  Model m(c, 1, 1);
+  Model m(c, {.micro_batch = 1, .seq_len = 1});
   m.init_parameters(9);
   const std::vector<int32_t> prompt = {72, 101, 108, 108, 111};
   GenerateOptions o;
@@ -215,7 +215,7 @@ TEST(Generate, GreedyFollowsFullForwardAndStops) {
   std::vector<int32_t> seq = prompt;
   for (int32_t t : r.tokens) {
     const int64_t T = int64_t(seq.size());
-    Model whole(c, 1, T, LossWeights{}, nullptr, m);
+    Model whole(c, {.micro_batch = 1, .seq_len = T, .shared = &m});
     std::vector<int32_t> in = seq;
     in.push_back(0);
     whole.forward(in.data());
@@ -266,7 +266,7 @@ TEST(BitsPerByte, ByteTokenizerLengths) {
 
 TEST(BitsPerByte, EqualsLossOverLn2WithoutEod) {
   const ModelConfig c = tiny();
-  Model m(c, 2, 16);
+  Model m(c, {.micro_batch = 2, .seq_len = 16});
   m.init_parameters(4);
   MockDataset ds(256, 1);  // byte ids only: every target is one byte
   const ByteTokenizer tok;
@@ -286,7 +286,7 @@ TEST(BitsPerByte, HandComputationWithEod) {
   }
   const ModelConfig c = tiny();
   const int64_t B = 2, T = 16;
-  Model m(c, B, T);
+  Model m(c, {.micro_batch = B, .seq_len = T});
   m.init_parameters(4);
   TextDataset ds({path}, 1, 0.2);
   const ByteTokenizer tok;

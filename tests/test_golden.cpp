@@ -70,7 +70,9 @@ class Golden : public ::testing::TestWithParam<std::string> {
 TEST_P(Golden, LogitsLossesAndEveryGradient) {
   SafetensorsReader params(dir + "/params.safetensors");
   SafetensorsReader step(dir + "/step.safetensors");
-  Model m(cfg, B, T, loss_weights(spec), nullptr, precision);
+  Model m(
+      cfg,
+      {.micro_batch = B, .seq_len = T, .loss_weights = loss_weights(spec), .precision = precision});
   golden::load_parameters(m, params);
   std::vector<int32_t> tokens = step.read_i32("tokens");
   ASSERT_EQ(int64_t(tokens.size()), B * (T + 1));
@@ -108,7 +110,9 @@ TEST_P(Golden, LogitsLossesAndEveryGradient) {
 TEST_P(Golden, TenAdamWStepsWithAccumulationAndBiasUpdate) {
   SafetensorsReader params(dir + "/params.safetensors");
   SafetensorsReader train(dir + "/train.safetensors");
-  Model m(cfg, B, T, loss_weights(spec), nullptr, precision);
+  Model m(
+      cfg,
+      {.micro_batch = B, .seq_len = T, .loss_weights = loss_weights(spec), .precision = precision});
   golden::load_parameters(m, params);
   const golden::TrainReport r = golden::replay_training(m, spec, train, B, T);
   for (size_t s = 0; s < r.loss_error.size(); ++s) {

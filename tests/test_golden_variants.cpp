@@ -39,7 +39,8 @@ class GoldenVariant : public ::testing::TestWithParam<std::string> {
     B = spec["micro_batch"].get<int64_t>();
     T = spec["seq"].get<int64_t>();
     dir = std::string(MOET_BINARY_DIR) + "/golden/variant-" + GetParam();
-    model = std::make_unique<Model>(cfg, B, T, golden::loss_weights(spec));
+    model = std::make_unique<Model>(
+        cfg, ModelSpec{.micro_batch = B, .seq_len = T, .loss_weights = golden::loss_weights(spec)});
     golden::load_parameters(*model, SafetensorsReader(dir + "/params.safetensors"));
   }
   ModelConfig cfg;

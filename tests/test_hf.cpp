@@ -98,7 +98,8 @@ class Hf : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir); }
 
   std::unique_ptr<Model> model(uint64_t seed, DispatcherFactory d = nullptr) {
-    auto m = std::make_unique<Model>(cfg, 1, 1, LossWeights{}, std::move(d));
+    auto m = std::make_unique<Model>(
+        cfg, ModelSpec{.micro_batch = 1, .seq_len = 1, .dispatchers = std::move(d)});
     m->init_parameters(seed);
     return m;
   }

@@ -68,7 +68,7 @@ TEST(LmHead, ChunksGiveThePlainHeadsLossAndGradients) {
   for (int32_t t : tgt) valid += t >= 0;
   const double want = ops::cross_entropy(lgt, tt, 0.7 / double(valid), lgt) / double(valid);
   ps.zero_grads();
-  ops::linear_backward(lgt, fnt, proj->value, dfnt, false, proj->grad);
+  ops::linear_backward(lgt, fnt, proj->value, dfnt, proj->grad);
   ops::rmsnorm_backward(dfnt, ht, w1t, rt, dh2t, false, dnt);
 
   EXPECT_NEAR(loss, want, 1e-6 * want);

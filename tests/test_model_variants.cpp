@@ -20,7 +20,7 @@ const std::string kRoot = MOET_SOURCE_DIR;
 
 double directional_check(const ModelConfig& cfg) {
   const int64_t B = 2, T = 8;
-  Model m(cfg, B, T, LossWeights{0.3, 1e-2, 1e-3});
+  Model m(cfg, {.micro_batch = B, .seq_len = T, .loss_weights = {0.3, 1e-2, 1e-3}});
   m.init_parameters(11);
   MockDataset ds(cfg.vocab_size, 5);
   std::vector<int32_t> tok(B * (T + 1));

@@ -63,7 +63,9 @@ int64_t allocations_in_steps(Recipe recipe) {
   PrecisionPolicy precision;
   precision.recipe = recipe;
   precision.bf16_layers = 1;
-  Model m(cfg, B, T, LossWeights{0.3, 1e-2, 1e-3}, nullptr, precision);
+  Model m(
+      cfg,
+      {.micro_batch = B, .seq_len = T, .loss_weights = {0.3, 1e-2, 1e-3}, .precision = precision});
   m.init_parameters(5);
   LrSchedule sched;
   sched.max_lr = 3e-3;

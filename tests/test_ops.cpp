@@ -30,7 +30,7 @@ void case_linear(Case& c) {
   };
   c.backward = [&] {
     dw.fill(0);
-    ops::linear_backward(R.t(), x.t(), w.t(), dx.t(), false, dw.t());
+    ops::linear_backward(R.t(), x.t(), w.t(), dx.t(), dw.t());
   };
 }
 

@@ -116,19 +116,19 @@ TEST(OpsLinear, BackwardAccumulatesWhereDocumented) {
   fill_rand(w, r);
   fill_rand(dy, r);
   Buf dx0(DType::F64, {3, 4}), dw0(DType::F64, {2, 4});
-  ops::linear_backward(dy.t(), x.t(), w.t(), dx0.t(), false, dw0.t());  // dw0 starts at 0
+  ops::linear_backward(dy.t(), x.t(), w.t(), dx0.t(), dw0.t());  // dw0 starts at 0
   Buf dx(DType::F64, {3, 4}), dw(DType::F64, {2, 4});
   dx.fill(1.0);
   dw.fill(2.0);
-  ops::linear_backward(dy.t(), x.t(), w.t(), dx.t(), true, dw.t());
+  ops::linear_backward(dy.t(), x.t(), w.t(), dx.t(), dw.t(), {.accumulate = true});
   for (int64_t i = 0; i < 12; ++i) EXPECT_NEAR(dx.get(i), 1.0 + dx0.get(i), 1e-14);
   for (int64_t i = 0; i < 8; ++i) EXPECT_NEAR(dw.get(i), 2.0 + dw0.get(i), 1e-14);
   dx.fill(1.0);
-  ops::linear_backward(dy.t(), x.t(), w.t(), dx.t(), false, dw.t());
+  ops::linear_backward(dy.t(), x.t(), w.t(), dx.t(), dw.t());
   for (int64_t i = 0; i < 12; ++i) EXPECT_NEAR(dx.get(i), dx0.get(i), 1e-14);
   for (int64_t i = 0; i < 8; ++i) EXPECT_NEAR(dw.get(i), 2.0 + 2 * dw0.get(i), 1e-14);
   Tensor none;  // dx skipped
-  ops::linear_backward(dy.t(), x.t(), w.t(), none, false, dw.t());
+  ops::linear_backward(dy.t(), x.t(), w.t(), none, dw.t());
   for (int64_t i = 0; i < 8; ++i) EXPECT_NEAR(dw.get(i), 2.0 + 3 * dw0.get(i), 1e-14);
 }
 
@@ -173,7 +173,8 @@ TEST(OpsGroupedLinear, SegmentGradientsAddInTreeOrder) {
   std::vector<int32_t> off(S + 1, 0);
   for (int64_t s = 0; s < S; ++s) off[s + 1] = off[s] + rows[s];
   Tensor off_t(off.data(), DType::I32, {S + 1});
-  ops::grouped_linear_backward(dy.t(), x.t(), off_t, w.t(), dx.t(), dw.t(), S);
+  ops::grouped_linear_backward(dy.t(), x.t(), off_t, w.t(), dx.t(), dw.t(),
+                               {.segments_per_expert = S});
   // each segment on its own (one segment per call into a zeroed buffer), then the tree of four
   std::vector<std::vector<double>> g;
   for (int64_t s = 0; s < S; ++s) {
@@ -182,7 +183,7 @@ TEST(OpsGroupedLinear, SegmentGradientsAddInTreeOrder) {
     Tensor seg_off(seg, DType::I32, {2}), none;
     ops::grouped_linear_backward(dy.t().view({9, O}).rows(off[s], off[s + 1]),
                                  x.t().view({9, D}).rows(off[s], off[s + 1]), seg_off, w.t(), none,
-                                 part.t(), 1);
+                                 part.t());
     g.push_back(part.vals());
   }
   for (int64_t i = 0; i < O * D; ++i)
@@ -203,7 +204,8 @@ TEST(OpsGroupedLinear, SegmentGradientsKeptApart) {
   for (int64_t g = 0; g < E * S; ++g) off[g + 1] = off[g] + rows[g];
   Tensor off_t(off.data(), DType::I32, {E * S + 1});
   dw.fill(0.0);
-  ops::grouped_linear_backward(dy.t(), x.t(), off_t, w.t(), dx.t(), dw.t(), S);
+  ops::grouped_linear_backward(dy.t(), x.t(), off_t, w.t(), dx.t(), dw.t(),
+                               {.segments_per_expert = S});
   for (int64_t e = 0; e < E; ++e)
     for (int64_t s = 0; s < S; ++s) {
       const int64_t g = e * S + s;
@@ -213,7 +215,7 @@ TEST(OpsGroupedLinear, SegmentGradientsKeptApart) {
       Tensor seg_off(seg, DType::I32, {2}), none;
       ops::grouped_linear_backward(dy.t().view({9, O}).rows(off[g], off[g + 1]),
                                    x.t().view({9, D}).rows(off[g], off[g + 1]), seg_off,
-                                   w.t().view({E, O * D}).rows(e, e + 1), none, part.t(), 1);
+                                   w.t().view({E, O * D}).rows(e, e + 1), none, part.t());
       for (int64_t i = 0; i < O * D; ++i)
         EXPECT_EQ(dw.get((s * E + e) * O * D + i), part.get(i))
             << "expert " << e << " source " << s;

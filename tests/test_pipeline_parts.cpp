@@ -93,7 +93,7 @@ TEST(PipelineSlots, FollowTheSchedule) {
 // The order one process declares its weights in, which the pipeline's gradient norm restores.
 TEST(PipelineNorm, DeclarationGroupsFollowOneProcess) {
   ModelConfig c = config(3, 1);
-  Model m(c, 1, 8);
+  Model m(c, {.micro_batch = 1, .seq_len = 8});
   int64_t last = -1;
   for (const Weight& w : m.params().weights()) {
     const int64_t g = declaration_group(w.name, c.num_hidden_layers);

@@ -27,7 +27,8 @@ TEST(PipelineSchedule, InterleavedForwardOrderIsMegatronsTable) {
   const std::vector<std::pair<int64_t, int64_t>> want = {{0, 0}, {1, 0}, {2, 0}, {0, 1}, {1, 1},
                                                          {2, 1}, {3, 0}, {4, 0}, {3, 1}, {4, 1}};
   for (int64_t r = 0; r < 2; ++r) EXPECT_EQ(forwards(pipeline_schedule(s, r)), want) << r;
-  // FACTS.md: rank 0, P=2, V=2 (N = P): forwards 0 1 0 1 2 3 2 3.
+  // Megatron-Core's interleaved 1F1B (megatron/core/pipeline_parallel/schedules.py): rank 0,
+  // P=2, V=2 (N = P): forwards 0 1 0 1 2 3 2 3.
   const auto f = forwards(pipeline_schedule({2, 2, 4}, 0));
   std::vector<int64_t> mb;
   for (auto [m, c] : f) mb.push_back(m);

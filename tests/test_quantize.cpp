@@ -284,8 +284,8 @@ TEST(LowPrecisionLinear, EachGemmIsTheProductOfItsQuantizedOperands) {
     Tensor xt = view(x, N, D), wt = view(w, O, D), dyt = view(dy, N, O);
     std::vector<float> y(N * O), dx(N * D), dw(O * D, 0.0f);
     Tensor yt = view(y, N, O), dxt = view(dx, N, D), dwt = view(dw, O, D);
-    ops::linear_forward(xt, wt, yt, p);
-    ops::linear_backward(dyt, xt, wt, dxt, false, dwt, p);
+    ops::linear_forward(xt, wt, yt, {.precision = p});
+    ops::linear_backward(dyt, xt, wt, dxt, dwt, {.precision = p});
     const BlockAxis wf = f == Format::FP8Block ? BlockAxis::Square : BlockAxis::Rows;
     const BlockAxis wd = f == Format::FP8Block ? BlockAxis::Square : BlockAxis::Cols;
     // fprop: x along D, w along D
@@ -320,10 +320,10 @@ TEST(LowPrecisionLinear, PreparedWeightsEqualOnTheFly) {
     std::vector<float> y1(N * O), y2(N * O), dx1(N * D), dx2(N * D);
     Tensor y1t = view(y1, N, O), y2t = view(y2, N, O), dx1t = view(dx1, N, D),
            dx2t = view(dx2, N, D), none;
-    ops::linear_forward(xt, wt, y1t, p);
-    ops::linear_forward(xt, wt, y2t, p, &wq);
-    ops::linear_backward(dyt, xt, wt, dx1t, false, none, p);
-    ops::linear_backward(dyt, xt, wt, dx2t, false, none, p, &wq);
+    ops::linear_forward(xt, wt, y1t, {.precision = p});
+    ops::linear_forward(xt, wt, y2t, {.precision = p, .wq = &wq});
+    ops::linear_backward(dyt, xt, wt, dx1t, none, {.precision = p});
+    ops::linear_backward(dyt, xt, wt, dx2t, none, {.precision = p, .wq = &wq});
     for (int64_t i = 0; i < N * O; ++i) ASSERT_EQ(y1[i], y2[i]);
     for (int64_t i = 0; i < N * D; ++i) ASSERT_EQ(dx1[i], dx2[i]);
   }
@@ -342,7 +342,9 @@ TEST(LowPrecisionLinear, GroupedWgradBlocksRestartAtSegments) {
     Tensor xt = view(x, M, D), dyt = view(dy, M, O), dxt = view(dx, M, D);
     Tensor wt(w.data(), DType::F32, {E, O, D}), dwt(dw.data(), DType::F32, {E, O, D});
     Tensor ot(offv.data(), DType::I32, {E * S + 1});
-    ops::grouped_linear_backward(dyt, xt, ot, wt, dxt, dwt, S, ops::LinearPrecision::all(f));
+    ops::grouped_linear_backward(
+        dyt, xt, ot, wt, dxt, dwt,
+        {.segments_per_expert = S, .precision = ops::LinearPrecision::all(f)});
     // expert 1 = segment [40, 77) + segment [77, 120), each as its own linear layer
     std::vector<float> want(O * D, 0.0f);
     for (auto [r0, r1] : {std::pair<int64_t, int64_t>{40, 77}, {77, 120}}) {
@@ -350,7 +352,7 @@ TEST(LowPrecisionLinear, GroupedWgradBlocksRestartAtSegments) {
           dys(dy.begin() + r0 * O, dy.begin() + r1 * O);
       Tensor xs_t = view(xs, r1 - r0, D), dys_t = view(dys, r1 - r0, O), pt = view(part, O, D),
              w1(w.data() + O * D, DType::F32, {O, D}), none;
-      ops::linear_backward(dys_t, xs_t, w1, none, false, pt, ops::LinearPrecision::all(f));
+      ops::linear_backward(dys_t, xs_t, w1, none, pt, {.precision = ops::LinearPrecision::all(f)});
       for (int64_t i = 0; i < O * D; ++i) want[i] += part[i];  // tree order of 2 = left + right
     }
     for (int64_t i = 0; i < O * D; ++i) ASSERT_EQ(dw[O * D + i], want[i]) << i;

@@ -28,7 +28,11 @@ struct Trained {
 Trained train(const RecomputePlan& plan, const std::string& precision) {
   const ModelConfig cfg = load_model_config(kRoot + "/configs/tiny.json");
   const int64_t B = 2, T = 16, A = 2;
-  Model m(cfg, B, T, LossWeights{0.3, 1e-2, 1e-3}, nullptr, resolve_precision(precision, 0), plan);
+  Model m(cfg, {.micro_batch = B,
+                .seq_len = T,
+                .loss_weights = {0.3, 1e-2, 1e-3},
+                .precision = resolve_precision(precision, 0),
+                .recompute = plan});
   m.init_parameters(11);
   MockDataset ds(cfg.vocab_size, 5);
   std::vector<int32_t> tok(B * (T + 1));

@@ -1,5 +1,6 @@
-// The performance model against NVIDIA's published DeepSeek-V3 results (FACTS.md §3), its
-// internal consistency, the catalog's sources, the planner, and one-line errors for layouts
+// The performance model against NVIDIA's published DeepSeek-V3 results (the blog "Setting a World
+// Record for MoE Pre-Training on NVIDIA GB300 NVL72" and Megatron-Bridge's performance summary),
+// its internal consistency, the catalog's sources, the planner, and one-line errors for layouts
 // that do not divide.
 #include <gtest/gtest.h>
 
@@ -23,17 +24,17 @@ namespace {
 
 ModelConfig dsv3() { return load_model_config(MOET_SOURCE_DIR "/configs/deepseek-v3-671b.json"); }
 
-// The published GB300 record layout (FACTS.md §3): MXFP8, MTP 1, TP1 PP2 VPP8 EP32, MBS 1,
-// GBS 4096, seq 4096, no recompute.
+// The published GB300 record layout (NVIDIA's GB300 NVL72 record): MXFP8, MTP 1, TP1 PP2 VPP8 EP32,
+// MBS 1, GBS 4096, seq 4096, no recompute.
 SimLayout gb300_record(int64_t gpus = 256) {
   SimLayout l;
   l.gpus = gpus, l.tp = 1, l.pp = 2, l.vpp = 8, l.ep = 32, l.mbs = 1, l.gbs = 4096, l.seq = 4096;
-  l.precision = "mxfp8", l.mtp = 1;
+  l.precision = Recipe::MXFP8, l.mtp = 1;
   l.pp_layout = "Et*4|(t*4|)*14tmL";  // Megatron-Bridge's GB300 recipe
   return l;
 }
 
-// The published H100 row (25.09, FACTS.md §3): FP8 blockwise, MTP 1, TP2 PP8 VPP4 EP64, MBS 1,
+// The published H100 row (Megatron-Bridge 25.09): FP8 blockwise, MTP 1, TP2 PP8 VPP4 EP64, MBS 1,
 // GBS 8192; its recipe (Megatron-Bridge r0.1.0) ran DeepEP with the all-to-all overlap, no CUDA
 // graphs, and recomputed mla_up_proj and mlp.
 SimLayout h100_record() {
@@ -124,7 +125,7 @@ TEST(Simulator, FewerCudaGraphsNeverFaster) {
 TEST(Simulator, BreakdownAddsUpToTheStep) {
   for (const SimLayout& l : {gb300_record(), h100_record()}) {
     const Prediction p = simulate(
-        dsv3(), l, load_system(l.precision == "fp8-blockwise" ? "h100-sxm" : "gb300-nvl72"));
+        dsv3(), l, load_system(l.precision == Recipe::FP8Blockwise ? "h100-sxm" : "gb300-nvl72"));
     const Breakdown& b = p.breakdown;
     EXPECT_NEAR(b.compute + b.a2a_exposed + b.pp_bubble + b.dp_exposed + b.optimizer, p.step_time_s,
                 1e-9 * p.step_time_s);
@@ -174,7 +175,7 @@ TEST(Simulator, ChoicesMoveThePredictionTheRightWay) {
     }
   }
   l = gb300_record();
-  l.precision = "bf16";
+  l.precision = Recipe::BF16;
   EXPECT_LT(simulate(c, l, s).tflops_per_gpu, base.tflops_per_gpu);
   l = gb300_record();
   l.distributed_optimizer = false;
@@ -204,7 +205,7 @@ TEST(Simulator, GemmEfficiencyReproducesTheDeepGemmTable) {
                          Point{4096, 24576, 1536, 1166}, Point{8192, 4096, 7168, 1381},
                          Point{8192, 7168, 2048, 1262}}) {
     const double predicted =
-        s.peak("fp8-blockwise") * gemm_efficiency(s, "fp8-blockwise", p.m, p.n, p.k);
+        s.peak(ops::Format::FP8Block) * gemm_efficiency(s, ops::Format::FP8Block, p.m, p.n, p.k);
     EXPECT_NEAR(predicted, p.tflops, 0.05 * p.tflops) << p.m << "x" << p.n << "x" << p.k;
   }
 }
@@ -292,16 +293,17 @@ TEST(Simulator, CatalogHasTheSystemsAndASourceForEveryNumber) {
 // takes the GEMM curve measured on one thread; a rank with several threads, the machine's.
 TEST(Simulator, SharedMachineRanksOfOneThreadTakeTheOneThreadCurve) {
   SystemSpec s = load_system("h100-sxm");
-  const double d = s.gemm_half_dim("bf16");
-  EXPECT_EQ(s.gemm_half_dim("bf16", 8), d);  // a GPU system: one curve
+  const double d = s.gemm_half_dim(ops::Format::BF16);
+  EXPECT_EQ(s.gemm_half_dim(ops::Format::BF16, 8), d);  // a GPU system: one curve
   s.compute_shared = true, s.threads = 2;
   s.eff.gemm_half_dim_one_thread["bf16"] = d / 8;
-  EXPECT_EQ(s.gemm_half_dim("bf16", 1), d);
-  EXPECT_EQ(s.gemm_half_dim("bf16", 2), d / 8);
-  EXPECT_EQ(s.gemm_half_dim("bf16", 3), d / 8);
-  EXPECT_EQ(s.gemm_half_dim("fp8-blockwise", 2), s.gemm_half_dim("fp8-blockwise"));  // not measured
-  EXPECT_GT(gemm_efficiency(s, "bf16", 256, 256, 256, 2),
-            gemm_efficiency(s, "bf16", 256, 256, 256, 1));
+  EXPECT_EQ(s.gemm_half_dim(ops::Format::BF16, 1), d);
+  EXPECT_EQ(s.gemm_half_dim(ops::Format::BF16, 2), d / 8);
+  EXPECT_EQ(s.gemm_half_dim(ops::Format::BF16, 3), d / 8);
+  EXPECT_EQ(s.gemm_half_dim(ops::Format::FP8Block, 2),
+            s.gemm_half_dim(ops::Format::FP8Block));  // not measured
+  EXPECT_GT(gemm_efficiency(s, ops::Format::BF16, 256, 256, 256, 2),
+            gemm_efficiency(s, ops::Format::BF16, 256, 256, 256, 1));
   // the writer keeps both; a file without them (every catalog system) reads as before
   const SystemSpec back = parse_system(system_to_json(s), "local.json");
   EXPECT_EQ(back.threads, 2);
@@ -309,7 +311,7 @@ TEST(Simulator, SharedMachineRanksOfOneThreadTakeTheOneThreadCurve) {
   EXPECT_EQ(load_system("b200").threads, 0);
   // through the model: two one-thread ranks' pipeline runs faster than on the machine's curve
   SimLayout l;
-  l.gpus = 2, l.pp = 2, l.mbs = 1, l.gbs = 8, l.seq = 4096, l.precision = "bf16";
+  l.gpus = 2, l.pp = 2, l.mbs = 1, l.gbs = 8, l.seq = 4096, l.precision = Recipe::BF16;
   l.cuda_graphs = "full";
   SystemSpec machine_curve = s;
   machine_curve.eff.gemm_half_dim_one_thread.clear();
@@ -435,7 +437,7 @@ TEST(Simulator, LayoutsThatDoNotDivideSayWhat) {
     EXPECT_NE(m.find("gb300-nvl72"), std::string::npos) << m;
   }
   l = gb300_record();
-  l.precision = "mxfp8";
+  l.precision = Recipe::MXFP8;
   EXPECT_THROW(simulate(c, l, load_system("h100-sxm")), Error);  // Hopper has no MXFP8
 }
 
@@ -443,7 +445,7 @@ TEST(Simulator, PlannerRanksThePublishedGb300LayoutNearTheTop) {
   const ModelConfig c = dsv3();
   const SystemSpec s = load_system("gb300-nvl72");
   PlanRequest r;
-  r.gpus = 256, r.gbs = 4096, r.seq = 4096, r.precision = "mxfp8", r.mtp = 1;
+  r.gpus = 256, r.gbs = 4096, r.seq = 4096, r.precision = Recipe::MXFP8, r.mtp = 1;
   const Plan plan = plan_layouts(c, s, r);
   ASSERT_GE(plan.ranked.size(), 5u);
   EXPECT_GT(plan.too_big, 0);
@@ -473,10 +475,10 @@ TEST(Simulator, SpeaksTheTrainersRecipeNamesAndReadsFp8AsFp8Blockwise) {
   for (const char* name : {"fp32", "bf16", "mxfp8", "fp8-blockwise", "fp4"})
     EXPECT_EQ(precision_name(name), name);
   SimLayout l = h100_record();
-  l.precision = precision_name("fp8");
+  l.precision = parse_recipe(precision_name("fp8"));
   const SystemSpec s = load_system("h100-sxm");
   const Prediction p = simulate(dsv3(), l, s);
-  EXPECT_EQ(p.layout.precision, "fp8-blockwise");
+  EXPECT_EQ(p.layout.precision, Recipe::FP8Blockwise);
   EXPECT_EQ(p.step_time_s, simulate(dsv3(), h100_record(), s).step_time_s);
   // A system file written with the former name gives the same system.
   nlohmann::json j = nlohmann::json::parse(system_to_json(s));
@@ -489,11 +491,15 @@ TEST(Simulator, SpeaksTheTrainersRecipeNamesAndReadsFp8AsFp8Blockwise) {
   EXPECT_EQ(former.peak_tflops, s.peak_tflops);
   EXPECT_EQ(former.eff.gemm_max, s.eff.gemm_max);
   EXPECT_EQ(former.eff.gemm_half_dim, s.eff.gemm_half_dim);
-  // Inside the model, only the trainer's names: the layout's checks refuse others as it does.
-  l.precision = "fp8";
-  EXPECT_NE(error_of(dsv3(), l).find("--precision 'fp8' is not one of fp32, bf16, mxfp8, "
-                                     "fp8-blockwise"),
-            std::string::npos);
+  // Inside the model, a recipe (the enum): only the trainer's names parse to one.
+  try {
+    parse_recipe("fp8");
+    ADD_FAILURE() << "fp8 parsed as a recipe";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "--precision 'fp8' is not one of fp32, bf16, mxfp8, fp8-blockwise"),
+              std::string::npos);
+  }
 }
 
 // Every published DeepSeek-V3 row the catalog can simulate, with its recipe (docs/simulator.md's

@@ -28,7 +28,7 @@ std::vector<double> train_losses(const TokenDataset& ds, int64_t steps, uint64_t
                                  bool deterministic = false) {
   ModelConfig cfg = load_model_config(kRoot + "/configs/tiny.json");
   const int64_t B = 2, T = 16, A = 2;
-  Model m(cfg, deterministic ? 1 : B, T);
+  Model m(cfg, {.micro_batch = deterministic ? 1 : B, .seq_len = T});
   m.init_parameters(seed);
   LrSchedule sched;
   sched.max_lr = 3e-3;

@@ -1,9 +1,9 @@
 // Hugging Face checkpoints of DeepSeek-V3 models (docs/huggingface.md): export a moet model as
 // a directory that transformers' DeepseekV3ForCausalLM loads (config.json and safetensors,
 // sharded past a size limit), and load such a directory's weights into a moet model. Tensor
-// names are the hub's (../shared/reference/FACTS.md §5); MTP modules are written the way DeepSeek
-// publishes them, as layers num_hidden_layers + k - 1 with their own copies of the embedding and
-// the output head.
+// names are the hub's (deepseek-ai/DeepSeek-V3's model.safetensors.index.json); MTP modules are
+// written the way DeepSeek publishes them, as layers num_hidden_layers + k - 1 with their own
+// copies of the embedding and the output head.
 #pragma once
 #include <cstdint>
 #include <string>

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -21,7 +23,7 @@
 #include "data/open_dataset.h"
 #include "data/tokenizer.h"
 #include "kernels/ops.h"
-#include "measure/gemm_choice.h"
+#include "measure/recipe_choice.h"
 #include "model/model.h"
 #include "train/checkpointing.h"
 #include "train/evaluation.h"
@@ -79,18 +81,20 @@ CLI::App* add_eval_command(CLI::App& app, EvalArgs& a) {
   return c;
 }
 
-void run_eval(const EvalArgs& given) {
-  // the flags as given first (a bad flag is refused before the checkpoint is read)
-  EvalArgs with_batches = given;  // --batches N or all
+namespace {
+
+// The flags as given, checked before the checkpoint is read; --batches N or all.
+EvalArgs checked_args(const EvalArgs& given) {
+  EvalArgs a = given;
   if (!given.batches_text.empty()) {
     if (given.batches_text == "all") {
-      with_batches.batches = kAllBatches;
+      a.batches = kAllBatches;
     } else {
       char* end = nullptr;
       const long long n = std::strtoll(given.batches_text.c_str(), &end, 10);
-      MOET_CHECK(!given.batches_text.empty() && *end == '\0' && n > 0, "--batches '",
-                 given.batches_text, "' is neither a positive number nor 'all'");
-      with_batches.batches = n;
+      MOET_CHECK(*end == '\0' && n > 0, "--batches '", given.batches_text,
+                 "' is neither a positive number nor 'all'");
+      a.batches = n;
     }
   }
   check_flag_positive("--micro-batch", given.micro_batch);
@@ -101,11 +105,12 @@ void run_eval(const EvalArgs& given) {
   MOET_CHECK(given.dump.empty() || given.overwrite || !std::filesystem::exists(given.dump),
              "--dump file '", given.dump,
              "' already exists; refusing to overwrite it (--overwrite replaces it)");
-  EvalArgs a = with_batches;
+  return a;
+}
+
+// Each flag not given takes the run's setting; returns what came from the run ("--data mock").
+std::vector<std::string> take_run_settings(EvalArgs& a, const RunSettings& rs) {
   auto set = [&](const char* flag) { return a.app && a.app->count(flag) > 0; };
-  const std::string step = resolve_checkpoint_dir(a.checkpoint);
-  const RunSettings rs = run_settings(step);
-  // each unset flag from the run; say which came from where
   std::vector<std::string> from_run;
   auto take = [&](const char* flag, auto& v, const auto& run_value, const std::string& shown) {
     if (set(flag)) return;
@@ -129,50 +134,25 @@ void run_eval(const EvalArgs& given) {
   }
   if (!set("--seed") && rs.seed != 0) a.seed = rs.seed;
   if (a.precision.empty()) a.precision = "fp32";
+  return from_run;
+}
 
-  if (!a.split.empty()) parse_data_split(a.split);
-  if (a.threads > 0) ops::set_num_threads(a.threads);
-  const ModelConfig cfg = load_model_config(step + "/config.json");
-  const int64_t T = a.seq.value_or(std::min<int64_t>(256, cfg.max_position_embeddings));
-  const auto tokenizer =
-      checkpoint_tokenizer(a.tokenizer, step, a.data, cfg.vocab_size, "moet eval").tokenizer;
-  const auto ds = open_token_dataset(a.data, *tokenizer, cfg.vocab_size, a.seed, a.split,
-                                     TextFormat{a.doc_boundary, a.json_key});
-  const PrecisionPolicy precision = resolve_precision(a.precision, a.bf16_layers);
-  if (precision.recipe != Recipe::FP32) {  // the run's GEMMs, else the faster here
-    const GemmOperandChoice g =
-        choose_gemm_operands(model_gemm_shapes(cfg, a.micro_batch * T), rs.gemm_operands);
-    ops::set_gemm_operand_dtype(g.dtype, g.reason);
-  }
-  if (!from_run.empty() && !a.json) {
-    std::string s;
-    for (const std::string& f : from_run) s += (s.empty() ? "" : ", ") + f;
-    std::printf("moet eval: as the run evaluated (%s/checkpoint.json): %s\n", step.c_str(),
-                s.c_str());
-  }
-  Model model(cfg, a.micro_batch, T, LossWeights{}, nullptr, precision);
-  load_checkpoint_weights(step, model.params());
-  EvalDump dump;
-  // a progress line on stderr: redrawn on a terminal, every tenth of the way elsewhere
+// A progress line on stderr: redrawn on a terminal, every tenth of the way elsewhere.
+std::function<void(int64_t, int64_t, double)> progress_line(bool quiet) {
   const bool tty = isatty(fileno(stderr));
-  int64_t shown = 0;
-  const auto progress = [&](int64_t done, int64_t total, double mean) {
-    if (a.json || total < 2) return;
-    if (!tty && done != total && done * 10 / total == shown * 10 / total) return;
-    shown = done;
+  auto shown = std::make_shared<int64_t>(0);
+  return [=](int64_t done, int64_t total, double mean) {
+    if (quiet || total < 2) return;
+    if (!tty && done != total && done * 10 / total == *shown * 10 / total) return;
+    *shown = done;
     std::fprintf(stderr, "%smoet eval: %lld/%lld batches, loss %.4f%s", tty ? "\r" : "",
                  (long long)done, (long long)total, mean, tty && done < total ? "" : "\n");
     std::fflush(stderr);
   };
-  const EvalResult r = evaluate_held_out(model, *ds, a.batches, a.dump.empty() ? nullptr : &dump,
-                                         tokenizer.get(), progress);
-  if (!a.dump.empty()) {
-    const int64_t S = r.batches * a.micro_batch;
-    SafetensorsWriter w;
-    w.add("input_ids", StDType::I64, {S, T}, dump.input_ids.data());
-    w.add("logits", StDType::F32, {S, T, cfg.vocab_size}, dump.logits.data());
-    w.write(a.dump);
-  }
+}
+
+void print_result(const EvalArgs& a, const std::string& step, const EvalResult& r, int64_t T,
+                  Recipe recipe, const std::string& data) {
   if (a.json) {
     const nlohmann::ordered_json j = {
         {"checkpoint", step},
@@ -184,8 +164,8 @@ void run_eval(const EvalArgs& given) {
         {"batches", r.batches},
         {"micro_batch", a.micro_batch},
         {"seq", T},
-        {"precision", recipe_name(precision.recipe)},
-        {"data", ds->describe()}};
+        {"precision", recipe_name(recipe)},
+        {"data", data}};
     std::printf("%s\n", j.dump().c_str());
     return;
   }
@@ -199,8 +179,48 @@ void run_eval(const EvalArgs& given) {
       "moet eval: %s: loss %.6f%s, perplexity %.4f, bits/byte %.6f (%lld held-out batches of "
       "%lld x %lld tokens%s, %s; %s)\n",
       step.c_str(), r.loss, se.c_str(), r.perplexity, r.bits_per_byte, (long long)r.batches,
-      (long long)a.micro_batch, (long long)T, fewer.c_str(), recipe_name(precision.recipe),
-      ds->describe().c_str());
+      (long long)a.micro_batch, (long long)T, fewer.c_str(), recipe_name(recipe), data.c_str());
+}
+
+}  // namespace
+
+void run_eval(const EvalArgs& given) {
+  EvalArgs a = checked_args(given);
+  const std::string step = resolve_checkpoint_dir(a.checkpoint);
+  const RunSettings rs = run_settings(step);
+  const std::vector<std::string> from_run = take_run_settings(a, rs);
+  if (!a.split.empty()) parse_data_split(a.split);
+  if (a.threads > 0) ops::set_num_threads(a.threads);
+  const ModelConfig cfg = load_model_config(step + "/config.json");
+  const int64_t T = a.seq.value_or(std::min<int64_t>(256, cfg.max_position_embeddings));
+  const auto tokenizer =
+      checkpoint_tokenizer(a.tokenizer, step, a.data, cfg.vocab_size, "moet eval").tokenizer;
+  const auto ds = open_token_dataset(a.data, *tokenizer, cfg.vocab_size, a.seed, a.split,
+                                     TextFormat{a.doc_boundary, a.json_key});
+  // the recipe (auto: the faster here) and its GEMMs: the run's, else the faster here
+  const RecipeChoice recipe = choose_recipe(
+      {a.precision == "auto" ? std::nullopt : std::optional<Recipe>(parse_recipe(a.precision)),
+       a.bf16_layers, model_gemm_shapes(cfg, a.micro_batch * T), "", rs.gemm_operands, true});
+  ops::set_gemm_operand_dtype(recipe.operands, recipe.operands_why);
+  if (!from_run.empty() && !a.json) {
+    std::string s;
+    for (const std::string& f : from_run) s += (s.empty() ? "" : ", ") + f;
+    std::printf("moet eval: as the run evaluated (%s/checkpoint.json): %s\n", step.c_str(),
+                s.c_str());
+  }
+  Model model(cfg, {.micro_batch = a.micro_batch, .seq_len = T, .precision = recipe.policy});
+  load_checkpoint_weights(step, model.params());
+  EvalDump dump;
+  const EvalResult r = evaluate_held_out(model, *ds, a.batches, a.dump.empty() ? nullptr : &dump,
+                                         tokenizer.get(), progress_line(a.json));
+  if (!a.dump.empty()) {
+    const int64_t S = r.batches * a.micro_batch;
+    SafetensorsWriter w;
+    w.add("input_ids", StDType::I64, {S, T}, dump.input_ids.data());
+    w.add("logits", StDType::F32, {S, T, cfg.vocab_size}, dump.logits.data());
+    w.write(a.dump);
+  }
+  print_result(a, step, r, T, recipe.policy.recipe, ds->describe());
 }
 
 }  // namespace moet::cli

@@ -104,7 +104,7 @@ void run_generate(const GenerateArgs& a) {
   o.max_new_tokens = a.max_new_tokens.value_or(std::min<int64_t>(128, room));
   o.stop_id = tok->eod_id();
   check_generate_options(cfg, int64_t(prompt.size()), o);  // before the weights load
-  Model model(cfg, 1, 1);
+  Model model(cfg, {.micro_batch = 1, .seq_len = 1});
   load_checkpoint_weights(step, model.params());
 
   // Said first, on stderr: how the tokens are chosen (greedy is transformers' default too).

@@ -75,7 +75,7 @@ void run_export_hf(const ExportHfArgs& a) {
   // the tokenizer, refused before anything is written when it is not the model's
   const std::string tok_spec =
       checkpoint_tokenizer(a.tokenizer, step, "", cfg.vocab_size, "moet export-hf").spec;
-  Model model(cfg, 1, 1);
+  Model model(cfg, {.micro_batch = 1, .seq_len = 1});
   load_checkpoint_weights(step, model.params());
   HfExportOptions opts;
   opts.dtype = parse_hf_dtype(a.dtype);
@@ -108,7 +108,7 @@ void run_import_hf(const ImportHfArgs& a) {
              "' already exists; import-hf never replaces a checkpoint (remove it or choose "
              "another OUT_CKPT)");
   const ModelConfig cfg = load_hf_config(a.hf_dir);
-  Model model(cfg, 1, 1);
+  Model model(cfg, {.micro_batch = 1, .seq_len = 1});
   model.init_parameters(a.seed);
   const HfLoadResult r = load_hf_weights(a.hf_dir, cfg, model.params());
   for (int64_t k : r.mtp_missing)

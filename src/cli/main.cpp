@@ -24,10 +24,6 @@
 #include "cli/train_commands.h"
 #include "core/error.h"
 #include "core/warning.h"
-#include "parallel/mpi_communicator.h"
-#include "train/setup_agreement.h"
-#include "train/train_options_check.h"
-#include "train/trainer.h"
 
 namespace {
 
@@ -63,7 +59,7 @@ int main(int argc_given, char** argv_given) {
   CLI::App app{"moet: pre-training engine for DeepSeek-V3-style mixture-of-experts models"};
   app.require_subcommand(1);
   moet::TrainOptions train;
-  moet::cli::add_train_command(app, train);
+  CLI::App* train_app = moet::cli::add_train_command(app, train);
   moet::cli::SimulateArgs simulate;
   moet::cli::PlanArgs plan;
   moet::cli::PublishedArgs published;
@@ -83,6 +79,7 @@ int main(int argc_given, char** argv_given) {
     std::function<int()> run;
   };
   const std::vector<Tool> tools = {
+      {train_app, [&] { return moet::cli::run_train(train, *train_app, argc, argv, config_path); }},
       {moet::cli::add_simulate_command(app, simulate),
        [&] { return moet::cli::run_simulate(simulate), 0; }},
       {moet::cli::add_plan_command(app, plan), [&] { return moet::cli::run_plan(plan), 0; }},
@@ -138,39 +135,6 @@ int main(int argc_given, char** argv_given) {
       std::fprintf(stderr, "moet: %s\n", moet::failure_line(e).c_str());
       return 1;
     }
-  }
-  // Under mpirun every rank joins the job; a plain `moet train` never touches MPI.
-  for (int i = 0; i < argc; ++i) train.command_line += (i ? " " : "") + std::string(argv[i]);
-  train.config_file = config_path;
-  std::unique_ptr<moet::MpiCommunicator> world;
-  std::optional<moet::SetupAgreement> setup;
-  try {
-    if (moet::MpiCommunicator::launched_under_mpi())
-      world = moet::MpiCommunicator::world(&argc, &argv);
-    setup.emplace(world.get());
-    moet::apply_run_directory_defaults(
-        train, app.get_subcommand("train")->get_option("--tensorboard")->count() > 0);
-    moet::resolve_train_tokenizer(train);
-    if (app.get_subcommand("train")->get_option("--seq")->count() == 0 &&
-        moet::fit_default_seq_to_model(train) && reporter && !train.logging.quiet)
-      std::printf(
-          "moet train: --seq %lld, the model's max_position_embeddings (the default 256 "
-          "is longer)\n",
-          (long long)train.data.seq);
-    moet::run_training(train, world.get(), &*setup);
-  } catch (const std::exception& e) {
-    const std::string msg = moet::failure_line(e);
-    // Refused before training began: the ranks agree on it, the first refusing rank reports
-    // it, and all of them end cleanly (MPI_Finalize, no abort banner).
-    if (setup && setup->pending()) setup->refuse();
-    if (setup && setup->refused()) {
-      if (setup->reports()) std::fprintf(stderr, "moet: %s\n", msg.c_str());
-      return 1;
-    }
-    // A failing rank takes the whole job down at once, naming itself: never a hang.
-    if (world && world->size() > 1) world->abort(msg);
-    std::fprintf(stderr, "moet: %s\n", msg.c_str());
-    return 1;
   }
   return 0;
 }

@@ -8,6 +8,7 @@
 #include "core/flag_check.h"
 #include "core/warning.h"
 #include "model/config.h"
+#include "model/recipe.h"
 #include "sim/report.h"
 
 namespace moet::cli {
@@ -36,11 +37,13 @@ void add_model_options(CLI::App* c, std::string& model, std::string& system, int
   c->add_option("--mtp", mtp, "multi-token-prediction depth (default: the model config's)");
 }
 
-// --precision in the simulator's names (sim::precision_name), noting a former name on stderr.
-std::string precision_flag(const std::string& flag) {
+// --precision's recipe, by the trainer's names or a former name of the simulator's
+// (sim::precision_name, noted on stderr).
+Recipe precision_flag(const std::string& flag) {
   const std::string name = sim::precision_name(flag);
+  const Recipe r = parse_recipe(name);
   if (name != flag) warn(str("--precision ", flag, " is read as ", name, " (the trainer's name)"));
-  return name;
+  return r;
 }
 
 // The published rows' error band for `model` ("deepseek-v3", "kimi-k2") with these CUDA graphs;
@@ -202,7 +205,7 @@ void run_plan(const PlanArgs& a) {
   sim::PlanRequest r;
   r.gpus = a.gpus, r.gbs = a.gbs, r.seq = a.seq, r.precision = precision_flag(a.precision);
   r.mtp = a.mtp.value_or(-1);
-  s.peak(r.precision);
+  s.peak(sim::gemm_format(r.precision));
   const sim::Plan plan = sim::plan_layouts(c, s, r);
   std::optional<sim::ErrorBand> band;
   if (const std::string model = sim::validated_model(c); !s.compute_shared && !model.empty())

@@ -85,10 +85,9 @@ uint64_t pair_key(int32_t a, int32_t b) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
 }
 
-}  // namespace
-
-std::string train_bpe(const std::vector<std::string_view>& texts, const BpeTrainOptions& o,
-                      BpeTrainStats* stats) {
+// The special tokens as a set, checked: non-empty UTF-8, each given once, and the vocabulary
+// large enough for them and the 256 bytes.
+std::unordered_set<std::string> checked_special_tokens(const BpeTrainOptions& o) {
   const int64_t n_special = static_cast<int64_t>(o.special_tokens.size());
   MOET_CHECK(o.vocab_size >= n_special + 256, "--vocab-size ", o.vocab_size,
              " is smaller than the special tokens and the 256 bytes (", n_special + 256, ")");
@@ -98,7 +97,13 @@ std::string train_bpe(const std::vector<std::string_view>& texts, const BpeTrain
                "' must be non-empty UTF-8");
     MOET_CHECK(special_set.insert(s).second, "special token '", s, "' is given twice");
   }
-  // Count the words, each thread into its own map.
+  return special_set;
+}
+
+// Every word of the texts and how often it occurs, counted by threads (each into its own map)
+// over pieces of about kPieceBytes; the texts' bytes and their words into stats.
+WordCounts count_all_words(const std::vector<std::string_view>& texts, const BpeTrainOptions& o,
+                           BpeTrainStats* stats) {
   std::vector<std::string_view> pieces;
   int64_t total_bytes = 0;
   for (std::string_view t : texts) {
@@ -132,11 +137,19 @@ std::string train_bpe(const std::vector<std::string_view>& texts, const BpeTrain
     for (auto& [w, c] : counts[t]) counts[0][w] += c;
     WordCounts().swap(counts[t]);
   }
+  if (stats) {
+    stats->bytes = total_bytes;
+    stats->words = 0;
+    for (int64_t x : word_totals) stats->words += x;
+  }
+  return std::move(counts[0]);
+}
 
-  // Ids: the special tokens, the 256 bytes in the order of their byte-level characters (as
-  // GPT-2's vocab), then one per merge.
-  std::vector<std::string> token_bytes(o.special_tokens.begin(), o.special_tokens.end());
-  int32_t byte_id[256];
+// The first ids: the special tokens, then the 256 bytes in the order of their byte-level
+// characters (as GPT-2's vocab); each token's bytes, and each byte's id in byte_id.
+std::vector<std::string> initial_tokens(const std::vector<std::string>& special_tokens,
+                                        int32_t byte_id[256]) {
+  std::vector<std::string> token_bytes(special_tokens.begin(), special_tokens.end());
   std::vector<int> order(256);
   for (int b = 0; b < 256; ++b) order[b] = b;
   std::sort(order.begin(), order.end(),
@@ -145,47 +158,88 @@ std::string train_bpe(const std::vector<std::string_view>& texts, const BpeTrain
     byte_id[b] = static_cast<int32_t>(token_bytes.size());
     token_bytes.emplace_back(1, static_cast<char>(b));
   }
+  return token_bytes;
+}
 
-  // Words as symbol ids, with their counts, sorted for a reproducible layout.
-  std::vector<std::pair<std::string, int64_t>> sorted(counts[0].begin(), counts[0].end());
-  WordCounts().swap(counts[0]);
-  std::sort(sorted.begin(), sorted.end());
-  std::vector<std::vector<int32_t>> words(sorted.size());
-  std::vector<int64_t> freq(sorted.size());
+// The words as symbol ids with their counts, and for every adjacent pair of symbols its count
+// and the words that hold it (a word may stay listed after a merge took the pair out of it).
+struct WordPairs {
+  std::vector<std::vector<int32_t>> words;
+  std::vector<int64_t> freq;
   std::unordered_map<uint64_t, int64_t> pair_count;
   std::unordered_map<uint64_t, std::vector<uint32_t>> where;
+};
+
+// The words sorted, for a reproducible layout, spelled in byte ids.
+WordPairs word_pairs(WordCounts&& counts, const int32_t byte_id[256]) {
+  std::vector<std::pair<std::string, int64_t>> sorted(counts.begin(), counts.end());
+  WordCounts().swap(counts);
+  std::sort(sorted.begin(), sorted.end());
+  WordPairs wp;
+  wp.words.resize(sorted.size());
+  wp.freq.resize(sorted.size());
   for (size_t w = 0; w < sorted.size(); ++w) {
-    for (char c : sorted[w].first) words[w].push_back(byte_id[static_cast<uint8_t>(c)]);
-    freq[w] = sorted[w].second;
-    for (size_t i = 0; i + 1 < words[w].size(); ++i) {
-      const uint64_t k = pair_key(words[w][i], words[w][i + 1]);
-      pair_count[k] += freq[w];
-      auto& list = where[k];
+    for (char c : sorted[w].first) wp.words[w].push_back(byte_id[static_cast<uint8_t>(c)]);
+    wp.freq[w] = sorted[w].second;
+    for (size_t i = 0; i + 1 < wp.words[w].size(); ++i) {
+      const uint64_t k = pair_key(wp.words[w][i], wp.words[w][i + 1]);
+      wp.pair_count[k] += wp.freq[w];
+      auto& list = wp.where[k];
       if (list.empty() || list.back() != w) list.push_back(static_cast<uint32_t>(w));
     }
   }
-  if (stats) {
-    stats->bytes = total_bytes;
-    stats->unique_words = static_cast<int64_t>(words.size());
-    stats->words = 0;
-    for (int64_t x : word_totals) stats->words += x;
-  }
-  std::priority_queue<Candidate> queue;
-  for (const auto& [k, c] : pair_count)
-    if (c >= o.min_frequency) queue.push({c, k});
+  return wp;
+}
 
-  // The merge loop: take the most frequent pair, rewrite the words that hold it, and update the
-  // counts of only the pairs that changed.
-  std::unordered_set<std::string> spellings(special_set);
+// Rewrites word w with every (a, b) as the new symbol id, and adds to `changed` what that does
+// to each pair's count; lists w under the pairs the new symbol forms. A word without (a, b) is
+// left as it is.
+void merge_in_word(WordPairs& wp, uint32_t w, int32_t a, int32_t b, int32_t id,
+                   std::unordered_map<uint64_t, int64_t>& changed) {
+  auto& sym = wp.words[w];
+  bool has = false;
+  for (size_t i = 0; i + 1 < sym.size() && !has; ++i) has = sym[i] == a && sym[i + 1] == b;
+  if (!has) return;
+  const int64_t f = wp.freq[w];
+  for (size_t i = 0; i + 1 < sym.size(); ++i) changed[pair_key(sym[i], sym[i + 1])] -= f;
+  size_t out = 0;
+  for (size_t i = 0; i < sym.size(); ++i) {
+    if (i + 1 < sym.size() && sym[i] == a && sym[i + 1] == b) {
+      sym[out++] = id;
+      ++i;
+    } else {
+      sym[out++] = sym[i];
+    }
+  }
+  sym.resize(out);
+  for (size_t i = 0; i + 1 < sym.size(); ++i) {
+    const uint64_t k = pair_key(sym[i], sym[i + 1]);
+    changed[k] += f;
+    if (sym[i] == id || sym[i + 1] == id) {
+      auto& l = wp.where[k];
+      if (l.empty() || l.back() != w) l.push_back(w);
+    }
+  }
+}
+
+// The merge loop: take the most frequent pair, rewrite the words that hold it, and update the
+// counts of only the pairs that changed, until the vocabulary is full or no pair is frequent
+// enough. Appends each merged token's bytes to token_bytes; returns the merges in order.
+std::vector<std::pair<int32_t, int32_t>> learn_merges(WordPairs& wp,
+                                                      std::vector<std::string>& token_bytes,
+                                                      std::unordered_set<std::string> spellings,
+                                                      const BpeTrainOptions& o) {
+  std::priority_queue<Candidate> queue;
+  for (const auto& [k, c] : wp.pair_count)
+    if (c >= o.min_frequency) queue.push({c, k});
   std::vector<std::pair<int32_t, int32_t>> merges;
-  std::vector<uint32_t> visited(words.size(), 0);
-  std::vector<std::pair<uint64_t, int64_t>> delta;
+  std::vector<uint32_t> visited(wp.words.size(), 0);
   std::unordered_map<uint64_t, int64_t> changed;
   while (static_cast<int64_t>(token_bytes.size()) < o.vocab_size && !queue.empty()) {
     const Candidate top = queue.top();
     queue.pop();
-    const auto pc = pair_count.find(top.pair);
-    const int64_t now = pc == pair_count.end() ? 0 : pc->second;
+    const auto pc = wp.pair_count.find(top.pair);
+    const int64_t now = pc == wp.pair_count.end() ? 0 : pc->second;
     if (now != top.count) {
       if (now > 0 && now < top.count && now >= o.min_frequency) queue.push({now, top.pair});
       continue;
@@ -199,58 +253,41 @@ std::string train_bpe(const std::vector<std::string_view>& texts, const BpeTrain
     merges.push_back({a, b});
     const uint32_t stamp = static_cast<uint32_t>(merges.size());
     changed.clear();
-    std::vector<uint32_t> list = std::move(where[top.pair]);
-    where.erase(top.pair);
+    std::vector<uint32_t> list = std::move(wp.where[top.pair]);
+    wp.where.erase(top.pair);
     for (uint32_t w : list) {
       if (visited[w] == stamp) continue;
       visited[w] = stamp;
-      auto& sym = words[w];
-      bool has = false;
-      for (size_t i = 0; i + 1 < sym.size() && !has; ++i) has = sym[i] == a && sym[i + 1] == b;
-      if (!has) continue;
-      for (size_t i = 0; i + 1 < sym.size(); ++i) changed[pair_key(sym[i], sym[i + 1])] -= freq[w];
-      size_t out = 0;
-      for (size_t i = 0; i < sym.size(); ++i) {
-        if (i + 1 < sym.size() && sym[i] == a && sym[i + 1] == b) {
-          sym[out++] = id;
-          ++i;
-        } else {
-          sym[out++] = sym[i];
-        }
-      }
-      sym.resize(out);
-      for (size_t i = 0; i + 1 < sym.size(); ++i) {
-        const uint64_t k = pair_key(sym[i], sym[i + 1]);
-        changed[k] += freq[w];
-        if (sym[i] == id || sym[i + 1] == id) {
-          auto& l = where[k];
-          if (l.empty() || l.back() != w) l.push_back(w);
-        }
-      }
+      merge_in_word(wp, w, a, b, id, changed);
     }
     for (const auto& [k, d] : changed) {
       if (d == 0) continue;
-      int64_t& c = pair_count[k];
+      int64_t& c = wp.pair_count[k];
       c += d;
       if (c <= 0) {
-        pair_count.erase(k);
+        wp.pair_count.erase(k);
       } else if (d > 0 && c >= o.min_frequency) {
         queue.push({c, k});
       }
     }
-    pair_count.erase(top.pair);
+    wp.pair_count.erase(top.pair);
   }
-  if (stats) stats->merges = static_cast<int64_t>(merges.size());
+  return merges;
+}
 
-  // tokenizer.json, laid out as tokenizers writes it.
+// tokenizer.json, laid out as tokenizers writes it.
+std::string tokenizer_json(const std::vector<std::string>& token_bytes,
+                           const std::vector<std::pair<int32_t, int32_t>>& merges,
+                           const std::vector<std::string>& special_tokens) {
   using ojson = nlohmann::ordered_json;
+  const int64_t n_special = static_cast<int64_t>(special_tokens.size());
   auto spelling = [&](int32_t id) {
     return id < n_special ? token_bytes[id] : bytes_to_byte_level(token_bytes[id]);
   };
   ojson added = ojson::array();
   for (int64_t i = 0; i < n_special; ++i)
     added.push_back({{"id", i},
-                     {"content", o.special_tokens[i]},
+                     {"content", special_tokens[i]},
                      {"single_word", false},
                      {"lstrip", false},
                      {"rstrip", false},
@@ -284,6 +321,22 @@ std::string train_bpe(const std::vector<std::string_view>& texts, const BpeTrain
                {"vocab", vocab},
                {"merges", merge_list}}}};
   return j.dump(2, ' ', false, nlohmann::json::error_handler_t::strict) + "\n";
+}
+
+}  // namespace
+
+std::string train_bpe(const std::vector<std::string_view>& texts, const BpeTrainOptions& o,
+                      BpeTrainStats* stats) {
+  std::unordered_set<std::string> special_set = checked_special_tokens(o);
+  WordCounts counts = count_all_words(texts, o, stats);
+  int32_t byte_id[256];
+  std::vector<std::string> token_bytes = initial_tokens(o.special_tokens, byte_id);
+  WordPairs wp = word_pairs(std::move(counts), byte_id);
+  if (stats) stats->unique_words = static_cast<int64_t>(wp.words.size());
+  const std::vector<std::pair<int32_t, int32_t>> merges =
+      learn_merges(wp, token_bytes, std::move(special_set), o);
+  if (stats) stats->merges = static_cast<int64_t>(merges.size());
+  return tokenizer_json(token_bytes, merges, o.special_tokens);
 }
 
 }  // namespace moet

@@ -23,12 +23,6 @@ const std::vector<std::pair<std::string, DocBoundary>>& doc_boundary_choices() {
   return c;
 }
 
-DocBoundary parse_doc_boundary(const std::string& name) {
-  for (const auto& [word, b] : doc_boundary_choices())
-    if (word == name) return b;
-  MOET_FAIL("document boundary '", name, "' is not known: percent, blank-line or file");
-}
-
 const char* doc_boundary_name(DocBoundary boundary) {
   return choice_name(doc_boundary_choices(), boundary);
 }

@@ -22,9 +22,6 @@ struct TextFormat {
   std::string json_key = "text";
 };
 
-// "percent", "blank-line" or "file"; throws moet::Error naming the choices otherwise.
-DocBoundary parse_doc_boundary(const std::string& name);
-
 // The flag value of a rule: "percent", "blank-line" or "file".
 const char* doc_boundary_name(DocBoundary boundary);
 // Every rule and its flag value, in that order (the command line's choices).

@@ -167,6 +167,122 @@ class ProgressBar {
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now(), last_{};
 };
 
+// Bytes of a file (0 when it cannot be asked).
+int64_t file_bytes(const std::string& path) {
+  std::error_code ec;
+  const auto n = fs::file_size(path, ec);
+  return ec ? 0 : int64_t(n);
+}
+
+// Chunks tokenized by worker tasks and written to the dataset in the order they were read (so
+// the output does not depend on the worker count), at most 2 × workers of them in flight.
+class ChunkPipeline {
+ public:
+  ChunkPipeline(const PrepareOptions& o, const Tokenizer& tok, IndexedDatasetWriter& writer,
+                JsonlSkips& skips)
+      : o_(o),
+        tok_(tok),
+        writer_(writer),
+        skips_(skips),
+        workers_(o.workers > 0 ? o.workers
+                               : std::max(1, int(std::thread::hardware_concurrency()))) {}
+
+  void submit(Chunk&& c) {
+    if (c.items.empty()) return;
+    while (int64_t(inflight_.size()) >= 2 * int64_t(workers_)) write_oldest();
+    inflight_.push_back(std::async(
+        std::launch::async, [c = std::move(c), this] { return tokenize(c, tok_, o_.json_key); }));
+  }
+  // Writes the chunks still in flight.
+  void finish() {
+    while (!inflight_.empty()) write_oldest();
+  }
+
+ private:
+  // The oldest chunk's documents into the dataset; its skipped lines counted, or refused under
+  // --on-bad-line stop.
+  void write_oldest() {
+    Tokenized t = inflight_.front().get();
+    inflight_.pop_front();
+    MOET_CHECK(t.skips.malformed == 0 || o_.on_bad_line == "skip", t.skips.first_malformed,
+               " (malformed JSONL line; --on-bad-line skip skips and counts such lines)");
+    MOET_CHECK(t.skips.missing_key == 0 || o_.on_bad_line == "skip",
+               t.skips.missing_key_note(o_.json_key),
+               " (--on-bad-line skip skips and counts such lines)");
+    skips_.merge(t.skips);
+    const int32_t* p = t.tokens.data();
+    for (int64_t n : t.lengths) {
+      writer_.add_document(p, n);
+      p += n;
+    }
+  }
+
+  const PrepareOptions& o_;
+  const Tokenizer& tok_;
+  IndexedDatasetWriter& writer_;
+  JsonlSkips& skips_;
+  const int workers_;
+  std::deque<std::future<Tokenized>> inflight_;
+};
+
+// Plain text: read whole (progress() after each read), then split into documents, which go to
+// the workers in chunks of about kChunkBytes. Returns how many documents the file holds.
+int64_t read_text_file(const std::string& file, InputFile& in, DocBoundary boundary,
+                       ChunkPipeline& chunks, const std::function<void()>& progress) {
+  Chunk c;
+  c.file = &file;
+  std::string text;
+  while (in.read(text, 1 << 20) > 0) progress();
+  int64_t documents = 0;
+  for_each_document(text, boundary, [&](std::string_view doc) {
+    ++documents;
+    c.items.emplace_back(doc);
+    c.bytes += doc.size();
+    if (c.bytes >= kChunkBytes) chunks.submit(std::exchange(c, Chunk{&file, false, 0, {}, 0}));
+  });
+  chunks.submit(std::move(c));
+  return documents;
+}
+
+// JSON Lines: read as the file streams in (progress() after each read), the lines going to the
+// workers, which parse them, in chunks of about kChunkBytes.
+void read_jsonl_file(const std::string& file, InputFile& in, ChunkPipeline& chunks,
+                     const std::function<void()>& progress) {
+  Chunk c;
+  c.file = &file;
+  c.jsonl = true;
+  c.first_line = 1;
+  std::string buf;
+  size_t at = 0;
+  int64_t line = 1;
+  bool eof = false;
+  while (!eof || at < buf.size()) {
+    size_t nl = buf.find('\n', at);
+    if (nl == std::string::npos && !eof) {
+      buf.erase(0, at);
+      at = 0;
+      eof = in.read(buf, 1 << 20) == 0;
+      progress();
+      continue;
+    }
+    if (nl == std::string::npos) nl = buf.size();
+    c.items.emplace_back(buf, at, nl - at);
+    c.bytes += nl - at + 1;
+    at = nl + 1;
+    ++line;
+    if (c.bytes >= kChunkBytes) chunks.submit(std::exchange(c, Chunk{&file, true, line, {}, 0}));
+  }
+  chunks.submit(std::move(c));
+}
+
+void check_prepare_options(const PrepareOptions& o) {
+  MOET_CHECK(!o.output.empty(), "--output PREFIX is required");
+  MOET_CHECK(o.on_bad_line == "skip" || o.on_bad_line == "stop", "--on-bad-line '", o.on_bad_line,
+             "' is not known: skip or stop");
+  MOET_CHECK(!o.json_key.empty(), "--json-key must not be empty");
+  check_flag_in_range("--workers", o.workers, 0, kMaxThreads);
+}
+
 }  // namespace
 
 bool is_jsonl_path(const std::string& path) {
@@ -175,100 +291,29 @@ bool is_jsonl_path(const std::string& path) {
 
 PrepareResult prepare_data(const PrepareOptions& o, std::FILE* progress) {
   const auto t0 = std::chrono::steady_clock::now();
-  MOET_CHECK(!o.output.empty(), "--output PREFIX is required");
-  MOET_CHECK(o.on_bad_line == "skip" || o.on_bad_line == "stop", "--on-bad-line '", o.on_bad_line,
-             "' is not known: skip or stop");
-  MOET_CHECK(!o.json_key.empty(), "--json-key must not be empty");
-  check_flag_in_range("--workers", o.workers, 0, kMaxThreads);
-  const DocBoundary boundary = o.doc_boundary;
+  check_prepare_options(o);
   PrepareResult r;
   r.files = expand_inputs(o.inputs);
-  for (const std::string& f : r.files) {
-    std::error_code ec;
-    const auto n = fs::file_size(f, ec);
-    r.input_bytes += ec ? 0 : int64_t(n);
-  }
+  for (const std::string& f : r.files) r.input_bytes += file_bytes(f);
   const std::unique_ptr<Tokenizer> tok = load_tokenizer(o.tokenizer);
   const IndexedDType dtype = optimal_indexed_dtype(tok->vocab_size());
   r.dtype = indexed_dtype_name(uint8_t(dtype));
   IndexedDatasetWriter writer(o.output, dtype, o.overwrite);
-  const int workers =
-      o.workers > 0 ? o.workers : std::max(1, int(std::thread::hardware_concurrency()));
-
-  SingleDocumentFiles single(boundary);
+  SingleDocumentFiles single(o.doc_boundary);
   ProgressBar bar(progress, r.input_bytes);
   int64_t done_bytes = 0;  // input files finished
-  std::deque<std::future<Tokenized>> inflight;
-  auto write_oldest = [&] {
-    Tokenized t = inflight.front().get();
-    inflight.pop_front();
-    MOET_CHECK(t.skips.malformed == 0 || o.on_bad_line == "skip", t.skips.first_malformed,
-               " (malformed JSONL line; --on-bad-line skip skips and counts such lines)");
-    MOET_CHECK(t.skips.missing_key == 0 || o.on_bad_line == "skip",
-               t.skips.missing_key_note(o.json_key),
-               " (--on-bad-line skip skips and counts such lines)");
-    r.skips.merge(t.skips);
-    const int32_t* p = t.tokens.data();
-    for (int64_t n : t.lengths) {
-      writer.add_document(p, n);
-      p += n;
-    }
-  };
-  auto submit = [&](Chunk&& c) {
-    if (c.items.empty()) return;
-    while (int64_t(inflight.size()) >= 2 * int64_t(workers)) write_oldest();
-    inflight.push_back(std::async(std::launch::async, [c = std::move(c), &tok, &o] {
-      return tokenize(c, *tok, o.json_key);
-    }));
-  };
-
+  ChunkPipeline chunks(o, *tok, writer, r.skips);
   for (const std::string& file : r.files) {
     InputFile in(file);
-    Chunk c;
-    c.file = &file;
-    c.jsonl = is_jsonl_path(file);
-    if (!c.jsonl) {  // plain text is read whole, then split into documents
-      std::string text;
-      while (in.read(text, 1 << 20) > 0) bar.update(done_bytes + in.offset(), writer.documents());
-      int64_t documents = 0;
-      for_each_document(text, boundary, [&](std::string_view doc) {
-        ++documents;
-        c.items.emplace_back(doc);
-        c.bytes += doc.size();
-        if (c.bytes >= kChunkBytes) submit(std::exchange(c, Chunk{&file, false, 0, {}, 0}));
-      });
-      submit(std::move(c));
-      single.add(file, documents);
-    } else {
-      std::string buf;
-      size_t at = 0;
-      int64_t line = 1;
-      c.first_line = 1;
-      bool eof = false;
-      while (!eof || at < buf.size()) {
-        size_t nl = buf.find('\n', at);
-        if (nl == std::string::npos && !eof) {
-          buf.erase(0, at);
-          at = 0;
-          eof = in.read(buf, 1 << 20) == 0;
-          bar.update(done_bytes + in.offset(), writer.documents());
-          continue;
-        }
-        if (nl == std::string::npos) nl = buf.size();
-        c.items.emplace_back(buf, at, nl - at);
-        c.bytes += nl - at + 1;
-        at = nl + 1;
-        ++line;
-        if (c.bytes >= kChunkBytes) submit(std::exchange(c, Chunk{&file, true, line, {}, 0}));
-      }
-      submit(std::move(c));
-    }
-    std::error_code ec;
-    const auto n = fs::file_size(file, ec);
-    done_bytes += ec ? 0 : int64_t(n);
+    const auto show = [&] { bar.update(done_bytes + in.offset(), writer.documents()); };
+    if (is_jsonl_path(file))
+      read_jsonl_file(file, in, chunks, show);
+    else
+      single.add(file, read_text_file(file, in, o.doc_boundary, chunks, show));
+    done_bytes += file_bytes(file);
     bar.update(done_bytes, writer.documents());
   }
-  while (!inflight.empty()) write_oldest();
+  chunks.finish();
   MOET_CHECK(writer.documents() > 0, no_documents_message(r.files.size(), r.skips, o.json_key),
              "; nothing written to ", o.output, ".bin/.idx");
   r.bad_lines = r.skips.total();

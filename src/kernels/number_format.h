@@ -2,8 +2,11 @@
 // may take their operands in, and the block layouts of the FP8 recipes. Kernels quantize; the
 // model only says which format each GEMM wants (model/recipe.h, docs/precision.md).
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <string>
+
+#include "core/enum_table.h"
 
 namespace moet::ops {
 
@@ -15,18 +18,37 @@ enum class Format : uint8_t {
              // 128×128 blocks (weights) — the DeepSeek-V3 recipe
 };
 
-const char* format_name(Format f);
-inline bool is_fp8(Format f) { return f == Format::MXFP8 || f == Format::FP8Block; }
+// What each format is, one row per Format in the enum's order (as ggml's type-traits table):
+// a new format is a row here and a quantizer in kernels/cpu/.
+struct FormatTraits {
+  Format format;
+  const char* name;       // in logs and errors; the simulator's catalog keys its peaks by it
+  int64_t block;          // elements per block along the reduction dimension (1: element-wise)
+  bool fp8;               // E4M3 codes with per-block scales
+  const char* quantizer;  // the op profiler's name of the op that writes it (OpScope)
+};
 
+// format, name, block, FP8, quantizer
+inline constexpr FormatTraits kFormats[] = {
+    {Format::F32, "fp32", 1, false, "copy/add"},
+    {Format::BF16, "bf16", 1, false, "quantize bf16"},
+    {Format::MXFP8, "mxfp8", 32, true, "quantize mxfp8"},
+    {Format::FP8Block, "fp8-blockwise", 128, true, "quantize fp8-blockwise"},
+};
+
+constexpr const FormatTraits& format_traits(Format f) { return kFormats[static_cast<size_t>(f)]; }
+static_assert(rows_in_enum_order(kFormats, &FormatTraits::format),
+              "kFormats: one row per Format, in the enum's order");
+
+inline const char* format_name(Format f) { return format_traits(f).name; }
+inline bool is_fp8(Format f) { return format_traits(f).fp8; }
 // Elements per block along the reduction dimension (1 for the element-wise formats).
-inline int64_t format_block(Format f) {
-  return f == Format::MXFP8 ? 32 : f == Format::FP8Block ? 128 : 1;
-}
+inline int64_t format_block(Format f) { return format_traits(f).block; }
 
 // The formats of one linear layer's GEMMs: fprop y = x·Wᵀ, dgrad dx = dy·W, wgrad dW = dyᵀ·x.
 struct LinearPrecision {
   Format fprop = Format::F32, dgrad = Format::F32, wgrad = Format::F32;
-  static LinearPrecision all(Format f) { return {f, f, f}; }
+  static constexpr LinearPrecision all(Format f) { return {f, f, f}; }
   bool is_f32() const {
     return fprop == Format::F32 && dgrad == Format::F32 && wgrad == Format::F32;
   }

@@ -3,10 +3,11 @@
 //
 // Conventions (all ops):
 // - Tensors are row-major, contiguous views (core/tensor.h); the shape suffix of a name says
-//   its shape (letters in docs/model.md). Shapes are checked with MOET_ASSERT.
+//   its shape (letters in docs/model.md). Shapes are checked (MOET_CHECK) before any parallel
+//   region.
 // - Floating tensors are F32 (training) or F64 (finite-difference tests); all floating
 //   arguments of one call share the dtype. Index tensors are I32.
-// - Outputs are overwritten unless the argument says it accumulates ("+="); parameter
+// - Outputs are overwritten unless an argument or option says it accumulates ("+="); parameter
 //   gradients always accumulate (gradient accumulation, shared weights).
 // - An empty Tensor (ptr == nullptr) for an optional output means "don't compute it".
 // - Results are deterministic for a fixed thread count: no atomics, reductions in a fixed
@@ -48,7 +49,8 @@ const std::string& gemm_operand_reason();
 // Whether MOET_NO_BF16_GEMM or MOET_BF16_OPERANDS fixes the store (a measurement must not).
 bool gemm_operand_dtype_forced();
 // One line for people: the instruction set and the GEMM kernels in use for `fmt`.
-std::string kernel_description(Format fmt);
+// `with_reason`: and why the operands are stored so (gemm_operand_reason()).
+std::string kernel_description(Format fmt, bool with_reason = true);
 
 // ---------------------------------------------------------------- elementwise / reductions
 void copy(const Tensor& src, Tensor& dst);  // dst = src (same numel; F32 <-> BF16 converts)
@@ -104,50 +106,64 @@ bool weight_dgrad_separate(const LinearPrecision& p);
 // Fills wq (memory given by the caller) from w_EOD (F32, [O, D] or [E, O, D]).
 void prepare_weight(const Tensor& w_EOD, const LinearPrecision& p, WeightOperands& wq);
 
-// y_NO = x_ND · w_ODᵀ (Hugging Face weight layout [out, in]), or y += when accumulate. With a
-// low-precision p.fprop, x is quantized along D (1×b blocks) and w comes from wq (or is quantized
-// on the fly when wq is null); fp32 accumulation.
-// xq: x's operands made by its producer (xq->rows is used, in p.fprop; null or empty: x is
-// quantized here).
+// What a linear op is asked for beyond its tensors (linear_forward, linear_backward).
+struct LinearOptions {
+  LinearPrecision precision = {};      // the format of each GEMM (fprop, dgrad, wgrad)
+  const WeightOperands* wq = nullptr;  // w's prepared operands (null: w quantized on the fly)
+  // Operands made by the producers of x and dy (null or empty: quantized here). fprop reads
+  // xq->rows, dgrad dyq->rows, wgrad dyq->wgrad() and xq->wgrad().
+  const Operand* xq = nullptr;
+  const Operand* dyq = nullptr;
+  bool accumulate = false;  // the op's output (forward: y; backward: dx) += instead of =
+};
+
+// y_NO = x_ND · w_ODᵀ (Hugging Face weight layout [out, in]), or y += with o.accumulate. With a
+// low-precision fprop, x is quantized along D (1×b blocks) and w comes from o.wq (or is quantized
+// on the fly); fp32 accumulation.
 void linear_forward(const Tensor& x_ND, const Tensor& w_OD, Tensor& y_NO,
-                    const LinearPrecision& p = {}, const WeightOperands* wq = nullptr,
-                    bool accumulate = false, const Operand* xq = nullptr);
-// dx_ND = dy_NO · w_OD (+= when accumulate_dx; skipped when dx is empty); dw_OD += dy_NOᵀ · x_ND.
-// Low precision: dgrad quantizes dy along O (1×b); wgrad quantizes dy and x along N (b×1).
-// dyq, xq: operands made by their producers (dgrad reads dyq->rows, wgrad dyq->wgrad() and
-// xq->wgrad(); null or empty: quantized here).
+                    const LinearOptions& o = {});
+// dx_ND = dy_NO · w_OD (+= with o.accumulate; skipped when dx is empty); dw_OD += dy_NOᵀ · x_ND
+// (skipped when dw is empty). Low precision: dgrad quantizes dy along O (1×b); wgrad quantizes dy
+// and x along N (b×1).
 void linear_backward(const Tensor& dy_NO, const Tensor& x_ND, const Tensor& w_OD, Tensor& dx_ND,
-                     bool accumulate_dx, Tensor& dw_OD, const LinearPrecision& p = {},
-                     const WeightOperands* wq = nullptr, const Operand* dyq = nullptr,
-                     const Operand* xq = nullptr);
+                     Tensor& dw_OD, const LinearOptions& o = {});
+
+// What a grouped linear op is asked for beyond its tensors (grouped_linear_forward,
+// grouped_linear_backward). precision, wq, xq and dyq as in LinearOptions (the cols blocks of xq
+// and dyq restart at each segment's first row).
+struct GroupedLinearOptions {
+  int64_t segments_per_expert = 1;  // S
+  LinearPrecision precision = {};
+  const WeightOperands* wq = nullptr;
+  const Operand* xq = nullptr;
+  const Operand* dyq = nullptr;
+  // Forward: x already holds precision.fprop's values (quantized along D before the dispatch;
+  // F32, or BF16 bits), so it is used as it is.
+  bool x_in_format = false;
+  // Forward: BF16 rounds each segment's output to bf16 as its GEMM ends (the epilogue of the
+  // experts' down projection, whose outputs travel back in bf16).
+  Format y_format = Format::F32;
+};
 
 // Grouped GEMM over experts. Rows are in E*S segments, S per expert (expert-major; under expert
 // parallelism segment s of an expert holds the rows from source rank s); rows
 // [offsets[g], offsets[g+1]) form segment g of expert g / S (offsets_E1 is I32 with E*S+1
 // entries); w_EOD holds the experts' [O, D] weights back to back.
 // y[rows of g] = x[rows of g] · w[g / S]ᵀ, one GEMM per non-empty segment. Precision as
-// linear_forward; x_in_format: x already holds p.fprop's values (quantized along D before the
-// dispatch; F32, or BF16 bits), so it is used as it is; xq: x's operands made by its producer
-// (used instead of x). y_format BF16: each segment's output is rounded to bf16 as its GEMM ends
-// (the epilogue of the experts' down projection, whose outputs travel back in bf16).
+// linear_forward; xq (used instead of x) as in linear_forward.
 void grouped_linear_forward(const Tensor& x_MD, const Tensor& offsets_E1, const Tensor& w_EOD,
-                            Tensor& y_MO, int64_t segments_per_expert = 1,
-                            const LinearPrecision& p = {}, const WeightOperands* wq = nullptr,
-                            bool x_in_format = false, const Operand* xq = nullptr,
-                            Format y_format = Format::F32);
+                            Tensor& y_MO, const GroupedLinearOptions& o = {});
 // dx = dy · w[e] per segment (overwrite); dw[e] += Σ_s dy[rows of s]ᵀ · x[rows of s], the S
 // segment gradients summed in the canonical tree order (core/tree_sum.h).
 // A 4-D dw [S, E, O, D] keeps them apart instead: dw[s, e] += dy[rows of segment (e, s)]ᵀ ·
 // x[those rows], computed exactly as with one segment per expert.
 // Low-precision wgrad blocks run along the rows of each segment, starting at its first row, so
 // they hold the same tokens whatever the expert-parallel layout.
-// dyq, xq as in linear_backward (their cols blocks restart at each segment's first row). x may be
-// BF16 bits holding p.wgrad's values (an element-wise format) when xq is not given.
+// x may be BF16 bits holding precision.wgrad's values (an element-wise format) when xq is not
+// given.
 void grouped_linear_backward(const Tensor& dy_MO, const Tensor& x_MD, const Tensor& offsets_E1,
                              const Tensor& w_EOD, Tensor& dx_MD, Tensor& dw_EOD,
-                             int64_t segments_per_expert = 1, const LinearPrecision& p = {},
-                             const WeightOperands* wq = nullptr, const Operand* dyq = nullptr,
-                             const Operand* xq = nullptr);
+                             const GroupedLinearOptions& o = {});
 
 // ---------------------------------------------------------------- low precision (number_format.h)
 // q = the values of x in `fmt` with its blocks along `axis`: each element quantized to E4M3

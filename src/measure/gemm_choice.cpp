@@ -1,7 +1,5 @@
 #include "measure/gemm_choice.h"
 
-#include <dnnl.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -15,46 +13,18 @@
 #include "core/file_io.h"
 #include "kernels/ops.h"
 #include "measure/best_of.h"
+#include "measure/speed_cache.h"
 
 namespace moet {
 
 namespace {
 
-std::string cpu_model_name() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("model name", 0) == 0) {
-      const size_t colon = line.find(':');
-      if (colon != std::string::npos) return line.substr(line.find_first_not_of(" \t", colon + 1));
-    }
-  return "unknown CPU";
-}
-
 // The cache key: what the speeds depend on.
 std::string speeds_key(const std::vector<GemmShape>& shapes) {
-  const dnnl_version_t* v = dnnl_version();
   std::ostringstream key;
-  key << cpu_model_name() << " | oneDNN " << v->major << "." << v->minor << "." << v->patch << " | "
-      << ops::num_threads() << " threads |";
+  key << machine_key() << " |";
   for (const GemmShape& s : shapes) key << " " << s.m << "x" << s.n << "x" << s.k;
   return key.str();
-}
-
-std::string cache_path() {
-  const std::string dir = user_cache_dir();
-  return dir.empty() ? "" : dir + "/gemm-speeds.json";
-}
-
-nlohmann::json read_cache(const std::string& path) {
-  std::error_code ec;
-  if (path.empty() || !std::filesystem::is_regular_file(path, ec)) return nlohmann::json::object();
-  try {
-    nlohmann::json j = nlohmann::json::parse(read_text_file(path));
-    return j.is_object() ? j : nlohmann::json::object();
-  } catch (const std::exception&) {
-    return nlohmann::json::object();  // a damaged cache is measured again
-  }
 }
 
 // Seconds of one pass over the shapes, best of several.
@@ -106,31 +76,20 @@ std::vector<GemmShape> model_gemm_shapes(const ModelConfig& cfg, int64_t tokens)
 
 GemmSpeeds gemm_speeds(const std::vector<GemmShape>& shapes) {
   MOET_ASSERT(!shapes.empty());
-  const std::string key = speeds_key(shapes), path = cache_path();
-  nlohmann::json cache = read_cache(path);
+  const std::string key = speeds_key(shapes);
   GemmSpeeds s;
-  if (cache.contains(key) && cache[key].is_object() && cache[key].contains("fp32_tflops") &&
-      cache[key].contains("bf16_tflops") && cache[key]["fp32_tflops"].is_number() &&
-      cache[key]["bf16_tflops"].is_number()) {
-    s.fp32_tflops = cache[key]["fp32_tflops"].get<double>();
-    s.bf16_tflops = cache[key]["bf16_tflops"].get<double>();
+  if (const std::optional<nlohmann::json> c = cached_speed(key);
+      c && c->is_object() && c->value("fp32_tflops", 0.0) > 0 && c->value("bf16_tflops", 0.0) > 0) {
+    s.fp32_tflops = (*c)["fp32_tflops"].get<double>();
+    s.bf16_tflops = (*c)["bf16_tflops"].get<double>();
     s.cached = true;
-    if (s.fp32_tflops > 0 && s.bf16_tflops > 0) return s;
+    return s;
   }
   double flop = 0;
   for (const GemmShape& g : shapes) flop += 2.0 * double(g.m) * double(g.n) * double(g.k);
   s.fp32_tflops = flop / time_shapes(shapes, DType::F32) / 1e12;
   s.bf16_tflops = flop / time_shapes(shapes, DType::BF16) / 1e12;
-  s.cached = false;
-  if (!path.empty()) {
-    cache[key] = {{"fp32_tflops", s.fp32_tflops}, {"bf16_tflops", s.bf16_tflops}};
-    try {
-      std::filesystem::create_directories(std::filesystem::path(path).parent_path());
-      write_file_atomically(path, cache.dump(2) + "\n", true);
-    } catch (const std::exception&) {
-      // a cache that cannot be written only costs the next run the measurement
-    }
-  }
+  remember_speed(key, {{"fp32_tflops", s.fp32_tflops}, {"bf16_tflops", s.bf16_tflops}});
   return s;
 }
 

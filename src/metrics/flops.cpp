@@ -24,9 +24,10 @@ FlopBreakdown flops_breakdown(const ModelConfig& c, int64_t seq_len, bool with_m
 
   // Layer counts. MTP modules are full decoder blocks whose FFN is MoE when the last main layer
   // is MoE, dense otherwise (docs/model.md), so they join L_moe or L_dense and N = layers + D.
-  // Counting the MTP block's experts in L_moe is what reproduces FACTS.md's DeepSeek-V3 figures
-  // at S = 4096: 260.0 GFLOP/token with MTP (L_moe = 58 + 1) and 249.8 without; leaving the MTP
-  // experts out would give 257.6.
+  // Counting the MTP block's experts in L_moe is what reproduces NVIDIA's published DeepSeek-V3
+  // figures at S = 4096 (Megatron-Bridge's performance summary: the GB300 record's 1,648
+  // TFLOP/s per GPU at 6,338 tokens/s) — 260.0 GFLOP/token with MTP (L_moe = 58 + 1), 249.8
+  // without; leaving the MTP experts out would give 257.6.
   int64_t L_moe = 0;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) L_moe += c.is_moe_layer(l) ? 1 : 0;
   int64_t L_dense = c.num_hidden_layers - L_moe;

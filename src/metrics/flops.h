@@ -1,6 +1,7 @@
-// Model FLOPs per token by Megatron-Core's formula (FACTS.md §2): every GEMM counts 6 FLOPs
-// per multiply-accumulate (forward, input gradient, weight gradient); router GEMMs and norms
-// are not counted; causal core attention is halved.
+// Model FLOPs per token by Megatron-Core's formula (num_floating_point_operations in Megatron-LM's
+// megatron/training/training.py): every GEMM counts 6 FLOPs per multiply-accumulate (forward,
+// input gradient, weight gradient); router GEMMs and norms are not counted; causal core attention
+// is halved.
 #pragma once
 #include <cstdint>
 

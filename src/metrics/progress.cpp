@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -14,14 +13,6 @@ namespace moet {
 namespace {
 
 bool has(double v) { return std::isfinite(v); }
-
-// A float32 as the double of its shortest decimal ("0.03", not 0.029999999329447746): the
-// JSON reads as written and its float32 is the value.
-double shortest(float v) {
-  char buf[32];
-  const auto res = std::to_chars(buf, buf + sizeof buf, v);
-  return std::strtod(std::string(buf, res.ptr).c_str(), nullptr);
-}
 
 std::string fmt(const char* f, double v) {
   char buf[64];
@@ -152,94 +143,6 @@ void IntervalMeans::fill(StepMetrics& m) {
     m.interval_mfu = mfu_s_ / seconds_;
   }
   *this = IntervalMeans{};
-}
-
-double expert_load_imbalance(const std::vector<int64_t>& load_E) {
-  double sum = 0, mx = 0;
-  for (int64_t l : load_E) sum += double(l), mx = std::max(mx, double(l));
-  if (load_E.empty() || sum <= 0) return StepMetrics::kNone;
-  return mx / (sum / double(load_E.size()));
-}
-
-std::string metrics_json_line(const StepMetrics& m) {
-  nlohmann::ordered_json j;
-  auto required = [&](const char* key, double v) {
-    j[key] = has(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json(nullptr);
-  };
-  auto optional = [&](const char* key, double v) {
-    if (has(v)) j[key] = v;
-  };
-  j["step"] = m.step;
-  if (m.total_steps > 0) j["total_steps"] = m.total_steps;
-  required("loss", m.loss);
-  optional("lm_loss", m.lm_loss);
-  optional("mtp_loss", m.mtp_loss);
-  optional("balance_loss", m.balance_loss);
-  optional("z_loss", m.z_loss);
-  optional("eval_loss", m.eval_loss);
-  optional("eval_loss_se", m.eval_loss_se);
-  required("lr", m.lr);
-  required("grad_norm", m.grad_norm);
-  required("tokens_per_s", m.tokens_per_s);
-  required("tflops", m.tflops);
-  required("mfu", m.mfu);
-  required("max_expert_load", m.max_expert_load);
-  j["tokens"] = m.tokens;
-  optional("step_time_s", m.step_time_s);
-  optional("data_wait_s", m.data_wait_s);
-  optional("a2a_s", m.a2a_s);
-  optional("exposed_comm_s", m.exposed_comm_s);
-  optional("a2a_exposed_s", m.a2a_exposed_s);
-  optional("grad_sync_s", m.grad_sync_s);
-  optional("comm_bytes", m.comm_bytes);
-  optional("grad_sync_bytes", m.grad_sync_bytes);
-  optional("comm_bytes_other_nodes", m.comm_bytes_other_nodes);
-  optional("ep_load_imbalance", m.ep_load_imbalance);
-  optional("elapsed_s", m.elapsed_s);
-  optional("eta_s", m.eta_s);
-  optional("peak_rss_mb", m.peak_rss_mb);
-  optional("save_s", m.save_s);
-  optional("pp_run_s", m.pp_run_s);
-  optional("pp_bubble", m.pp_bubble);
-  optional("pp_bytes", m.pp_bytes);
-  optional("pp_schedule_s", m.pp_schedule_s);
-  if (m.interval_steps > 0) {
-    j["interval_steps"] = m.interval_steps;
-    optional("interval_loss", m.interval_loss);
-    optional("interval_lm_loss", m.interval_lm_loss);
-    optional("interval_mtp_loss", m.interval_mtp_loss);
-    optional("interval_step_time_s", m.interval_step_time_s);
-    optional("interval_tokens_per_s", m.interval_tokens_per_s);
-    optional("interval_tflops", m.interval_tflops);
-    optional("interval_mfu", m.interval_mfu);
-  }
-  if (!m.balance_loss_per_layer.empty()) {
-    j["balance_loss_layers"] = m.balance_loss_layers;
-    nlohmann::ordered_json per = nlohmann::ordered_json::array();
-    for (double v : m.balance_loss_per_layer)
-      per.push_back(has(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json(nullptr));
-    j["balance_loss_per_layer"] = per;
-  }
-  if (!m.expert_load.empty()) {
-    j["expert_load_layers"] = m.expert_load_layers;
-    j["expert_load"] = m.expert_load;
-    nlohmann::ordered_json ratios = nlohmann::ordered_json::array();
-    for (const std::vector<int64_t>& load : m.expert_load) {
-      const double r = expert_load_imbalance(load);
-      ratios.push_back(has(r) ? nlohmann::ordered_json(r) : nlohmann::ordered_json(nullptr));
-    }
-    j["expert_load_imbalance"] = ratios;
-    if (!m.expert_bias.empty()) {
-      nlohmann::ordered_json bias = nlohmann::ordered_json::array();
-      for (const std::vector<float>& row : m.expert_bias) {
-        nlohmann::ordered_json r = nlohmann::ordered_json::array();
-        for (float b : row) r.push_back(shortest(b));
-        bias.push_back(r);
-      }
-      j["expert_bias"] = bias;
-    }
-  }
-  return j.dump();
 }
 
 MetricsWriter::MetricsWriter(const std::string& path, bool overwrite)

@@ -334,87 +334,119 @@ std::vector<DataChange> data_changes(const std::vector<json>& records, const jso
   return out;
 }
 
-std::string report_html(const std::vector<json>& records, const json& run_info,
-                        const std::string& source) {
-  std::string h = report_page::page_head("moet report: " + source);
-  // Summary
-  h += "<table>";
-  if (records.empty()) {
-    h += row("records", "none yet");
-  } else {
-    const json& last = records.back();
-    h += row("steps", std::to_string(last.value("step", int64_t(0))) +
-                          (last.contains("total_steps")
-                               ? " of " + std::to_string(last.value("total_steps", int64_t(0)))
-                               : std::string()));
-    h += row("tokens", std::to_string(last.value("tokens", int64_t(0))));
-    if (std::isfinite(field(last, "loss"))) h += row("last loss", num("%.4f", field(last, "loss")));
-    double best = INFINITY;
-    int64_t best_step = 0;
-    for (const json& r : records)
-      if (field(r, "eval_loss") < best)
-        best = field(r, "eval_loss"), best_step = r.value("step", 0);
-    if (std::isfinite(best))
-      h += row("best held-out loss",
-               num("%.4f", best) + " (step " + std::to_string(best_step) + ")");
-    // every start of the run (a resumed run's metrics continue the file), not just the last
-    const RunElapsed e = run_elapsed(records, run_info);
-    const char* secs = e.seconds < 10 ? "%.2f s" : "%.1f s";
-    if (e.starts == 1)
-      h += row("elapsed", num(secs, e.seconds) + " (" + format_hms(e.seconds) + ")");
-    else if (e.starts > 1)
-      h += row("elapsed", num(secs, e.seconds) + " (" + format_hms(e.seconds) + ") over " +
+namespace {
+
+// Elapsed time over every start of the run (a resumed run's metrics continue the file), not just
+// the last.
+std::string elapsed_row(const std::vector<json>& records, const json& run_info) {
+  const RunElapsed e = run_elapsed(records, run_info);
+  const char* secs = e.seconds < 10 ? "%.2f s" : "%.1f s";
+  if (e.starts == 1)
+    return row("elapsed", num(secs, e.seconds) + " (" + format_hms(e.seconds) + ")");
+  if (e.starts > 1)
+    return row("elapsed", num(secs, e.seconds) + " (" + format_hms(e.seconds) + ") over " +
                               std::to_string(e.starts) + " starts, the last " +
                               num(secs, e.last_start_s) +
                               "; start-up and the time between starts not counted");
-    if (run_info.is_object() && run_info.contains("segments") && run_info["segments"].is_array() &&
-        run_info["segments"].size() > 1) {
-      std::string resumes;
-      for (const json& seg : run_info["segments"])
-        if (seg.is_object() && seg.value("start_step", int64_t(0)) > 0)
-          resumes +=
-              (resumes.empty() ? "" : ", ") + std::to_string(seg.value("start_step", int64_t(0)));
-      std::string text =
-          std::to_string(run_info["segments"].size()) + " (resumed at step " + resumes + ")";
-      for (const DataChange& c : data_changes(records, run_info))
-        text += "; at step " + std::to_string(c.step) + " " + c.what;
-      h += row("starts", text);
-    }
-  }
-  h += "</table>\n";
+  return "";
+}
 
-  h += "<h2>Loss</h2><div class=\"charts\">";
+// A resumed run's starts (run.json "segments"): how many, the steps it resumed at and the data
+// changes; "" for a run of one start.
+std::string starts_row(const std::vector<json>& records, const json& run_info) {
+  if (!run_info.is_object() || !run_info.contains("segments") || !run_info["segments"].is_array() ||
+      run_info["segments"].size() <= 1)
+    return "";
+  std::string resumes;
+  for (const json& seg : run_info["segments"])
+    if (seg.is_object() && seg.value("start_step", int64_t(0)) > 0)
+      resumes +=
+          (resumes.empty() ? "" : ", ") + std::to_string(seg.value("start_step", int64_t(0)));
+  std::string text =
+      std::to_string(run_info["segments"].size()) + " (resumed at step " + resumes + ")";
+  for (const DataChange& c : data_changes(records, run_info))
+    text += "; at step " + std::to_string(c.step) + " " + c.what;
+  return row("starts", text);
+}
+
+// The summary table: steps, tokens, last loss, best held-out loss, elapsed time, starts.
+// run.json's GEMM peaks: the machine's best beside the one MFU divides by (the recipe's)
+std::string peaks_row(const json& run_info) {
+  if (!run_info.is_object() || !run_info.contains("gemm_peaks") ||
+      !run_info["gemm_peaks"].is_object())
+    return "";
+  const json& p = run_info["gemm_peaks"];
+  const double mfu = p.value("mfu_divides_by", 0.0), best = p.value("best", 0.0);
+  const std::string of = p.value("mfu_peak", std::string());
+  if (of == "--peak-tflops")
+    return row("MFU divides by", num("%.3f", mfu) + " TFLOP/s (--peak-tflops)");
+  std::string v = num("%.3f", mfu) + " TFLOP/s, the " + of + " GEMM peak (the recipe's)";
+  if (best > mfu) v += "; this machine's best: " + num("%.3f", best) + " TFLOP/s";
+  for (const char* k : {"fp32", "bf16"})
+    if (p.contains(k) && p[k].is_number())
+      v += std::string(k == std::string("fp32") ? " (" : ", ") + k + " " +
+           num("%.3f", p[k].get<double>());
+  return row("MFU divides by", v + (p.contains("fp32") && p["fp32"].is_number() ? ")" : ""));
+}
+
+std::string summary_table(const std::vector<json>& records, const json& run_info) {
+  if (records.empty()) return "<table>" + row("records", "none yet") + "</table>\n";
+  const json& last = records.back();
+  std::string h = "<table>";
+  h += row("steps", std::to_string(last.value("step", int64_t(0))) +
+                        (last.contains("total_steps")
+                             ? " of " + std::to_string(last.value("total_steps", int64_t(0)))
+                             : std::string()));
+  h += row("tokens", std::to_string(last.value("tokens", int64_t(0))));
+  if (std::isfinite(field(last, "loss"))) h += row("last loss", num("%.4f", field(last, "loss")));
+  double best = INFINITY;
+  int64_t best_step = 0;
+  for (const json& r : records)
+    if (field(r, "eval_loss") < best) best = field(r, "eval_loss"), best_step = r.value("step", 0);
+  if (std::isfinite(best))
+    h += row("best held-out loss", num("%.4f", best) + " (step " + std::to_string(best_step) + ")");
+  return h + elapsed_row(records, run_info) + starts_row(records, run_info) + peaks_row(run_info) +
+         "</table>\n";
+}
+
+// The weight a loss term enters the loss with, as run.json's options.optim records it
+// (train/train_options.h), for its chart's title.
+std::string loss_weight(const json& run_info, const char* key, const char* flag) {
+  const json* optim = nullptr;
+  if (run_info.is_object() && run_info.contains("options") && run_info["options"].is_object() &&
+      run_info["options"].contains("optim") && run_info["options"]["optim"].is_object())
+    optim = &run_info["options"]["optim"];
+  if (!optim || !optim->contains(key) || !(*optim)[key].is_number()) return "weight not recorded";
+  const double w = (*optim)[key].get<double>();
+  return w == 0 ? std::string(flag) + " 0: not in the loss" : num("enters the loss x %g", w);
+}
+
+// Loss, held-out loss (with the resumes that changed the data) against tokens; the balance and z
+// losses, logged unweighted and orders of magnitude apart (~1 and ~20), each on its own axis.
+std::string loss_section(const std::vector<json>& records, const json& run_info) {
+  std::string h = "<h2>Loss</h2><div class=\"charts\">";
   std::vector<report_page::Marker> changed;  // a resume that changed --data or --split
   for (const DataChange& c : data_changes(records, run_info))
     if (std::isfinite(c.tokens)) changed.push_back({c.tokens, "data changed", "#555"});
+  Series held_out = series(records, "tokens", "eval_loss", "held-out", "#d62728");
+  held_out.dots = true;
   h += line_chart("loss against tokens", "tokens",
                   {series(records, "tokens", "lm_loss", "lm loss", "#1f77b4"),
-                   series(records, "tokens", "mtp_loss", "mtp loss", "#aec7e8"),
-                   [&] {
-                     Series s = series(records, "tokens", "eval_loss", "held-out", "#d62728");
-                     s.dots = true;
-                     return s;
-                   }()},
+                   series(records, "tokens", "mtp_loss", "mtp loss", "#aec7e8"), held_out},
                   false, changed);
-  // The balance and z losses are logged unweighted and differ by orders of magnitude (~1 and
-  // ~20): each on its own axis, titled with the weight it enters the loss with.
-  auto weight_of = [&](const char* key, const char* flag) -> std::string {
-    // run.json's options.optim (train/train_options.h)
-    const nlohmann::json* optim = nullptr;
-    if (run_info.is_object() && run_info.contains("options") && run_info["options"].is_object() &&
-        run_info["options"].contains("optim") && run_info["options"]["optim"].is_object())
-      optim = &run_info["options"]["optim"];
-    if (!optim || !optim->contains(key) || !(*optim)[key].is_number()) return "weight not recorded";
-    const double w = (*optim)[key].get<double>();
-    return w == 0 ? std::string(flag) + " 0: not in the loss" : num("enters the loss x %g", w);
-  };
   h += line_chart("sequence-wise balance loss, unweighted (" +
-                      weight_of("balance_alpha", "--balance-alpha") + ")",
+                      loss_weight(run_info, "balance_alpha", "--balance-alpha") + ")",
                   "step", {series(records, "step", "balance_loss", "balance", "#9467bd")});
-  h += line_chart("router z-loss, unweighted (" + weight_of("z_loss_coef", "--z-loss") + ")",
-                  "step", {series(records, "step", "z_loss", "z", "#8c564b")});
-  h += balance_per_layer_chart(records, run_info);
-  h += "</div>\n<h2>Optimisation</h2><div class=\"charts\">";
+  h += line_chart(
+      "router z-loss, unweighted (" + loss_weight(run_info, "z_loss_coef", "--z-loss") + ")",
+      "step", {series(records, "step", "z_loss", "z", "#8c564b")});
+  return h + balance_per_layer_chart(records, run_info) + "</div>\n";
+}
+
+// Learning rate and gradient norm; tokens/s, MFU and TFLOP/s; the worst layer's expert load and
+// the heatmaps.
+std::string training_sections(const std::vector<json>& records, const json& run_info) {
+  std::string h = "<h2>Optimisation</h2><div class=\"charts\">";
   h += line_chart("learning rate", "step", {series(records, "step", "lr", "lr", "#2ca02c")});
   h += line_chart("gradient norm (before clipping)", "step",
                   {series(records, "step", "grad_norm", "grad norm", "#ff7f0e")});
@@ -427,8 +459,11 @@ std::string report_html(const std::vector<json>& records, const json& run_info,
   h += "</div>\n<h2>Expert load</h2><div class=\"charts\">";
   h += line_chart("worst layer: max / mean expert load", "step",
                   {series(records, "step", "max_expert_load", "max/mean", "#e377c2")});
-  h += "</div><div class=\"charts\">" + expert_heatmaps(records, run_info) + "</div>\n";
-  h += "<h2>Communication</h2><div class=\"charts\">";
+  return h + "</div><div class=\"charts\">" + expert_heatmaps(records, run_info) + "</div>\n";
+}
+
+// All-to-all seconds hidden and exposed, and gradient sync, per step.
+std::string communication_section(const std::vector<json>& records) {
   Series hidden;
   hidden.name = "all-to-all hidden";
   hidden.color = "#2ca02c";
@@ -442,49 +477,67 @@ std::string report_html(const std::vector<json>& records, const json& run_info,
       "communication seconds per step", "step",
       {hidden, series(records, "step", "exposed_comm_s", "exposed (a2a + grad sync)", "#d62728"),
        series(records, "step", "grad_sync_s", "grad sync", "#1f77b4")});
-  h += comm.empty() ? "<p class=\"none\">No communication measured (one process).</p>" : comm;
-  h += "</div>\n<h2>Run</h2>";
-  if (run_info.is_object()) {
-    // run.json "segments": every start of the run (src/train/run_info.h), listed below
-    const bool has_segments = run_info.contains("segments") && run_info["segments"].is_array() &&
-                              !run_info["segments"].empty();
-    h += "<table>";
-    if (has_segments) {
-      // the commands are in the starts' table below
-    } else if (run_info.contains("commands") && run_info["commands"].is_array() &&
-               !run_info["commands"].empty()) {
-      const auto& cmds = run_info["commands"];
-      for (size_t i = 0; i < cmds.size(); ++i)
-        if (cmds[i].is_string())
-          h += row(cmds.size() == 1 ? std::string("command")
-                   : i == 0         ? std::string("command (first start)")
-                                    : "command (resume " + std::to_string(i) + ")",
-                   cmds[i].get<std::string>());
-    } else if (run_info.contains("command") && run_info["command"].is_string()) {
-      h += row("command", run_info["command"].get<std::string>());
-    }
-    for (const char* k : {"metrics", "tensorboard", "model_config"})
-      if (run_info.contains(k) && run_info[k].is_string() &&
-          !run_info[k].get<std::string>().empty())
-        h += row(k, run_info[k].get<std::string>());
-    const std::string precision = precision_shown(run_info);
-    if (!precision.empty()) h += row("precision", precision);
-    h += "</table>";
-    if (has_segments) h += segments_table(run_info["segments"]);
-    if (run_info.contains("options")) {
-      json options = run_info["options"];  // --precision as asked and as resolved
-      if (options.is_object() && options.contains("precision") &&
-          options["precision"].is_object() && !precision.empty())
-        options["precision"]["precision"] = precision;
-      h += "<h3>options</h3><pre>" + escape(options.dump(2)) + "</pre>";
-    }
-    if (run_info.contains("model"))
-      h += "<h3>model config</h3><pre>" + escape(run_info["model"].dump(2)) + "</pre>";
-  } else {
-    h += "<p class=\"none\">No run.json found (it is written into the --out run directory): the "
-         "command and config are unknown.</p>";
+  return "<h2>Communication</h2><div class=\"charts\">" +
+         (comm.empty() ? "<p class=\"none\">No communication measured (one process).</p>" : comm) +
+         "</div>\n";
+}
+
+// The command lines of a run without run.json "segments" (whose table lists them).
+std::string command_rows(const json& run_info) {
+  std::string h;
+  if (run_info.contains("commands") && run_info["commands"].is_array() &&
+      !run_info["commands"].empty()) {
+    const auto& cmds = run_info["commands"];
+    for (size_t i = 0; i < cmds.size(); ++i)
+      if (cmds[i].is_string())
+        h += row(cmds.size() == 1 ? std::string("command")
+                 : i == 0         ? std::string("command (first start)")
+                                  : "command (resume " + std::to_string(i) + ")",
+                 cmds[i].get<std::string>());
+  } else if (run_info.contains("command") && run_info["command"].is_string()) {
+    h += row("command", run_info["command"].get<std::string>());
   }
-  return h + "\n</body></html>\n";
+  return h;
+}
+
+// run.json: the commands (or the starts' table), outputs, precision, options and model config.
+std::string run_section(const json& run_info) {
+  std::string h = "<h2>Run</h2>";
+  if (!run_info.is_object())
+    return h +
+           "<p class=\"none\">No run.json found (it is written into the --out run directory): the "
+           "command and config are unknown.</p>";
+  // run.json "segments": every start of the run (src/train/run_info.h), listed below
+  const bool has_segments = run_info.contains("segments") && run_info["segments"].is_array() &&
+                            !run_info["segments"].empty();
+  h += "<table>";
+  if (!has_segments) h += command_rows(run_info);
+  for (const char* k : {"metrics", "tensorboard", "model_config"})
+    if (run_info.contains(k) && run_info[k].is_string() && !run_info[k].get<std::string>().empty())
+      h += row(k, run_info[k].get<std::string>());
+  const std::string precision = precision_shown(run_info);
+  if (!precision.empty()) h += row("precision", precision);
+  h += "</table>";
+  if (has_segments) h += segments_table(run_info["segments"]);
+  if (run_info.contains("options")) {
+    json options = run_info["options"];  // --precision as asked and as resolved
+    if (options.is_object() && options.contains("precision") && options["precision"].is_object() &&
+        !precision.empty())
+      options["precision"]["precision"] = precision;
+    h += "<h3>options</h3><pre>" + escape(options.dump(2)) + "</pre>";
+  }
+  if (run_info.contains("model"))
+    h += "<h3>model config</h3><pre>" + escape(run_info["model"].dump(2)) + "</pre>";
+  return h;
+}
+
+}  // namespace
+
+std::string report_html(const std::vector<json>& records, const json& run_info,
+                        const std::string& source) {
+  return report_page::page_head("moet report: " + source) + summary_table(records, run_info) +
+         loss_section(records, run_info) + training_sections(records, run_info) +
+         communication_section(records) + run_section(run_info) + "\n</body></html>\n";
 }
 
 }  // namespace moet

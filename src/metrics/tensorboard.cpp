@@ -77,36 +77,21 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-// The tag table (docs/metrics.md): TensorBoard tag, and the StepMetrics field (= JSONL key).
-struct ScalarTag {
-  const char* tag;
-  double StepMetrics::*field;
-};
-constexpr ScalarTag kScalarTags[] = {
-    {"lm loss", &StepMetrics::lm_loss},
-    {"total loss", &StepMetrics::loss},
-    {"mtp loss", &StepMetrics::mtp_loss},
-    {"load_balancing_loss", &StepMetrics::balance_loss},
-    {"z_loss", &StepMetrics::z_loss},
-    {"lm loss validation", &StepMetrics::eval_loss},
-    {"learning-rate", &StepMetrics::lr},
-    {"grad-norm", &StepMetrics::grad_norm},
-    {"iteration-time", &StepMetrics::step_time_s},
-    {"throughput", &StepMetrics::tflops},
-    {"tokens-per-sec", &StepMetrics::tokens_per_s},
-    {"mfu", &StepMetrics::mfu},
-    {"max-expert-load", &StepMetrics::max_expert_load},
-    {"a2a-time", &StepMetrics::a2a_s},
-    {"exposed-comm-time", &StepMetrics::exposed_comm_s},
-    {"a2a-exposed-time", &StepMetrics::a2a_exposed_s},
-    {"grad-sync-time", &StepMetrics::grad_sync_s},
-    {"comm-bytes", &StepMetrics::comm_bytes},
-    {"grad-sync-bytes", &StepMetrics::grad_sync_bytes},
-    {"ep-load-imbalance", &StepMetrics::ep_load_imbalance},
-    {"mem-max-rss-mb", &StepMetrics::peak_rss_mb},
-    {"save-time", &StepMetrics::save_s},
-    {"pp-bubble", &StepMetrics::pp_bubble},
-};
+// A per-layer field's tag for one layer: the table's "moe/..._layer_L" with L the layer's index.
+std::string layer_tag(const MetricField& f, int64_t layer) {
+  const std::string tag = f.tb_tag;
+  MOET_ASSERT_MSG(!tag.empty() && tag.back() == 'L', "per-layer TensorBoard tag '", tag, "'");
+  return tag.substr(0, tag.size() - 1) + std::to_string(layer);
+}
+
+// A per-layer field's values with their layers (NaN values left out).
+void add_per_layer(std::vector<std::pair<std::string, float>>& out, const StepMetrics& m,
+                   const MetricField& f, const std::vector<double>& values) {
+  const std::vector<int64_t>& layers = metric_layers(m, f);
+  MOET_ASSERT_MSG(values.size() <= layers.size(), f.key, " has more layers than their indices");
+  for (size_t i = 0; i < values.size(); ++i)
+    if (std::isfinite(values[i])) out.emplace_back(layer_tag(f, layers[i]), float(values[i]));
+}
 
 }  // namespace
 
@@ -220,21 +205,21 @@ Histogram expert_bias_histogram(const std::vector<float>& bias_E) {
 }
 
 std::vector<std::pair<std::string, float>> tensorboard_scalars(const StepMetrics& m) {
+  using M = StepMetrics;
   std::vector<std::pair<std::string, float>> out;
-  for (const ScalarTag& t : kScalarTags) {
-    const double v = m.*t.field;
-    if (std::isfinite(v)) out.emplace_back(t.tag, float(v));
-  }
-  out.emplace_back("consumed-tokens", float(m.tokens));
-  for (size_t i = 0; i < m.balance_loss_per_layer.size(); ++i)
-    if (std::isfinite(m.balance_loss_per_layer[i]))
-      out.emplace_back("moe/balance_loss_layer_" + std::to_string(m.balance_loss_layers[i]),
-                       float(m.balance_loss_per_layer[i]));
-  for (size_t i = 0; i < m.expert_load.size(); ++i) {
-    const double r = expert_load_imbalance(m.expert_load[i]);
-    if (std::isfinite(r))
-      out.emplace_back("moe/expert_load_imbalance_layer_" + std::to_string(m.expert_load_layers[i]),
-                       float(r));
+  for (const MetricField& f : kStepMetricFields) {
+    if (!f.tb_tag || !metric_written(m, f)) continue;
+    if (const auto* p = std::get_if<double M::*>(&f.member)) {
+      if (std::isfinite(m.**p)) out.emplace_back(f.tb_tag, float(m.**p));
+    } else if (const auto* p = std::get_if<int64_t M::*>(&f.member)) {
+      out.emplace_back(f.tb_tag, float(m.**p));
+    } else if (const auto* p = std::get_if<int M::*>(&f.member)) {
+      out.emplace_back(f.tb_tag, float(m.**p));
+    } else if (const auto* p = std::get_if<std::vector<double> M::*>(&f.member)) {
+      add_per_layer(out, m, f, m.**p);
+    } else if (const auto* p = std::get_if<DerivedPerLayer>(&f.member)) {
+      add_per_layer(out, m, f, (*p)(m));
+    }  // per-expert rows: histograms (TensorBoardWriter::write)
   }
   return out;
 }
@@ -274,16 +259,23 @@ void TensorBoardWriter::mark_resume(int64_t step) {
 }
 
 void TensorBoardWriter::write(const StepMetrics& m) {
+  using M = StepMetrics;
   const double t = now_seconds();
   append(tensorboard::scalars_event(t, m.step, tensorboard_scalars(m)));
-  for (size_t i = 0; i < m.expert_load.size(); ++i)
-    append(tensorboard::histogram_event(
-        t, m.step, "moe/expert_load_layer_" + std::to_string(m.expert_load_layers[i]),
-        expert_load_histogram(m.expert_load[i])));
-  for (size_t i = 0; i < m.expert_bias.size(); ++i)
-    append(tensorboard::histogram_event(
-        t, m.step, "moe/expert_bias_layer_" + std::to_string(m.expert_load_layers[i]),
-        expert_bias_histogram(m.expert_bias[i])));
+  for (const MetricField& f : kStepMetricFields) {
+    if (!f.tb_tag || !metric_written(m, f)) continue;
+    const std::vector<int64_t>& layers = metric_layers(m, f);
+    auto histograms = [&](const auto& rows, auto histogram) {
+      MOET_ASSERT_MSG(rows.size() <= layers.size(), f.key, " has more layers than their indices");
+      for (size_t i = 0; i < rows.size(); ++i)
+        append(
+            tensorboard::histogram_event(t, m.step, layer_tag(f, layers[i]), histogram(rows[i])));
+    };
+    if (const auto* p = std::get_if<std::vector<std::vector<int64_t>> M::*>(&f.member))
+      histograms(m.**p, expert_load_histogram);
+    else if (const auto* p = std::get_if<std::vector<std::vector<float>> M::*>(&f.member))
+      histograms(m.**p, expert_bias_histogram);
+  }
 }
 
 void TensorBoardWriter::flush() {

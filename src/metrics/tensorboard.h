@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "metrics/progress.h"
+#include "metrics/step_metrics.h"
 
 namespace moet {
 
@@ -50,8 +50,9 @@ Histogram expert_load_histogram(const std::vector<int64_t>& load_E);
 // and num is the number of experts.
 Histogram expert_bias_histogram(const std::vector<float>& bias_E);
 
-// The scalars of one step under their TensorBoard tags (the table of docs/metrics.md), each the
-// float32 of the JSONL field it mirrors; fields not measured this step are left out.
+// The scalars of one step under their TensorBoard tags (kStepMetricFields' tb_tag, the table of
+// docs/metrics.md), in the table's order, each the float32 of the JSONL field it mirrors; fields
+// not measured this step are left out.
 std::vector<std::pair<std::string, float>> tensorboard_scalars(const StepMetrics& m);
 
 // One event file in a directory: events.out.tfevents.<seconds>.<host>.<pid>.moet.
@@ -67,7 +68,7 @@ class TensorBoardWriter {
   // A resumed run: its first step is `step` (session_start_event).
   void mark_resume(int64_t step);
   // The step's scalars (with a balance loss per MoE layer), and with expert loads a load
-  // histogram, a bias histogram and an imbalance scalar per layer.
+  // histogram, a bias histogram and an imbalance scalar per layer (kStepMetricFields' tags).
   void write(const StepMetrics& m);
   void flush();
   const std::string& path() const { return path_; }

@@ -78,7 +78,8 @@ void MlaAttention::plan(Workspace& ws) {
 void MlaAttention::project_queries(const Tensor& x_ND, const ops::Operand& xq,
                                    const RopeCache& rope) {
   // queries: q = q_b(norm(q_a(x))), rope on the last R dims of each head
-  ops::linear_forward(x_ND, q_a_->value, cq_raw_NQ_, lin_, q_a_->operands(), false, &xq);
+  ops::linear_forward(x_ND, q_a_->value, cq_raw_NQ_,
+                      {.precision = lin_, .wq = q_a_->operands(), .xq = &xq});
   up_project_queries(rope);
 }
 
@@ -86,7 +87,8 @@ void MlaAttention::up_project_queries(const RopeCache& rope) {
   ops::rmsnorm_forward(cq_raw_NQ_, q_a_norm_->value, eps_, cq_NQ_, cq_rstd_N_, cq_q_);
   const int64_t N = cq_NQ_.size(0), K = P_ + R_;
   Tensor q2 = q_NHK_.view({N, H_ * K});
-  ops::linear_forward(cq_NQ_, q_b_->value, q2, lin_, q_b_->operands(), false, &cq_q_);
+  ops::linear_forward(cq_NQ_, q_b_->value, q2,
+                      {.precision = lin_, .wq = q_b_->operands(), .xq = &cq_q_});
   ops::rope_forward(q_NHK_, P_, rope.cos_TR2, rope.sin_TR2);
 }
 
@@ -94,7 +96,8 @@ void MlaAttention::up_project_keys_values() {
   ops::rmsnorm_forward(ckv_NC_, kv_a_norm_->value, eps_, ckvn_NC_, ckv_rstd_N_, ckvn_q_);
   const int64_t N = ckvn_NC_.size(0);
   Tensor kv2 = kv_NHW_.view({N, H_ * (P_ + U_)});
-  ops::linear_forward(ckvn_NC_, kv_b_->value, kv2, lin_, kv_b_->operands(), false, &ckvn_q_);
+  ops::linear_forward(ckvn_NC_, kv_b_->value, kv2,
+                      {.precision = lin_, .wq = kv_b_->operands(), .xq = &ckvn_q_});
   ops::mla_split_kv(kv_NHW_, kr_NR_, k_NHK_, v_NHU_);
 }
 
@@ -125,14 +128,15 @@ void MlaAttention::forward(const Tensor& x_ND, Tensor& y_ND, const RopeCache& ro
   project_queries(x_ND, xq, rope);
   // keys and values: one projection to the compressed kv (first C outputs) and the shared rope
   // key (last R)
-  ops::linear_forward(x_ND, kv_a_->value, kva_NA_, lin_, kv_a_->operands(), false, &xq);
+  ops::linear_forward(x_ND, kv_a_->value, kva_NA_,
+                      {.precision = lin_, .wq = kv_a_->operands(), .xq = &xq});
   ops::split_cols(kva_NA_, ckv_NC_, kr_NR_);
   Tensor kr = kr_NR_.view({N, 1, R_});
   ops::rope_forward(kr, 0, rope.cos_TR2, rope.sin_TR2);
   up_project_keys_values();
   core_attention(rope);
-  ops::linear_forward(o_NHU_.view({N, H_ * U_}), o_->value, y_ND, lin_, o_->operands(), false,
-                      &o_q_);
+  ops::linear_forward(o_NHU_.view({N, H_ * U_}), o_->value, y_ND,
+                      {.precision = lin_, .wq = o_->operands(), .xq = &o_q_});
 }
 
 namespace {
@@ -154,7 +158,8 @@ void MlaAttention::forward_cached(const Tensor& x_ND, Tensor& y_ND, const RopeCa
   project_queries(x_ND, xq, rope);
   // the tokens' latents go into the cache: normalised c_kv and the rotated rope key
   Tensor ckv = cache.ckv_SC.rows(pos, S), kr = cache.kpe_SR.rows(pos, S);
-  ops::linear_forward(x_ND, kv_a_->value, kva_NA_, lin_, kv_a_->operands(), false, &xq);
+  ops::linear_forward(x_ND, kv_a_->value, kva_NA_,
+                      {.precision = lin_, .wq = kv_a_->operands(), .xq = &xq});
   ops::split_cols(kva_NA_, ckv_NC_, kr);
   Tensor kr3 = kr.view({N, 1, R_});
   ops::rope_forward(kr3, 0, rope.cos_TR2, rope.sin_TR2);
@@ -188,7 +193,8 @@ void MlaAttention::forward_cached(const Tensor& x_ND, Tensor& y_ND, const RopeCa
   for (int64_t h = 0; h < H_; ++h)
     for (int64_t n = 0; n < N; ++n)
       std::copy(v.f32() + (h * N + n) * U_, v.f32() + (h * N + n + 1) * U_, o + (n * H_ + h) * U_);
-  ops::linear_forward(o_NHU_.view({N, H_ * U_}), o_->value, y_ND, lin_, o_->operands());
+  ops::linear_forward(o_NHU_.view({N, H_ * U_}), o_->value, y_ND,
+                      {.precision = lin_, .wq = o_->operands()});
 }
 
 void MlaAttention::backward(const Tensor& dy_ND, const Tensor& x_ND, Tensor& dx_ND,
@@ -196,8 +202,8 @@ void MlaAttention::backward(const Tensor& dy_ND, const Tensor& x_ND, Tensor& dx_
                             const ops::Operand& xq) {
   const int64_t N = x_ND.size(0), K = P_ + R_;
   Tensor do2 = do_NHU_.view({N, H_ * U_});
-  ops::linear_backward(dy_ND, o_NHU_.view({N, H_ * U_}), o_->value, do2, false, o_->grad, lin_,
-                       o_->operands(), &dyq, &o_q_);
+  ops::linear_backward(dy_ND, o_NHU_.view({N, H_ * U_}), o_->value, do2, o_->grad,
+                       {.precision = lin_, .wq = o_->operands(), .xq = &o_q_, .dyq = &dyq});
   Tensor dq4 = dq_NHK_.view({B_, T_, H_, K}), dk4 = dk_NHK_.view({B_, T_, H_, K}),
          dv4 = dv_NHU_.view({B_, T_, H_, U_});
   ops::attention_backward(do_NHU_.view({B_, T_, H_, U_}), q_NHK_.view({B_, T_, H_, K}),
@@ -206,23 +212,28 @@ void MlaAttention::backward(const Tensor& dy_ND, const Tensor& x_ND, Tensor& dx_
                           dv4, attn_);
   // keys/values path
   ops::mla_split_kv_backward(dk_NHK_, dv_NHU_, dkv_NHW_, dkr_NR_, dkv_q_);
-  ops::linear_backward(dkv_NHW_.view({N, H_ * (P_ + U_)}), ckvn_NC_, kv_b_->value, dckvn_NC_, false,
-                       kv_b_->grad, lin_, kv_b_->operands(), &dkv_q_, &ckvn_q_);
+  ops::linear_backward(
+      dkv_NHW_.view({N, H_ * (P_ + U_)}), ckvn_NC_, kv_b_->value, dckvn_NC_, kv_b_->grad,
+      {.precision = lin_, .wq = kv_b_->operands(), .xq = &ckvn_q_, .dyq = &dkv_q_});
   ops::rmsnorm_backward(dckvn_NC_, ckv_NC_, kv_a_norm_->value, ckv_rstd_N_, dckv_NC_, false,
                         kv_a_norm_->grad);
   Tensor dkr = dkr_NR_.view({N, 1, R_});
   ops::rope_backward(dkr, 0, rope.cos_TR2, rope.sin_TR2);
   ops::concat_cols(dckv_NC_, dkr_NR_, dkva_NA_, dkva_q_);
-  ops::linear_backward(dkva_NA_, x_ND, kv_a_->value, dx_ND, false, kv_a_->grad, lin_,
-                       kv_a_->operands(), &dkva_q_, &xq);
+  ops::linear_backward(dkva_NA_, x_ND, kv_a_->value, dx_ND, kv_a_->grad,
+                       {.precision = lin_, .wq = kv_a_->operands(), .xq = &xq, .dyq = &dkva_q_});
   // query path
   ops::rope_backward(dq_NHK_, P_, rope.cos_TR2, rope.sin_TR2, dq_q_);
-  ops::linear_backward(dq_NHK_.view({N, H_ * K}), cq_NQ_, q_b_->value, dcq_NQ_, false, q_b_->grad,
-                       lin_, q_b_->operands(), &dq_q_, &cq_q_);
+  ops::linear_backward(dq_NHK_.view({N, H_ * K}), cq_NQ_, q_b_->value, dcq_NQ_, q_b_->grad,
+                       {.precision = lin_, .wq = q_b_->operands(), .xq = &cq_q_, .dyq = &dq_q_});
   ops::rmsnorm_backward(dcq_NQ_, cq_raw_NQ_, q_a_norm_->value, cq_rstd_N_, dcq_raw_NQ_, false,
                         q_a_norm_->grad, dcq_raw_q_);
-  ops::linear_backward(dcq_raw_NQ_, x_ND, q_a_->value, dx_ND, true, q_a_->grad, lin_,
-                       q_a_->operands(), &dcq_raw_q_, &xq);
+  ops::linear_backward(dcq_raw_NQ_, x_ND, q_a_->value, dx_ND, q_a_->grad,
+                       {.precision = lin_,
+                        .wq = q_a_->operands(),
+                        .xq = &xq,
+                        .dyq = &dcq_raw_q_,
+                        .accumulate = true});
 }
 
 }  // namespace moet

@@ -3,13 +3,14 @@
 #include <algorithm>
 #include <fstream>
 #include <mutex>
-#include <set>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "core/error.h"
 #include "core/suggest.h"
 #include "core/warning.h"
+#include "model/config_fields.h"
 
 namespace moet {
 
@@ -73,6 +74,22 @@ class FieldReader {
   mutable std::set<std::string> defaulted_;  // fields the config does not set
 };
 
+// Reads field d into r; `required`: a config without it is refused (saying d.why where given).
+template <class Record>
+void read_field(const FieldReader& f, const FieldDesc<Record>& d, Record& r, bool required) {
+  std::visit(Overloaded{[&](int64_t Record::*m) {
+                          r.*m = !required ? f.integer_or(d.key, int64_t(d.fallback))
+                                 : d.why   ? f.integer_required(d.key, d.why)
+                                           : f.integer(d.key);
+                        },
+                        [&](double Record::*m) {
+                          r.*m = required ? f.number(d.key) : f.number_or(d.key, d.fallback);
+                        },
+                        [&](bool Record::*m) { r.*m = f.boolean_or(d.key, d.fallback != 0); },
+                        [&](RopeScaling Record::*) {}},  // read_rope: two spellings
+             d.member);
+}
+
 // Every field a DeepSeek-V3 config.json may hold without moet reading it wrongly: transformers'
 // DeepseekV3Config (5.24: its arguments and to_dict()), PretrainedConfig's common attributes
 // (transformers 4 and 5), and the fields of DeepSeek's own config.json. A key not among them
@@ -86,9 +103,9 @@ const std::vector<std::string>& known_fields() {
       "q_lora_rank", "qk_rope_head_dim", "v_head_dim", "qk_nope_head_dim", "qk_head_dim",
       "head_dim", "n_group", "topk_group", "num_experts_per_tok", "first_k_dense_replace",
       "norm_topk_prob", "hidden_act", "max_position_embeddings", "initializer_range",
-      "rms_norm_eps", "use_cache", "pad_token_id", "bos_token_id", "eos_token_id",
-      "pretraining_tp", "tie_word_embeddings", "rope_parameters", "rope_interleave",
-      "attention_bias", "attention_dropout", "num_mtp_layers", "num_nextn_predict_layers",
+      "rms_norm_eps", "use_cache", "pad_token_id", "bos_token_id", "eos_token_id", "pretraining_tp",
+      "tie_word_embeddings", "rope_parameters", "rope_interleave", "attention_bias",
+      "attention_dropout", "num_mtp_layers", "num_nextn_predict_layers",
       // transformers 4 spellings and DeepSeek's config.json
       "rope_theta", "rope_scaling", "torch_dtype", "aux_loss_alpha", "ep_size", "moe_layer_freq",
       "scoring_func", "seq_aux", "topk_method", "quantization_config", "auto_map",
@@ -97,13 +114,13 @@ const std::vector<std::string>& known_fields() {
       "name_or_path", "output_hidden_states", "output_attentions", "return_dict",
       "chunk_size_feed_forward", "is_encoder_decoder", "is_decoder", "id2label", "label2id",
       "num_labels", "problem_type", "tokenizer_class", "prefix", "sep_token_id",
-      "decoder_start_token_id", "task_specific_params", "finetuning_task",
-      "add_cross_attention", "cross_attention_hidden_size", "tie_encoder_decoder", "torchscript",
-      "pruned_heads", "use_bfloat16", "bad_words_ids", "max_length", "min_length", "do_sample",
-      "early_stopping", "num_beams", "num_beam_groups", "diversity_penalty", "temperature",
-      "top_k", "top_p", "typical_p", "repetition_penalty", "length_penalty",
-      "no_repeat_ngram_size", "encoder_no_repeat_ngram_size", "num_return_sequences",
-      "output_scores", "return_dict_in_generate", "forced_bos_token_id", "forced_eos_token_id",
+      "decoder_start_token_id", "task_specific_params", "finetuning_task", "add_cross_attention",
+      "cross_attention_hidden_size", "tie_encoder_decoder", "torchscript", "pruned_heads",
+      "use_bfloat16", "bad_words_ids", "max_length", "min_length", "do_sample", "early_stopping",
+      "num_beams", "num_beam_groups", "diversity_penalty", "temperature", "top_k", "top_p",
+      "typical_p", "repetition_penalty", "length_penalty", "no_repeat_ngram_size",
+      "encoder_no_repeat_ngram_size", "num_return_sequences", "output_scores",
+      "return_dict_in_generate", "forced_bos_token_id", "forced_eos_token_id",
       "remove_invalid_values", "exponential_decay_length_penalty", "suppress_tokens",
       "begin_suppress_tokens", "tf_legacy_loss", "use_return_dict"};
   return k;
@@ -159,23 +176,58 @@ RopeScaling parse_rope_scaling(const json& j, const std::string& src, const char
   MOET_CHECK(f.boolean_or("truncate", true), src, ": ", field,
              ".truncate=false is not supported (moet rounds the YaRN correction range)");
   r.yarn = true;
-  r.factor = f.number("factor");
+  for (const RopeScalingField& d : rope_scaling_fields())
+    read_field(f, d, r, d.need == FieldNeed::Required);
   MOET_CHECK(r.factor >= 1.0, src, ": rope_scaling.factor must be >= 1, got ", r.factor);
-  r.original_max_position_embeddings = f.integer("original_max_position_embeddings");
   check_positive(src, "rope_scaling.original_max_position_embeddings",
                  r.original_max_position_embeddings);
-  r.beta_fast = f.number_or("beta_fast", 32.0);
-  r.beta_slow = f.number_or("beta_slow", 1.0);
-  r.mscale = f.number_or("mscale", 0.0);
-  r.mscale_all_dim = f.number_or("mscale_all_dim", 0.0);
   return r;
 }
 
-bool same_rope_scaling(const RopeScaling& a, const RopeScaling& b) {
-  return a.yarn == b.yarn && a.factor == b.factor &&
-         a.original_max_position_embeddings == b.original_max_position_embeddings &&
-         a.beta_fast == b.beta_fast && a.beta_slow == b.beta_slow && a.mscale == b.mscale &&
-         a.mscale_all_dim == b.mscale_all_dim;
+// RoPE's scaling and base: DeepSeek's and transformers 4's rope_scaling and rope_theta, or
+// transformers 5's rope_parameters (rope_theta inside); when both forms are present they must
+// agree. c.rope_theta holds the top-level rope_theta (or its default) when called.
+void read_rope(const FieldReader& f, const json& j, const std::string& src, ModelConfig& c) {
+  if (f.has("rope_parameters")) {
+    const json& rp = j.at("rope_parameters");
+    c.rope_scaling = parse_rope_scaling(rp, src, "rope_parameters");
+    FieldReader rf(rp, src + " rope_parameters");
+    if (rf.has("rope_theta")) {
+      const double theta = rf.number("rope_theta");
+      MOET_CHECK(!f.has("rope_theta") || f.number("rope_theta") == theta, src, ": rope_theta (",
+                 f.number("rope_theta"), ") differs from rope_parameters.rope_theta (", theta, ")");
+      c.rope_theta = theta;
+    }
+  }
+  if (f.has("rope_scaling")) {
+    RopeScaling r = parse_rope_scaling(j.at("rope_scaling"), src, "rope_scaling");
+    MOET_CHECK(!f.has("rope_parameters") || same_rope_scaling(r, c.rope_scaling), src,
+               ": rope_scaling and rope_parameters describe different RoPE scalings");
+    c.rope_scaling = r;
+  }
+}
+
+// Every field of the table: the model's sizes first (refused when missing), then the others in
+// the table's order, each field of the dense or the MoE layers required only where the model
+// has such layers (first_k_dense_replace, read first, says which).
+ModelConfig read_fields(const FieldReader& f, const json& j, const std::string& src) {
+  ModelConfig c;
+  for (const ModelConfigField& d : model_config_fields())
+    if (is_model_size(d)) read_field(f, d, c, true);
+  read_field(f, model_config_field("first_k_dense_replace"), c, false);
+  const bool moe = c.n_routed_experts > 0 && c.first_k_dense_replace < c.num_hidden_layers;
+  const bool dense = c.n_routed_experts == 0 || c.first_k_dense_replace > 0;
+  for (const ModelConfigField& d : model_config_fields()) {
+    if (is_model_size(d)) continue;
+    const bool has_layers = d.scope == FieldScope::Dense ? dense
+                            : d.scope == FieldScope::Moe ? moe
+                                                         : true;
+    if (std::holds_alternative<RopeScaling ModelConfig::*>(d.member))
+      read_rope(f, j, src, c);
+    else
+      read_field(f, d, c, d.need == FieldNeed::Required && has_layers);
+  }
+  return c;
 }
 
 void validate(const ModelConfig& c, const std::string& src, const std::set<std::string>& dflt) {
@@ -235,7 +287,6 @@ ModelConfig parse_model_config(const std::string& text, const std::string& src) 
   }
   MOET_CHECK(j.is_object(), src, ": a model config must be a JSON object");
   FieldReader f(j, src);
-  ModelConfig c;
   std::string mt = f.string_or("model_type", "deepseek_v3");
   MOET_CHECK(mt == "deepseek_v3" || mt == "deepseek_v2", src, ": model_type '", mt,
              "' is not a DeepSeek-V3 family model");
@@ -243,61 +294,7 @@ ModelConfig parse_model_config(const std::string& text, const std::string& src) 
   // The sizes of the model have no default that fits a model of the user's own (transformers
   // would take DeepSeek-V3's): a missing one is refused. The rest take DeepseekV3Config's
   // defaults, as transformers' from_pretrained does.
-  const char* size = "it sizes the model; transformers would take DeepSeek-V3 671B's value";
-  c.vocab_size = f.integer_required("vocab_size", size);
-  c.hidden_size = f.integer_required("hidden_size", size);
-  c.num_hidden_layers = f.integer_required("num_hidden_layers", size);
-  c.num_attention_heads = f.integer_required("num_attention_heads", size);
-  c.q_lora_rank = f.integer_required("q_lora_rank", size);
-  c.kv_lora_rank = f.integer_required("kv_lora_rank", size);
-  c.qk_nope_head_dim = f.integer_required("qk_nope_head_dim", size);
-  c.qk_rope_head_dim = f.integer_required("qk_rope_head_dim", size);
-  c.v_head_dim = f.integer_required("v_head_dim", size);
-  c.n_routed_experts = f.integer_required(
-      "n_routed_experts", "the routed experts of each MoE layer, 0 for a dense model; "
-                          "transformers would take DeepSeek-V3's 256");
-  c.first_k_dense_replace = f.integer_or("first_k_dense_replace", 3);
-  const bool moe = c.n_routed_experts > 0 && c.first_k_dense_replace < c.num_hidden_layers;
-  const bool dense = c.n_routed_experts == 0 || c.first_k_dense_replace > 0;
-  c.intermediate_size = dense ? f.integer_required("intermediate_size",
-                                                   "the FFN width of the dense layers")
-                              : f.integer_or("intermediate_size", 18432);
-  c.moe_intermediate_size =
-      moe ? f.integer_required("moe_intermediate_size", "each expert's FFN width")
-          : f.integer_or("moe_intermediate_size", 2048);
-  c.n_shared_experts = f.integer_or("n_shared_experts", 1);
-  c.num_experts_per_tok =
-      moe ? f.integer_required("num_experts_per_tok", "the routed experts each token goes to")
-          : f.integer_or("num_experts_per_tok", 8);
-  c.n_group = f.integer_or("n_group", 8);
-  c.topk_group = f.integer_or("topk_group", 4);
-  c.routed_scaling_factor = f.number_or("routed_scaling_factor", 2.5);
-  c.norm_topk_prob = f.boolean_or("norm_topk_prob", true);
-  c.rms_norm_eps = f.number_or("rms_norm_eps", 1e-6);
-  c.rope_theta = f.number_or("rope_theta", 10000.0);
-  // transformers 5 writes rope_parameters (with rope_theta inside) instead of rope_theta and
-  // rope_scaling; when both forms are present they must agree.
-  if (f.has("rope_parameters")) {
-    const json& rp = j.at("rope_parameters");
-    c.rope_scaling = parse_rope_scaling(rp, src, "rope_parameters");
-    FieldReader rf(rp, src + " rope_parameters");
-    if (rf.has("rope_theta")) {
-      const double theta = rf.number("rope_theta");
-      MOET_CHECK(!f.has("rope_theta") || f.number("rope_theta") == theta, src, ": rope_theta (",
-                 f.number("rope_theta"), ") differs from rope_parameters.rope_theta (", theta, ")");
-      c.rope_theta = theta;
-    }
-  }
-  c.max_position_embeddings = f.integer_or("max_position_embeddings", 4096);
-  c.num_nextn_predict_layers = f.integer_or("num_nextn_predict_layers", 1);
-  c.tie_word_embeddings = f.boolean_or("tie_word_embeddings", false);
-  c.initializer_range = f.number_or("initializer_range", 0.02);
-  if (f.has("rope_scaling")) {
-    RopeScaling r = parse_rope_scaling(j.at("rope_scaling"), src, "rope_scaling");
-    MOET_CHECK(!f.has("rope_parameters") || same_rope_scaling(r, c.rope_scaling), src,
-               ": rope_scaling and rope_parameters describe different RoPE scalings");
-    c.rope_scaling = r;
-  }
+  const ModelConfig c = read_fields(f, j, src);
   std::string scoring = f.string_or("scoring_func", "sigmoid");
   MOET_CHECK(scoring == "sigmoid", src, ": scoring_func '", scoring,
              "' is not supported (DeepSeek-V3 uses 'sigmoid')");

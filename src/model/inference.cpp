@@ -10,7 +10,9 @@ Decoder::Decoder(Model& model, int64_t capacity)
 Model& Decoder::lane(int64_t n) {
   if (n == model_.seq_len()) return model_;
   auto& m = lanes_[n];
-  if (!m) m = std::make_unique<Model>(model_.config(), 1, n, LossWeights{}, nullptr, model_);
+  if (!m)
+    m = std::make_unique<Model>(model_.config(),
+                                ModelSpec{.micro_batch = 1, .seq_len = n, .shared = &model_});
   return *m;
 }
 

@@ -44,15 +44,16 @@ double LmHead::forward(const Tensor& h_ND, const Tensor& targets_N, double grad_
     const int64_t r1 = std::min(N, r0 + chunk_);
     Tensor lg = logits_CV_.rows(0, r1 - r0), lse = lse_N_.rows(r0, r1), fn = fn_ND_.rows(r0, r1);
     const ops::Operand fnq = fn_q_.row_range(r0, r1), dlq = dlogits_q_.row_range(0, r1 - r0);
-    ops::linear_forward(fn, proj_->value, lg, lin_, proj_->operands(), false, &fnq);
+    ops::linear_forward(fn, proj_->value, lg,
+                        {.precision = lin_, .wq = proj_->operands(), .xq = &fnq});
     if (grad_scale == 0) {
       sum += ops::cross_entropy_forward(lg, targets_N.rows(r0, r1), lse);
       continue;
     }
     sum += ops::cross_entropy_fused(lg, targets_N.rows(r0, r1), lse, scale, dlq);
     Tensor dfn = dfn_ND_.rows(r0, r1);
-    ops::linear_backward(lg, fn, proj_->value, dfn, false, proj_->grad, lin_, proj_->operands(),
-                         &dlq, &fnq);
+    ops::linear_backward(lg, fn, proj_->value, dfn, proj_->grad,
+                         {.precision = lin_, .wq = proj_->operands(), .xq = &fnq, .dyq = &dlq});
   }
   return valid_ ? sum / double(valid_) : 0.0;
 }
@@ -67,19 +68,21 @@ void LmHead::backward(const Tensor& h_ND, const Tensor& targets_N, double grad_s
     const int64_t r1 = std::min(N, r0 + chunk_);
     Tensor lg = logits_CV_.rows(0, r1 - r0), fn = fn_ND_.rows(r0, r1), dfn = dfn_ND_.rows(r0, r1);
     const ops::Operand fnq = fn_q_.row_range(r0, r1), dlq = dlogits_q_.row_range(0, r1 - r0);
-    ops::linear_forward(fn, proj_->value, lg, lin_, proj_->operands(), false, &fnq);  // again
+    ops::linear_forward(fn, proj_->value, lg,
+                        {.precision = lin_, .wq = proj_->operands(), .xq = &fnq});  // again
     // the fused form, as forward takes it (the lse it rewrites is the one forward saved)
     Tensor lse = lse_N_.rows(r0, r1);
     ops::cross_entropy_fused(lg, targets_N.rows(r0, r1), lse, scale, dlq);
-    ops::linear_backward(lg, fn, proj_->value, dfn, false, proj_->grad, lin_, proj_->operands(),
-                         &dlq, &fnq);
+    ops::linear_backward(lg, fn, proj_->value, dfn, proj_->grad,
+                         {.precision = lin_, .wq = proj_->operands(), .xq = &fnq, .dyq = &dlq});
   }
   ops::rmsnorm_backward(dfn_ND_, h_ND, norm_->value, rstd_N_, dh_ND, accumulate, norm_->grad);
   fused_scale_ = 0;
 }
 
 void LmHead::logits(Tensor& logits_NV) {
-  ops::linear_forward(fn_ND_, proj_->value, logits_NV, lin_, proj_->operands(), false, &fn_q_);
+  ops::linear_forward(fn_ND_, proj_->value, logits_NV,
+                      {.precision = lin_, .wq = proj_->operands(), .xq = &fn_q_});
 }
 
 void LmHead::logits_of(const Tensor& h_RD, Tensor& logits_RV) {
@@ -88,7 +91,8 @@ void LmHead::logits_of(const Tensor& h_RD, Tensor& logits_RV) {
   Tensor fn = fn_ND_.rows(0, R), rstd = rstd_N_.rows(0, R);
   const ops::Operand fnq = fn_q_.row_range(0, R);
   ops::rmsnorm_forward(h_RD, norm_->value, eps_, fn, rstd, fnq);
-  ops::linear_forward(fn, proj_->value, logits_RV, lin_, proj_->operands(), false, &fnq);
+  ops::linear_forward(fn, proj_->value, logits_RV,
+                      {.precision = lin_, .wq = proj_->operands(), .xq = &fnq});
 }
 
 }  // namespace moet

@@ -29,21 +29,28 @@ void SwiGluMlp::plan(Workspace& ws) {
 
 void SwiGluMlp::forward(const Tensor& x_ND, Tensor& y_ND, bool accumulate, const ops::Operand& xq) {
   forward_activation(x_ND, xq);
-  ops::linear_forward(h_NF_, down_->value, y_ND, lin_, down_->operands(), accumulate, &h_q_);
+  ops::linear_forward(
+      h_NF_, down_->value, y_ND,
+      {.precision = lin_, .wq = down_->operands(), .xq = &h_q_, .accumulate = accumulate});
 }
 
 void SwiGluMlp::forward_activation(const Tensor& x_ND, const ops::Operand& xq) {
-  ops::linear_forward(x_ND, gate_up_->value, gu_N2F_, lin_, gate_up_->operands(), false, &xq);
+  ops::linear_forward(x_ND, gate_up_->value, gu_N2F_,
+                      {.precision = lin_, .wq = gate_up_->operands(), .xq = &xq});
   ops::swiglu_forward(gu_N2F_, h_NF_, h_q_);
 }
 
 void SwiGluMlp::backward(const Tensor& dy_ND, const Tensor& x_ND, Tensor& dx_ND, bool accumulate_dx,
                          const ops::Operand& xq) {
-  ops::linear_backward(dy_ND, h_NF_, down_->value, dh_NF_, false, down_->grad, lin_,
-                       down_->operands(), nullptr, &h_q_);
+  ops::linear_backward(dy_ND, h_NF_, down_->value, dh_NF_, down_->grad,
+                       {.precision = lin_, .wq = down_->operands(), .xq = &h_q_});
   ops::swiglu_backward(dh_NF_, gu_N2F_, dgu_N2F_, dgu_q_);
-  ops::linear_backward(dgu_N2F_, x_ND, gate_up_->value, dx_ND, accumulate_dx, gate_up_->grad, lin_,
-                       gate_up_->operands(), &dgu_q_, &xq);
+  ops::linear_backward(dgu_N2F_, x_ND, gate_up_->value, dx_ND, gate_up_->grad,
+                       {.precision = lin_,
+                        .wq = gate_up_->operands(),
+                        .xq = &xq,
+                        .dyq = &dgu_q_,
+                        .accumulate = accumulate_dx});
 }
 
 }  // namespace moet

@@ -10,33 +10,19 @@
 
 namespace moet {
 
-Model::Model(const ModelConfig& c, int64_t B, int64_t T, LossWeights lw,
-             DispatcherFactory dispatchers, Model& shared)
-    : Model(c, shared.part(), B, T, lw, std::move(dispatchers), &shared, shared.precision(),
-            nullptr, shared.recompute_plan()) {}
-
-Model::Model(const ModelConfig& c, int64_t B, int64_t T, LossWeights lw,
-             DispatcherFactory dispatchers, const PrecisionPolicy& precision,
-             const RecomputePlan& recompute)
-    : Model(c, ModelPart{}, B, T, lw, std::move(dispatchers), nullptr, precision, nullptr,
-            recompute) {}
-
-Model::Model(const ModelConfig& c, const ModelPart& part, int64_t B, int64_t T, LossWeights lw,
-             DispatcherFactory dispatchers, const PrecisionPolicy& precision, ParamStore& store,
-             const RecomputePlan& recompute)
-    : Model(c, part, B, T, lw, std::move(dispatchers), nullptr, precision, &store, recompute) {}
-
-Model::Model(const ModelConfig& c, const ModelPart& part, int64_t B, int64_t T, LossWeights lw,
-             DispatcherFactory dispatchers, Model* shared, const PrecisionPolicy& precision,
-             ParamStore* store, const RecomputePlan& recompute)
+Model::Model(const ModelConfig& c, const ModelSpec& spec)
     : cfg_(c),
-      precision_(precision),
-      B_(B),
-      T_(T),
-      lw_(lw),
-      part_(part),
-      recompute_plan_(recompute),
-      shared_(shared) {
+      precision_(spec.shared ? spec.shared->precision() : spec.precision),
+      B_(spec.micro_batch),
+      T_(spec.seq_len),
+      lw_(spec.loss_weights),
+      part_(spec.shared ? spec.shared->part() : spec.part),
+      recompute_plan_(spec.shared ? spec.shared->recompute_plan() : spec.recompute),
+      shared_(spec.shared) {
+  MOET_ASSERT(!(spec.shared && spec.store));
+  const int64_t B = B_, T = T_;
+  ParamStore* const store = spec.store;
+  DispatcherFactory dispatchers = spec.dispatchers;
   if (part_.end_layer < 0) part_.end_layer = c.num_hidden_layers;
   MOET_ASSERT(0 <= part_.first_layer && part_.first_layer <= part_.end_layer &&
               part_.end_layer <= c.num_hidden_layers);

@@ -15,6 +15,7 @@ namespace moet {
 
 class TraceRecorder;
 class KvCache;
+class Model;
 
 struct LossWeights {
   double mtp_lambda = 0.3;
@@ -52,28 +53,36 @@ struct ModelPart {
   bool loss = true;
 };
 
+// What one Model instance is, besides its config (Model's one constructor).
+struct ModelSpec {
+  // Activations are planned for micro-batches of micro_batch (B) sequences of seq_len (T) tokens.
+  int64_t micro_batch = 0;
+  int64_t seq_len = 0;
+  LossWeights loss_weights = {};
+  DispatcherFactory dispatchers = nullptr;  // each MoE layer's (null: LocalDispatcher)
+  PrecisionPolicy precision = {};           // which format each GEMM runs in
+  // Which activations of the decoder layers are made again before their backward instead of
+  // kept (model/recompute.h).
+  RecomputePlan recompute = {};
+  // One pipeline stage's part; the default is the whole model. With the loss but not the
+  // embedding, the MTP modules read a replica of the embedding (ParamStore's Weight::replica) and
+  // leave its gradient rows in mtp_embedding_grads().
+  ModelPart part = {};
+  // Null: the model declares and allocates its own parameters (uninitialised until
+  // init_parameters or a load). Else it declares them into *store (in shared mode, so a pipeline
+  // rank's chunks and micro-batch slots share them), which the caller allocates and initialises.
+  ParamStore* store = nullptr;
+  // Not null: a second lane over shared's parameters and gradients, with its own activations
+  // and dispatchers, and shared's part, precision and recomputation (those of the spec are not
+  // read; store must be null). With --a2a-overlap each micro-batch is split over two lanes whose
+  // stages interleave, so one lane's all-to-alls travel under the other lane's compute.
+  Model* shared = nullptr;
+};
+
 class Model {
  public:
-  // Declares and allocates the parameters (uninitialised until init_parameters or a load) and
-  // plans activations for micro-batches of B sequences of T tokens; precision says which format
-  // each GEMM runs in.
-  // recompute: which activations of the decoder layers are made again before their backward
-  // instead of kept (model/recompute.h).
-  Model(const ModelConfig& c, int64_t B, int64_t T, LossWeights lw = {},
-        DispatcherFactory dispatchers = nullptr, const PrecisionPolicy& precision = {},
-        const RecomputePlan& recompute = {});
-  // A second lane over `shared`'s parameters and gradients (its own activations and
-  // dispatchers; `shared`'s recomputation): with --a2a-overlap each micro-batch is split over two
-  // lanes whose stages interleave, so one lane's all-to-alls travel under the other lane's compute.
-  Model(const ModelConfig& c, int64_t B, int64_t T, LossWeights lw, DispatcherFactory dispatchers,
-        Model& shared);
-  // One pipeline stage's part, declaring its parameters into `store` (in shared mode, so the
-  // rank's chunks and micro-batch slots share them); the caller allocates and initialises the
-  // store. With the loss but not the embedding, the MTP modules read a replica of the embedding
-  // (ParamStore's Weight::replica) and leave its gradient rows in mtp_embedding_grads().
-  Model(const ModelConfig& c, const ModelPart& part, int64_t B, int64_t T, LossWeights lw,
-        DispatcherFactory dispatchers, const PrecisionPolicy& precision, ParamStore& store,
-        const RecomputePlan& recompute = {});
+  // Declares the parameters and plans the activations (ModelSpec).
+  Model(const ModelConfig& c, const ModelSpec& spec);
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
@@ -151,9 +160,6 @@ class Model {
   const RecomputeMemory& recompute_memory() const { return recompute_memory_; }
 
  private:
-  Model(const ModelConfig& c, const ModelPart& part, int64_t B, int64_t T, LossWeights lw,
-        DispatcherFactory dispatchers, Model* shared, const PrecisionPolicy& precision,
-        ParamStore* store, const RecomputePlan& recompute);
   void plan_all(Arena& act, Arena& scratch, Arena& recompute);
   // Before decoder layer l's backward: what recomputation dropped, made again.
   void recompute_before_backward(int64_t l);

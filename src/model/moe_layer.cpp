@@ -158,8 +158,11 @@ void MoeLayer::forward_stage(MoeStage stage, const Tensor& x_ND, Tensor& y_ND,
       ops::quantize_operand(xp, xpq);  // the wgrad copy, for a dispatcher that cannot write it
     const int64_t S = dispatcher_->segments_per_expert();
     TraceRecorder::Span span(trace_, trace_lane_, "experts fwd", trace::kExperts);
-    ops::grouped_linear_forward(xp, off, w_gate_up_->value, gu, S, lin_, w_gate_up_->operands(),
-                                true);
+    ops::grouped_linear_forward(xp, off, w_gate_up_->value, gu,
+                                {.segments_per_expert = S,
+                                 .precision = lin_,
+                                 .wq = w_gate_up_->operands(),
+                                 .x_in_format = true});
     down_project(M);
     span.end();
     dispatcher_->combine_start(yp_MD_.rows(0, M));
@@ -175,8 +178,12 @@ void MoeLayer::down_project(int64_t M) {
   ops::swiglu_forward(gu_M2F_.rows(0, M), h, hq);
   // outputs travel back (and are summed) in the combine format: rounded as each expert's GEMM
   // ends
-  ops::grouped_linear_forward(h, off, w_down_->value, yp, dispatcher_->segments_per_expert(), lin_,
-                              w_down_->operands(), false, &hq, combine_);
+  ops::grouped_linear_forward(h, off, w_down_->value, yp,
+                              {.segments_per_expert = dispatcher_->segments_per_expert(),
+                               .precision = lin_,
+                               .wq = w_down_->operands(),
+                               .xq = &hq,
+                               .y_format = combine_});
 }
 
 void MoeLayer::recompute(const RecomputeModules& modules, const Tensor& x_ND, Tensor& discard_ND,
@@ -231,11 +238,19 @@ void MoeLayer::backward_stage(MoeStage stage, const Tensor& dy_ND, const Tensor&
     Tensor& dw_down = down_parts_.empty() ? w_down_->grad : down_parts_;
     Tensor& dw_gate_up = gate_up_parts_.empty() ? w_gate_up_->grad : gate_up_parts_;
     TraceRecorder::Span experts(trace_, trace_lane_, "experts bwd", trace::kExperts);
-    ops::grouped_linear_backward(dyp, h, off, w_down_->value, dh, dw_down, S, lin_,
-                                 w_down_->operands(), &dypq, &hq);
+    ops::grouped_linear_backward(dyp, h, off, w_down_->value, dh, dw_down,
+                                 {.segments_per_expert = S,
+                                  .precision = lin_,
+                                  .wq = w_down_->operands(),
+                                  .xq = &hq,
+                                  .dyq = &dypq});
     ops::swiglu_backward(dh, gu, dgu, dguq);
-    ops::grouped_linear_backward(dgu, xp, off, w_gate_up_->value, dxp, dw_gate_up, S, lin_,
-                                 w_gate_up_->operands(), &dguq, &xpq);
+    ops::grouped_linear_backward(dgu, xp, off, w_gate_up_->value, dxp, dw_gate_up,
+                                 {.segments_per_expert = S,
+                                  .precision = lin_,
+                                  .wq = w_gate_up_->operands(),
+                                  .xq = &xpq,
+                                  .dyq = &dguq});
     experts.end();
     // input gradients travel back while the router's backward runs: gates, then the auxiliary
     // losses, then the gate projection
@@ -245,7 +260,7 @@ void MoeLayer::backward_stage(MoeStage stage, const Tensor& dy_ND, const Tensor&
     if (ls.balance_alpha != 0.0)
       ops::balance_loss(scores_NE_, idx_NK_, B_, T_, ls.balance_alpha * ls.grad_scale, dlogits_NE_);
     if (ls.z_loss_coef != 0.0) ops::z_loss(logits_NE_, ls.z_loss_coef * ls.grad_scale, dlogits_NE_);
-    ops::linear_backward(dlogits_NE_, x_ND, gate_->value, dx_ND, true, gate_->grad);
+    ops::linear_backward(dlogits_NE_, x_ND, gate_->value, dx_ND, gate_->grad, {.accumulate = true});
     return;
   }
   dispatcher_->dispatch_backward_finish(dx_ND);

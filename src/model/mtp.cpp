@@ -77,8 +77,8 @@ double MtpModule::forward(const Tensor& h_prev_ND, const int32_t* seq, const Rop
   ops::rmsnorm_forward(e_ND_, enorm_->value, eps_, en_ND_, e_rstd_N_);
   ops::rmsnorm_forward(h_prev_ND, hnorm_->value, eps_, hn_ND_, h_rstd_N_);
   ops::concat_cols(en_ND_, hn_ND_, cat_N2D_, cat_q_);
-  ops::linear_forward(cat_N2D_, eh_proj_->value, x_ND_, eh_lin_, eh_proj_->operands(), false,
-                      &cat_q_);
+  ops::linear_forward(cat_N2D_, eh_proj_->value, x_ND_,
+                      {.precision = eh_lin_, .wq = eh_proj_->operands(), .xq = &cat_q_});
   block_.forward(x_ND_, out_ND_, rope);
   return head_.forward(out_ND_, tgt_N_, head_grad_scale);
 }
@@ -89,8 +89,8 @@ void MtpModule::backward(const Tensor& h_prev_ND, const Tensor& d_out_ND, double
   if (!d_out_ND.empty()) ops::add_inplace(dout_ND_, d_out_ND, 1.0);
   block_.recompute(x_ND_, rope);  // what recomputation dropped (model/recompute.h)
   block_.backward(dout_ND_, x_ND_, dx_ND_, false, rope, ls);
-  ops::linear_backward(dx_ND_, cat_N2D_, eh_proj_->value, dcat_N2D_, false, eh_proj_->grad, eh_lin_,
-                       eh_proj_->operands(), nullptr, &cat_q_);
+  ops::linear_backward(dx_ND_, cat_N2D_, eh_proj_->value, dcat_N2D_, eh_proj_->grad,
+                       {.precision = eh_lin_, .wq = eh_proj_->operands(), .xq = &cat_q_});
   ops::split_cols(dcat_N2D_, den_ND_, dhn_ND_);
   ops::rmsnorm_backward(dhn_ND_, h_prev_ND, hnorm_->value, h_rstd_N_, dh_prev_ND, true,
                         hnorm_->grad);

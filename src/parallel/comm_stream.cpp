@@ -41,7 +41,6 @@ double CommStream::wait(Ticket t) {
   done_cv_.wait(lock, [&] { return done_ >= t || error_; });
   if (error_) std::rethrow_exception(error_);
   const double w = now_s() - t0;
-  waited_s_ += w;
   lock.unlock();
   // the time the training thread stood still (a wait that finds the op done records nothing)
   if (trace_ && blocks)
@@ -59,7 +58,6 @@ void CommStream::run() {
       op = std::move(queue_.front());
       queue_.pop_front();
     }
-    const double t0 = now_s();
     const double tr0 = trace_ ? trace_->now_s() : 0;
     try {
       op.fn();
@@ -74,20 +72,9 @@ void CommStream::run() {
       return;
     }
     std::lock_guard<std::mutex> lock(mu_);
-    busy_s_ += now_s() - t0;
     ++done_;
     done_cv_.notify_all();
   }
-}
-
-double CommStream::busy_seconds() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return busy_s_;
-}
-
-double CommStream::waited_seconds() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return waited_s_;
 }
 
 void CommStream::set_trace(TraceRecorder* rec) {
@@ -100,11 +87,6 @@ void CommStream::set_trace(TraceRecorder* rec) {
 void InlineCommTrace::set_trace(TraceRecorder* rec) {
   rec_ = rec;
   if (rec) lane_ = rec->lane(trace::kComputeLane);
-}
-
-void CommStream::reset_timers() {
-  std::lock_guard<std::mutex> lock(mu_);
-  busy_s_ = waited_s_ = 0;
 }
 
 }  // namespace moet

@@ -37,18 +37,13 @@ class CommStream {
   double wait(Ticket t);
   double wait_all() { return wait(submitted_); }
 
-  // Seconds the thread spent running ops, and the seconds callers spent blocked in wait(),
-  // since the last reset.
-  double busy_seconds() const;
-  double waited_seconds() const;
-  void reset_timers();
   // Records every op as a span on the recorder's "comm" lane, and every wait on its "compute"
   // lane (null: no tracing).
   void set_trace(TraceRecorder* rec);
 
  private:
   void run();
-  mutable std::mutex mu_;
+  std::mutex mu_;
   std::condition_variable work_cv_, done_cv_;
   struct Op {
     std::function<void()> fn;
@@ -60,7 +55,6 @@ class CommStream {
   Ticket submitted_ = 0, done_ = 0;
   bool stop_ = false;
   std::exception_ptr error_;
-  double busy_s_ = 0, waited_s_ = 0;
   TraceRecorder* trace_ = nullptr;
   int trace_lane_ = 0, trace_wait_lane_ = 0;
   std::thread thread_;

@@ -11,7 +11,6 @@
 #include <thread>
 
 #include "core/error.h"
-#include "parallel/local_communicator.h"
 
 namespace moet {
 
@@ -402,11 +401,6 @@ void MpiCommunicator::abort(const std::string& why) {
   MPI_Finalized(&finalized);
   if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, 1);
   std::_Exit(1);
-}
-
-std::unique_ptr<Communicator> make_world_communicator(int* argc, char*** argv) {
-  if (MpiCommunicator::launched_under_mpi()) return MpiCommunicator::world(argc, argv);
-  return std::make_unique<LocalCommunicator>();
 }
 
 }  // namespace moet

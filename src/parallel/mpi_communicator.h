@@ -103,8 +103,4 @@ class MpiCommunicator final : public Communicator {
   std::vector<MPI_Request> requests_;
 };
 
-// The world communicator for this process: MpiCommunicator::world() when launched under MPI,
-// else a LocalCommunicator (size 1, no MPI at all).
-std::unique_ptr<Communicator> make_world_communicator(int* argc, char*** argv);
-
 }  // namespace moet

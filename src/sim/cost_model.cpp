@@ -9,13 +9,13 @@
 
 namespace moet::sim {
 
-double activation_bytes(const std::string& precision) { return precision == "fp32" ? 4 : 2; }
+double activation_bytes(Recipe r) { return r == Recipe::FP32 ? 4 : 2; }
 
-double gemm_efficiency(const SystemSpec& s, const std::string& precision, double m, double n,
-                       double k, int ranks) {
-  const double d = s.gemm_half_dim(precision, ranks);
-  auto f = [d](double x) { return x / (x + d); };
-  return s.gemm_max(precision) * f(m) * f(n) * f(k);
+double gemm_efficiency(const SystemSpec& s, ops::Format f, double m, double n, double k,
+                       int ranks) {
+  const double d = s.gemm_half_dim(f, ranks);
+  auto falloff = [d](double x) { return x / (x + d); };
+  return s.gemm_max(f) * falloff(m) * falloff(n) * falloff(k);
 }
 
 namespace {
@@ -32,9 +32,9 @@ class SlotBuilder {
               int64_t peers)
       : c_(c), l_(l), s_(s), fan_(fan), a2a_eff_(s.a2a_nvlink_at(static_cast<double>(peers))) {
     a_ = activation_bytes(l.precision);
-    low_ = l.precision;
-    high_ = l.precision == "fp32" ? "fp32" : "bf16";
-    quantized_ = is_fp8_recipe(parse_recipe(l.precision));
+    low_ = gemm_format(l.precision);
+    high_ = recipe_traits(l.precision).head;
+    quantized_ = is_fp8_recipe(l.precision);
     // The ranks may share one machine's compute and memory (the `local` CPU system, and the
     // emulated cluster, whose nodes are namespaces of that one machine).
     share_ = s.compute_shared ? static_cast<int>(l.gpus) : 1;
@@ -94,7 +94,7 @@ class SlotBuilder {
     return w;
   }
 
-  double peak(const std::string& precision) const { return s_.peak(precision) * 1e12 / share_; }
+  double peak(ops::Format f) const { return s_.peak(f) * 1e12 / share_; }
 
   // Memory-bound kernels moving `ef`/`eb` elements forward/backward.
   void mem(SlotCost& w, double ef, double eb, int kernels_f, int kernels_b,
@@ -123,7 +123,7 @@ class SlotBuilder {
   // gradient [m,n]·[n,k] and the weight gradient [k,m]·[m,n].
   void gemm(SlotCost& w, double m, double n, double k, double count, bool low_precision,
             bool save_input = true) {
-    const std::string& p = low_precision ? low_ : high_;
+    const ops::Format p = low_precision ? low_ : high_;
     const double pk = peak(p), flops = 2 * m * n * k * count, mr = m;
     auto t = [&](double x, double y, double z) {
       const double compute = flops / (pk * gemm_efficiency(s_, p, x, y, z, share_));
@@ -387,7 +387,9 @@ class SlotBuilder {
   A2aEfficiency a2a_eff_;
   double a_ = 2, hbm_ = 1, tokens_ = 1;
   int share_ = 1;
-  std::string low_, high_;
+  // the formats of the recipe's low-precision GEMMs (the decoder linears') and of the others
+  // (head, router, attention: bf16 unless fp32)
+  ops::Format low_ = ops::Format::F32, high_ = ops::Format::F32;
   bool quantized_ = false;
   bool inside_moe_ = false;  // building a recomputed MoE layer's parts
 };

@@ -41,11 +41,11 @@ struct SlotCost {
 };
 
 // Bytes of one activation element (2 on GPUs, 4 in fp32).
-double activation_bytes(const std::string& precision);
+double activation_bytes(Recipe r);
 // Efficiency of an [m,k]x[k,n] GEMM on one rank of `ranks`: gemm_max · Π x/(x + half_dim) over
 // m, n, k (SystemSpec::gemm_half_dim says which half dimension a shared machine's rank sees).
-double gemm_efficiency(const SystemSpec& s, const std::string& precision, double m, double n,
-                       double k, int ranks = 1);
+double gemm_efficiency(const SystemSpec& s, ops::Format f, double m, double n, double k,
+                       int ranks = 1);
 
 // All slots in pipeline order: embedding, decoder layers, MTP layers, loss.
 std::vector<SlotCost> slot_costs(const ModelConfig& c, const SimLayout& l, const SystemSpec& s);

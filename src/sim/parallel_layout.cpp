@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "model/recipe.h"
 #include "parallel/pipeline_layout.h"
 
 namespace moet::sim {
@@ -31,7 +30,6 @@ void validate(const ModelConfig& c, const SimLayout& l) {
   positive(l.mbs, "--mbs");
   positive(l.gbs, "--gbs");
   positive(l.seq, "--seq");
-  parse_recipe(l.precision);  // the trainer's names, refusing others as the trainer does
   if (l.recompute != "none" && l.recompute != "selective" && l.recompute != "full")
     throw Error(str("--recompute '", l.recompute, "' is not one of none, selective, full"));
   if (!l.recompute_modules.empty() && l.recompute != "selective")

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/recipe.h"
 #include "model/recompute.h"
 
 namespace moet::sim {
@@ -17,9 +18,9 @@ struct SimLayout {
   int64_t mbs = 1;  // sequences per micro-batch
   int64_t gbs = 1;  // sequences per optimizer step
   int64_t seq = 4096;
-  std::string precision = "bf16";  // a recipe name: fp32 | bf16 | mxfp8 | fp8-blockwise
-  int64_t mtp = -1;                // MTP depth; -1: the model config's num_nextn_predict_layers
-  std::string recompute = "none";  // none | selective | full
+  Recipe precision = Recipe::BF16;  // the training recipe (model/recipe.h)
+  int64_t mtp = -1;                 // MTP depth; -1: the model config's num_nextn_predict_layers
+  std::string recompute = "none";   // none | selective | full
   // selective: the modules recomputed, as moet train's --recompute-modules (empty: core_attn,
   // Megatron's default)
   RecomputeModules recompute_modules;
@@ -46,6 +47,8 @@ struct SimLayout {
   int64_t stages() const { return pp * vpp; }                   // virtual pipeline stages
 };
 
+// The format of a recipe's decoder GEMMs: the peak its GEMMs and its MFU are measured against.
+inline ops::Format gemm_format(Recipe r) { return recipe_traits(r).decoder.fprop; }
 // The MTP depth the layout uses.
 int64_t mtp_depth(const ModelConfig& c, const SimLayout& l);
 // Pipeline slots: decoder layers, MTP layers, and (with PP > 1) the embedding and the loss

@@ -10,7 +10,7 @@ namespace moet::sim {
 
 struct PlanRequest {
   int64_t gpus = 0, gbs = 0, seq = 4096;
-  std::string precision = "bf16";
+  Recipe precision = Recipe::BF16;
   int64_t mtp = -1;  // -1: the model's own depth
 };
 

@@ -22,9 +22,10 @@ RecomputeModules modules(std::initializer_list<RecomputeModule> ms) {
   return r;
 }
 
-struct Recipe {
+// One of Megatron-Bridge's recipes: the layout and flags a published row ran.
+struct BridgeRecipe {
   int64_t gpus, tp, pp, vpp, ep, mbs, gbs;
-  const char* precision;
+  Recipe precision;
   int64_t mtp;
   RecomputeModules recompute;  // empty: none
   bool a2a_overlap;
@@ -32,7 +33,7 @@ struct Recipe {
   const char* pp_layout;
 };
 
-PublishedRow row(const char* id, const char* container, const char* system, const Recipe& r,
+PublishedRow row(const char* id, const char* container, const char* system, const BridgeRecipe& r,
                  double tflops, double tokens_per_s, bool flags_known = true) {
   PublishedRow p;
   p.id = id, p.container = container, p.system = system, p.tflops = tflops;
@@ -61,34 +62,39 @@ const std::vector<PublishedRow>& published_rows() {
     const RecomputeModules none, up = modules({M::kMlaUpProj}), mlp = modules({M::kMlp});
     const RecomputeModules up_mlp = modules({M::kMlaUpProj, M::kMlp});
     const RecomputeModules act = modules({M::kMoeAct});
+    // the recipes' precision
+    constexpr Recipe mx = Recipe::MXFP8, bf16 = Recipe::BF16, blockwise = Recipe::FP8Blockwise;
     // 26.06 on: full-iteration CUDA graphs, HybridEP, all-to-all overlap (+ delayed wgrad)
-    const Recipe gb300_full{256, 1, 2, 8, 32, 1, 4096, "mxfp8", 1, none, true, "full", kRecord};
-    const Recipe gb200_full{256, 1, 4, 4, 64, 1, 4096, "mxfp8", 1, up, true, "full", kRecord};
+    const BridgeRecipe gb300_full{256, 1, 2, 8, 32, 1, 4096, mx, 1, none, true, "full", kRecord};
+    const BridgeRecipe gb200_full{256, 1, 4, 4, 64, 1, 4096, mx, 1, up, true, "full", kRecord};
     // 26.02-26.04.01: no overlap; GB300 without CUDA graphs, GB200 with TE's partial scopes
-    const Recipe gb300_mbs2{256, 1, 2, 8, 32, 2, 4096, "mxfp8", 1, up, false, "none", kRecord};
-    const Recipe gb200_v2{256, 1, 4, 4, 64, 1, 4096, "mxfp8", 1, up, false, "partial", kRecord};
-    Recipe gb200_v2_mlp = gb200_v2;
+    const BridgeRecipe gb300_mbs2{256, 1, 2, 8, 32, 2, 4096, mx, 1, up, false, "none", kRecord};
+    const BridgeRecipe gb200_v2{256, 1, 4, 4, 64, 1, 4096, mx, 1, up, false, "partial", kRecord};
+    BridgeRecipe gb200_v2_mlp = gb200_v2;
     gb200_v2_mlp.recompute = mlp;
-    const Recipe b200_pp16{256, 1, 16, 1, 8, 1, 4096, "mxfp8", 1, up, false, "none", kRecord};
-    const Recipe b200_pp8{256, 1, 8, 2, 32, 1, 4096, "mxfp8", 1, up_mlp, true, "partial", kRecord};
-    Recipe gb300_gbs15360 = gb300_full;
+    const BridgeRecipe b200_pp16{256, 1, 16, 1, 8, 1, 4096, mx, 1, up, false, "none", kRecord};
+    const BridgeRecipe b200_pp8{256, 1, 8, 2, 32, 1, 4096, mx, 1, up_mlp, true, "partial", kRecord};
+    BridgeRecipe gb300_gbs15360 = gb300_full;
     gb300_gbs15360.gbs = 15360;
     // 25.11, without MTP: the rows' own layouts; flags from the 25.11 presets (not published)
     // (without MTP the 63 slots divide no stage count: the rows' layouts are not published, so
     // balanced stages)
-    const Recipe gb300_25{256, 1, 2, 4, 32, 1, 4096, "bf16", 0, act, false, "partial", "balanced"};
-    Recipe gb300_25_mx = gb300_25;
-    gb300_25_mx.precision = "mxfp8";
-    const Recipe gb200_25{256, 1, 4, 4, 64, 1, 4096, "bf16", 0, up, false, "partial", "balanced"};
-    const Recipe gb200_25_mx{256,     1, 8,  4,     32,        1,         4096,
-                             "mxfp8", 0, up, false, "partial", "balanced"};
-    // 25.09 H100: DeepEP, A2A overlap, no CUDA graphs; 338 as FACTS.md §3 gives it
-    const Recipe h100{
-        1024, 2, 8, 4, 64, 1, 8192, "fp8-blockwise", 1, up_mlp, true, "none", "Et|(tt|)*30mL"};
+    const BridgeRecipe gb300_25{256,  1, 2,   4,     32,        1,         4096,
+                                bf16, 0, act, false, "partial", "balanced"};
+    BridgeRecipe gb300_25_mx = gb300_25;
+    gb300_25_mx.precision = mx;
+    const BridgeRecipe gb200_25{256,  1, 4,  4,     64,        1,         4096,
+                                bf16, 0, up, false, "partial", "balanced"};
+    const BridgeRecipe gb200_25_mx{256, 1, 8,  4,     32,        1,         4096,
+                                   mx,  0, up, false, "partial", "balanced"};
+    // 25.09 H100: DeepEP, A2A overlap, no CUDA graphs; 338 as the performance summary gives it
+    const BridgeRecipe h100{
+        1024, 2, 8, 4, 64, 1, 8192, blockwise, 1, up_mlp, true, "none", "Et|(tt|)*30mL"};
     // Kimi-K2 on GB300, 26.02.01-26.06 (one preset throughout: kimi_workload_base_configs.py,
     // recipes/kimi/kimi_k2.py): HybridEP, no overlap, no CUDA graphs, Muon, which needs the
     // optimizer unsharded; the (4, 4) layout of _get_kimi_k2_pipeline_layout
-    const Recipe kimi{256, 1, 4, 4, 64, 2, 4096, "mxfp8", 0, up, false, "none", "Et*4|(t*4|)*14tL"};
+    const BridgeRecipe kimi{
+        256, 1, 4, 4, 64, 2, 4096, mx, 0, up, false, "none", "Et*4|(t*4|)*14tL"};
     auto kimi_row = [&](const char* id, const char* container, double tflops, double tokens) {
       PublishedRow p = row(id, container, "gb300-nvl72", kimi, tflops, tokens);
       p.model = "kimi-k2";

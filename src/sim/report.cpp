@@ -79,7 +79,7 @@ std::string flops_line(const Prediction& p) {
 
 void print_predictions(std::FILE* out, const SystemSpec& s, const std::vector<Prediction>& ps) {
   if (ps.empty()) return;
-  std::fprintf(out, "%s, %s, %s\n", s.name.c_str(), ps.front().layout.precision.c_str(),
+  std::fprintf(out, "%s, %s, %s\n", s.name.c_str(), recipe_name(ps.front().layout.precision),
                flops_line(ps.front()).c_str());
   std::fprintf(out, "%6s  %-44s %9s %10s %8s %6s %9s %5s %6s\n", "GPUs", "layout", "TFLOP/s",
                "tokens/s", "step s", "MFU", "mem GB", "fits", "eff");
@@ -187,8 +187,9 @@ void print_published(std::FILE* out, const std::vector<RowCheck>& checks) {
                  c.row.container.c_str(), c.row.system.c_str(), static_cast<long long>(l.gpus),
                  static_cast<long long>(l.tp), static_cast<long long>(l.pp),
                  static_cast<long long>(l.vpp), static_cast<long long>(l.ep),
-                 static_cast<long long>(l.mbs), static_cast<long long>(l.gbs), l.precision.c_str(),
-                 static_cast<long long>(l.mtp), l.cuda_graphs.c_str(), l.a2a_overlap ? "on" : "off",
+                 static_cast<long long>(l.mbs), static_cast<long long>(l.gbs),
+                 recipe_name(l.precision), static_cast<long long>(l.mtp), l.cuda_graphs.c_str(),
+                 l.a2a_overlap ? "on" : "off",
                  l.recompute == "none" ? "none" : l.selective_modules().names().c_str(),
                  c.row.flags_known ? "" : " (flags not published: the release's preset)",
                  c.row.tflops, c.prediction.tflops_per_gpu, 100 * c.error);

@@ -143,7 +143,7 @@ void data_parallel(Breakdown& b, const SimLayout& l, const SystemSpec& s, const 
   const int64_t P = l.pp, V = l.vpp;
   const int rpd = s.ranks_per_domain(int(l.gpus));
   const int share = s.compute_shared ? int(l.gpus) : 1;
-  const bool quant = is_fp8_recipe(parse_recipe(l.precision));
+  const bool quant = is_fp8_recipe(l.precision);
   // FP8 primary weights (Megatron's --fp8-param-gather): gathered in one byte.
   const double grad_b = 4, param_b = quant ? 1 : act_b;
   const double kd = members_per_domain(l.dp(), l.tp, rpd), gd = double(l.dp()) / kd;
@@ -203,7 +203,7 @@ MemoryUse memory_use(const SimLayout& l, const SystemSpec& s, const std::vector<
   const int64_t P = l.pp, V = l.vpp, m = l.micro_batches();
   MemoryUse mu;
   const double params = slow.dense + slow.expert;
-  const bool quant = is_fp8_recipe(parse_recipe(l.precision));
+  const bool quant = is_fp8_recipe(l.precision);
   // FP8 primary weights keep row- and column-wise FP8 copies instead of a BF16 one.
   mu.weights = params * (quant ? 2 : activation_bytes(l.precision)) / 1e9;
   mu.gradients = params * 4 / 1e9;
@@ -223,7 +223,7 @@ MemoryUse memory_use(const SimLayout& l, const SystemSpec& s, const std::vector<
 
 Prediction simulate(const ModelConfig& c, const SimLayout& l, const SystemSpec& s) {
   validate(c, l);
-  s.peak(l.precision);  // throws if the system has no such precision
+  s.peak(gemm_format(l.precision));  // throws if the system has no such precision
   Prediction p;
   p.layout = l;
   p.layout.mtp = mtp_depth(c, l);
@@ -302,7 +302,7 @@ Prediction simulate(const ModelConfig& c, const SimLayout& l, const SystemSpec& 
   const double tokens = double(l.gbs * l.seq);
   p.tokens_per_s_per_gpu = tokens / p.step_time_s / double(l.gpus);
   p.tflops_per_gpu = p.flops_per_token * p.tokens_per_s_per_gpu / 1e12;
-  p.mfu = p.tflops_per_gpu / (s.peak(l.precision) / share);
+  p.mfu = p.tflops_per_gpu / (s.peak(gemm_format(l.precision)) / share);
   p.a2a_gb_nvlink = double(m) * slow.a2a_nvl / 1e9;
   p.a2a_gb_scaleout = double(m) * slow.a2a_nic / 1e9;
 

@@ -28,7 +28,7 @@ struct MemoryUse {  // GB per GPU (the fullest pipeline rank)
 
 struct Prediction {
   SimLayout layout;
-  double flops_per_token = 0;  // Megatron's formula (FACTS.md §2)
+  double flops_per_token = 0;  // Megatron's formula (metrics/flops.h)
   double step_time_s = 0, tflops_per_gpu = 0, tokens_per_s_per_gpu = 0, mfu = 0;
   double efficiency = 1;  // per-GPU throughput against the first row of a scaling run
   bool fits = false;

@@ -121,7 +121,8 @@ std::string precision_name(const std::string& name) {
   return name == "fp8" ? recipe_name(Recipe::FP8Blockwise) : name;
 }
 
-double SystemSpec::peak(const std::string& precision) const {
+double SystemSpec::peak(ops::Format f) const {
+  const std::string precision = ops::format_name(f);
   auto it = peak_tflops.find(precision);
   if (it == peak_tflops.end()) {
     std::string have;
@@ -131,17 +132,17 @@ double SystemSpec::peak(const std::string& precision) const {
   return it->second;
 }
 
-double SystemSpec::gemm_max(const std::string& precision) const {
-  auto it = eff.gemm_max.find(precision);
+double SystemSpec::gemm_max(ops::Format f) const {
+  auto it = eff.gemm_max.find(ops::format_name(f));
   if (it == eff.gemm_max.end())
-    throw Error(str("system '", name, "' has no GEMM efficiency for ", precision));
+    throw Error(str("system '", name, "' has no GEMM efficiency for ", ops::format_name(f)));
   return it->second;
 }
 
-double SystemSpec::gemm_half_dim(const std::string& precision) const {
-  auto it = eff.gemm_half_dim.find(precision);
+double SystemSpec::gemm_half_dim(ops::Format f) const {
+  auto it = eff.gemm_half_dim.find(ops::format_name(f));
   if (it == eff.gemm_half_dim.end())
-    throw Error(str("system '", name, "' has no GEMM half dimension for ", precision));
+    throw Error(str("system '", name, "' has no GEMM half dimension for ", ops::format_name(f)));
   return it->second;
 }
 
@@ -161,11 +162,11 @@ int SystemSpec::ranks_per_domain(int gpus) const {
   return 1;
 }
 
-double SystemSpec::gemm_half_dim(const std::string& precision, int ranks) const {
-  auto it = eff.gemm_half_dim_one_thread.find(precision);
+double SystemSpec::gemm_half_dim(ops::Format f, int ranks) const {
+  auto it = eff.gemm_half_dim_one_thread.find(ops::format_name(f));
   const bool one_thread = compute_shared && threads > 0 && ranks >= threads;
   if (one_thread && it != eff.gemm_half_dim_one_thread.end()) return it->second;
-  return gemm_half_dim(precision);
+  return gemm_half_dim(f);
 }
 
 std::string systems_dir() {

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/number_format.h"
+
 namespace moet::sim {
 
 // The expert all-to-all within an NVLink domain as measured at each EP size (fractions of the
@@ -56,7 +58,8 @@ struct Efficiency {
 struct SystemSpec {
   std::string name;
   std::string description;
-  // Dense, per precision: fp32, bf16, mxfp8, fp8-blockwise (precision_name).
+  // Dense, per GEMM operand format, keyed by its name (ops::format_name, which names the recipe
+  // that runs its GEMMs in it: fp32, bf16, mxfp8, fp8-blockwise; precision_name).
   std::map<std::string, double> peak_tflops;
   double hbm_gb = 0;         // memory per GPU
   double hbm_tbps = 0;       // its bandwidth, TB/s
@@ -71,13 +74,13 @@ struct SystemSpec {
   Efficiency eff;
   std::map<std::string, std::string> sources;  // field -> where its value comes from
 
-  // Peak for a precision; throws a one-line moet::Error if the system has none.
-  double peak(const std::string& precision) const;
-  double gemm_max(const std::string& precision) const;
-  double gemm_half_dim(const std::string& precision) const;
+  // Peak for GEMMs in a format; throws a one-line moet::Error if the system has none.
+  double peak(ops::Format f) const;
+  double gemm_max(ops::Format f) const;
+  double gemm_half_dim(ops::Format f) const;
   // The half dimension a rank of an N-rank run sees: gemm_half_dim, or on a shared machine whose
   // ranks run one thread each (N >= threads), the one-thread curve's where it was measured.
-  double gemm_half_dim(const std::string& precision, int ranks) const;
+  double gemm_half_dim(ops::Format f, int ranks) const;
   // GPUs of an N-GPU job that share a domain: the largest divisor of N within the domain.
   int ranks_per_domain(int gpus) const;
   // The NVLink all-to-all among `peers` ranks of a domain: interpolated in log2(peers) between

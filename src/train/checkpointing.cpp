@@ -108,9 +108,13 @@ TrainCheckpoints::TrainCheckpoints(const TrainOptions& o, Communicator* world)
   if (!resume_dir_.empty()) {
     const CheckpointIndex ix = CheckpointReader(resume_dir_).index();
     resume_step_ = ix.step;
-    if (ix.run.is_object() && ix.run.contains("gemm_operands") &&
-        ix.run["gemm_operands"].is_string())
-      recorded_gemm_operands_ = ix.run["gemm_operands"].get<std::string>();
+    auto recorded = [&](const char* key) {
+      return ix.run.is_object() && ix.run.contains(key) && ix.run[key].is_string()
+                 ? ix.run[key].get<std::string>()
+                 : std::string();
+    };
+    recorded_gemm_operands_ = recorded("gemm_operands");
+    recorded_precision_ = recorded("precision");
   }
   model_config_ = read_json_file(o.model_path);
   if (o.checkpoint.out_dir.empty()) return;

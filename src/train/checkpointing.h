@@ -56,6 +56,8 @@ class TrainCheckpoints {
   int64_t resume_step() const { return resume_step_; }
   // The GEMM operand store ("bf16", "fp32") the resumed checkpoint's run recorded; "" if none.
   const std::string& recorded_gemm_operands() const { return recorded_gemm_operands_; }
+  // The recipe the resumed checkpoint's run resolved --precision to ("" if none).
+  const std::string& recorded_precision() const { return recorded_precision_; }
   bool saving() const { return saver_ != nullptr; }
 
   // Loads the state `h` holds (parameters, moments, AdamW's step count) after checking the
@@ -84,7 +86,7 @@ class TrainCheckpoints {
   Communicator* world_;
   std::string resume_dir_, schedule_note_, data_note_;
   std::optional<DataOrigin> data_changed_from_;
-  std::string recorded_gemm_operands_;
+  std::string recorded_gemm_operands_, recorded_precision_;
   int64_t resume_step_ = 0;
   nlohmann::json model_config_;
   nlohmann::json run_;  // the run's settings, recorded in every checkpoint

@@ -31,7 +31,7 @@ class GradientAccumulation {
 // backward (the reduction armed there).
 std::unique_ptr<GradientAccumulation> plain_accumulation(Model& model, DataParallel* data_parallel);
 
-// --a2a-overlap: `lane` (built over `model`'s parameters, Model's sharing constructor) takes
+// --a2a-overlap: `lane` (built over `model`'s parameters: ModelSpec::shared) takes
 // the second half of every micro-batch. With interleave the two lanes' stages alternate so each
 // lane's all-to-alls travel under the other lane's compute; without, each layer runs lane by
 // lane (the same arithmetic, bit for bit). The lane's router statistics are instances of the

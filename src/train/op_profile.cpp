@@ -11,6 +11,7 @@
 #include "data/dataset.h"
 #include "kernels/ops.h"
 #include "kernels/profile.h"
+#include "measure/recipe_choice.h"
 #include "metrics/flops.h"
 #include "model/model.h"
 #include "train/train_step.h"
@@ -25,9 +26,13 @@ OpProfile profile_training_step(const OpProfileOptions& o) {
   const ModelConfig cfg = load_model_config(o.model_path);
   ops::set_num_threads(o.threads > 0 ? o.threads
                                      : std::max(1, int(std::thread::hardware_concurrency())));
-  const PrecisionPolicy precision = o.precision.policy();
+  const RecipeChoice recipe =
+      choose_recipe({o.precision.recipe, o.precision.bf16_layers,
+                     model_gemm_shapes(cfg, o.micro_batch * o.seq), "", "", true});
+  ops::set_gemm_operand_dtype(recipe.operands, recipe.operands_why);
+  const PrecisionPolicy precision = recipe.policy;
   const int64_t B = o.micro_batch, T = o.seq;
-  Model model(cfg, B, T, LossWeights{}, nullptr, precision);
+  Model model(cfg, {.micro_batch = B, .seq_len = T, .precision = precision});
   model.init_parameters(1);
   LrSchedule sched;
   sched.max_lr = 1e-4;

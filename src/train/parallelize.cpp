@@ -131,6 +131,28 @@ int64_t ParallelRun::activation_bytes() const {
   return total;
 }
 
+namespace {
+
+// --ep > 1: each MoE layer's dispatcher exchanges its tokens over the expert-parallel group (by
+// all-to-all or all-gather, on the communication thread when there is one) and is listed in
+// r.exchanges.
+DispatcherFactory expert_dispatchers(ParallelRun& r, const TrainOptions& o, TraceRecorder* trace) {
+  return [&r, &o, trace](int64_t E) -> std::unique_ptr<TokenDispatcher> {
+    std::unique_ptr<ExpertExchangeDispatcher> d;
+    if (o.parallel.dispatcher == DispatcherKind::kAllGather)
+      d = std::make_unique<AllGatherDispatcher>(*r.layout->ep_group, E);
+    else
+      d = std::make_unique<AllToAllDispatcher>(*r.layout->ep_group, E);
+    d->set_stream(r.stream.get());
+    d->set_trace(trace);
+    if (o.parallel.ep_ranks_per_node > 0) d->set_ranks_per_node(o.parallel.ep_ranks_per_node);
+    r.exchanges.push_back(d.get());
+    return d;
+  };
+}
+
+}  // namespace
+
 std::unique_ptr<ParallelRun> parallelize(const TrainOptions& o, const ModelConfig& cfg,
                                          Communicator* world, const PrecisionPolicy& precision,
                                          int threads, TraceRecorder* trace) {
@@ -157,33 +179,25 @@ std::unique_ptr<ParallelRun> parallelize(const TrainOptions& o, const ModelConfi
       r.stream = std::make_unique<CommStream>();
       r.stream->set_trace(trace);
     }
-    if (o.parallel.ep > 1)
-      dispatchers = [&r, &o, trace](int64_t E) -> std::unique_ptr<TokenDispatcher> {
-        std::unique_ptr<ExpertExchangeDispatcher> d;
-        if (o.parallel.dispatcher == DispatcherKind::kAllGather)
-          d = std::make_unique<AllGatherDispatcher>(*r.layout->ep_group, E);
-        else
-          d = std::make_unique<AllToAllDispatcher>(*r.layout->ep_group, E);
-        d->set_stream(r.stream.get());
-        d->set_trace(trace);
-        if (o.parallel.ep_ranks_per_node > 0) d->set_ranks_per_node(o.parallel.ep_ranks_per_node);
-        r.exchanges.push_back(d.get());
-        return d;
-      };
+    if (o.parallel.ep > 1) dispatchers = expert_dispatchers(r, o, trace);
   }
   const int64_t B = o.data.micro_batch, T = o.data.seq;
-  const LossWeights lw{o.optim.mtp_lambda, o.optim.balance_alpha, o.optim.z_loss_coef};
-  const RecomputePlan recompute = o.recompute.plan();
+  const ModelSpec model_spec{
+      .micro_batch = o.parallel.deterministic ? 1 : B,
+      .seq_len = T,
+      .loss_weights = {o.optim.mtp_lambda, o.optim.balance_alpha, o.optim.z_loss_coef},
+      .dispatchers = dispatchers,
+      .precision = precision,
+      .recompute = o.recompute.plan()};
   if (r.pp == 1) {
     // --deterministic: a model for one sequence, run B times per micro-batch; --a2a-overlap:
     // two lanes of B/2 sequences over one set of parameters.
-    const int64_t lane_batch = o.parallel.deterministic ? 1 : o.parallel.a2a_overlap ? B / 2 : B;
-    r.models.push_back(
-        std::make_unique<Model>(cfg, lane_batch, T, lw, dispatchers, precision, recompute));
+    ModelSpec lane = model_spec;
+    if (o.parallel.a2a_overlap && !o.parallel.deterministic) lane.micro_batch = B / 2;
+    r.models.push_back(std::make_unique<Model>(cfg, lane));
     r.models[0]->init_parameters(o.data.seed);
-    if (o.parallel.a2a_overlap)
-      r.models.push_back(
-          std::make_unique<Model>(cfg, lane_batch, T, lw, dispatchers, *r.models[0]));
+    lane.shared = r.models[0].get();
+    if (o.parallel.a2a_overlap) r.models.push_back(std::make_unique<Model>(cfg, lane));
     r.chunks.push_back({r.models[0].get()});
   } else {
     PipelineScheduleSpec spec;
@@ -200,9 +214,10 @@ std::unique_ptr<ParallelRun> parallelize(const TrainOptions& o, const ModelConfi
     for (int64_t c = 0; c < o.parallel.vpp; ++c) {
       std::vector<Model*>& chunk = r.chunks.emplace_back();
       for (int64_t s = 0; s < slots[size_t(c)]; ++s) {
-        r.models.push_back(std::make_unique<Model>(
-            cfg, parts[size_t(c * o.parallel.pp + r.pp_rank)], o.parallel.deterministic ? 1 : B, T,
-            lw, dispatchers, precision, r.stage_params, recompute));
+        ModelSpec stage = model_spec;
+        stage.part = parts[size_t(c * o.parallel.pp + r.pp_rank)];
+        stage.store = &r.stage_params;
+        r.models.push_back(std::make_unique<Model>(cfg, stage));
         chunk.push_back(r.models.back().get());
       }
     }

@@ -112,22 +112,23 @@ void print_run_header(const RunHeader& h) {
   if (h.world_size > 1) std::printf(" per rank x %d ranks", h.world_size);
   std::printf("\n");
   if (h.world_size > 1) print_layout(h, DP);
-  std::printf("precision: %s", recipe_name(h.precision.recipe));
-  if (ops::is_fp8(h.main_format))
+  const PrecisionPolicy& precision = h.recipe.policy;
+  const ops::Format main =
+      precision.decoder(cfg.num_hidden_layers / 2, cfg.num_hidden_layers).fprop;
+  std::printf("precision: %s", recipe_name(precision.recipe));
+  if (ops::is_fp8(main))
     std::printf(" (first and last %lld layers bf16)", (long long)o.precision.bf16_layers);
-  std::printf(" | %s\n", ops::kernel_description(h.main_format).c_str());
+  if (!h.recipe.auto_why.empty()) std::printf(" | %s", h.recipe.auto_why.c_str());
+  // (auto's line gives the measured speeds that also chose where the GEMMs run)
+  std::printf(" | %s\n", ops::kernel_description(main, h.recipe.auto_why.empty()).c_str());
+  if (!h.recipe.other.empty()) std::printf("precision: %s\n", h.recipe.other.c_str());
   std::printf("data: %s\n", h.data.c_str());
   const int64_t seqs = DP * A * B;
   std::printf("global batch: micro-batch %lld x grad-accum %lld", (long long)B, (long long)A);
   if (h.world_size > 1) std::printf(" x dp %lld", (long long)DP);
   std::printf(" = %lld sequences of %lld tokens = %lld tokens per step\n", (long long)seqs,
               (long long)T, (long long)(seqs * T));
-  if (h.peak.tflops > 0)
-    std::printf("MFU divides by the %s%s\n", describe_gemm_peak(h.peak).c_str(),
-                h.world_size > 1 ? " per rank" : "");
-  else
-    std::printf("MFU divides by --peak-tflops %.3f TFLOP/s%s\n", h.peak_tflops,
-                h.world_size > 1 ? " per rank" : "");
+  std::printf("%s%s\n", h.peaks.describe().c_str(), h.world_size > 1 ? " per rank" : "");
   std::printf("memory: %s (process before the model: %.0f MB)\n", h.memory.describe().c_str(),
               double(h.rss_before_model) / 1048576.0);
   print_recompute(par);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "measure/gemm_peak.h"
+#include "measure/recipe_choice.h"
 #include "metrics/memory.h"
 #include "model/recipe.h"
 #include "train/parallelize.h"
@@ -46,11 +47,9 @@ struct RunHeader {
   ParallelRun* run = nullptr;
   int world_size = 1;
   double flops_per_token = 0;
-  PrecisionPolicy precision;
-  ops::Format main_format = ops::Format::F32;
-  std::string data;        // the dataset's description
-  GemmPeak peak;           // measured at start-up (tflops 0: --peak-tflops gave it)
-  double peak_tflops = 0;  // what MFU divides by
+  RecipeChoice recipe;  // what --precision resolved to, where its GEMMs run, and why
+  std::string data;     // the dataset's description
+  GemmPeaks peaks;      // the GEMM peaks and what MFU divides by
   MemoryNeed memory;
   int64_t rss_before_model = 0;
   std::vector<int64_t> activations_per_rank;  // --pp: every rank's activation bytes

@@ -60,6 +60,7 @@ void write_run_info(const TrainOptions& o, const RunStart& start) {
   j["tensorboard"] = absolute(o.logging.tensorboard_dir);
   j["tensorboard_file"] = absolute(start.tensorboard_file);
   j["precision"] = start.precision;
+  if (!start.gemm_peaks.is_null()) j["gemm_peaks"] = start.gemm_peaks;
   j["options"] = to_json(o);  // grouped as TrainOptions (train_options.h)
   std::error_code ec;
   fs::create_directories(o.checkpoint.out_dir, ec);

@@ -2,6 +2,7 @@
 // and TensorBoard files are; `moet report` reads it) and the summary printed at the end.
 #pragma once
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 
@@ -22,6 +23,7 @@ struct RunStart {
   std::string precision;   // the recipe --precision resolved to ("bf16" for auto on some CPUs)
   // a resume on data other than the checkpoint's: what they were (run.json "data_changed_from")
   std::optional<DataOrigin> data_changed_from;
+  nlohmann::json gemm_peaks;  // GemmPeaks::json(): run.json "gemm_peaks"
 };
 
 // Writes OUT_DIR/run.json (rank 0, each start of the run, so a resumed run names its newest

@@ -28,7 +28,7 @@ struct DataOptions {
   // --tokenizer: "" (not given: the data's own, else bytes), "byte" or a tokenizer.json; after
   // resolve_train_tokenizer, the one the run reads text with and keeps in --out
   std::string tokenizer;
-  std::string split;  // train,validation shares of documents ("" = 95,5)
+  std::string split = "95,5";                        // train,validation[,test] shares of documents
   DocBoundary doc_boundary = DocBoundary::kPercent;  // plain text: where documents end
   std::string json_key = "text";                     // JSONL: the field holding a document
   int64_t prefetch = 2;  // batches prepared ahead by a background thread (0: none)
@@ -63,10 +63,9 @@ struct OptimizerOptions {
 
 // The recipe (docs/precision.md).
 struct PrecisionOptions {
-  std::optional<Recipe> recipe;  // unset: --precision auto (bf16 where the CPU multiplies bf16)
-  int64_t bf16_layers = 1;       // FP8 recipes: first and last N decoder layers stay bf16
-  // The policy the run trains under, auto resolved for this CPU.
-  PrecisionPolicy policy() const;
+  // unset: --precision auto, the faster recipe on this CPU (measure/recipe_choice.h)
+  std::optional<Recipe> recipe;
+  int64_t bf16_layers = 1;  // FP8 recipes: first and last N decoder layers stay bf16
   // "auto" or the recipe's name, as --precision takes it.
   std::string name() const;
 };

@@ -14,6 +14,7 @@
 #include "kernels/ops.h"
 #include "measure/gemm_choice.h"
 #include "measure/gemm_peak.h"
+#include "measure/recipe_choice.h"
 #include "metrics/flops.h"
 #include "metrics/memory.h"
 #include "train/evaluation.h"
@@ -85,6 +86,87 @@ const int32_t* TrainSession::micro_batch(int64_t a) const {
   return tokens_.data() + a * o.data.micro_batch * (o.data.seq + 1);
 }
 
+namespace {
+
+// The checks that can refuse the run, the model config, and the threads (returned).
+int check_and_configure(TrainSession& s) {
+  const TrainOptions& o = s.o;
+  check_train_options(o);
+  s.cfg = load_model_config(o.model_path);
+  check_train_layout(o, s.cfg, s.world);
+  check_model_fits(o.model_path, count_parameters(s.cfg), s.ranks);
+  int threads = o.parallel.threads;
+  if (threads == 0) threads = std::max(1, int(std::thread::hardware_concurrency()) / s.ranks);
+  ops::set_num_threads(threads);
+  // --deterministic: sums that do not depend on the thread count either (a GEMM's K is never
+  // split over threads), so N ranks x T threads train what one process on any thread count does
+  ops::set_thread_invariant(o.parallel.deterministic);
+  return threads;
+}
+
+// The tokenizer and the dataset.
+void open_data(TrainSession& s) {
+  const TrainOptions& o = s.o;
+  s.tokenizer = load_tokenizer(o.data.tokenizer);
+  s.data = open_token_dataset(o.data.spec, *s.tokenizer, s.cfg.vocab_size, o.data.order_seed(),
+                              o.data.split, TextFormat{o.data.doc_boundary, o.data.json_key});
+  if (!o.logging.quiet && o.data.tokenizer.empty()) {
+    const std::string w = unrecorded_tokenizer_warning(o.data.spec);
+    if (!w.empty()) warn(w);
+  }
+}
+
+// Every rank takes rank 0's recipe and operand store (measured on each, cached).
+void agree_on_recipe(Communicator* world, RecipeChoice& c) {
+  if (!world || world->size() < 2) return;
+  std::vector<int32_t> all(size_t(2 * world->size()));
+  const int32_t mine[2] = {int32_t(c.policy.recipe), c.operands == DType::BF16};
+  world->allgather(mine, sizeof mine, all.data());
+  if (Recipe(all[0]) != c.policy.recipe) c.auto_why += " (rank 0's choice)";
+  if ((all[1] != 0) != (c.operands == DType::BF16)) c.operands_why = "rank 0's choice";
+  c.policy.recipe = Recipe(all[0]);
+  c.operands = all[1] ? DType::BF16 : DType::F32;
+}
+
+// The weights: a checkpoint's (and its notes), an --init-from's, or the initialisation.
+void restore_or_initialise(TrainSession& s) {
+  const TrainOptions& o = s.o;
+  if (!s.checkpoints->resume_dir().empty()) {
+    s.first_step = s.checkpoints->restore(s.state, s.runner->optimizer(), s.data_shape);
+    for (const std::string* note : {&s.checkpoints->schedule_note(), &s.checkpoints->data_note()})
+      if (s.verbose && !note->empty()) std::printf("moet train: %s\n", note->c_str());
+  } else if (!o.checkpoint.init_from.empty()) {
+    if (is_hf_directory(o.checkpoint.init_from))
+      load_hf_weights(o.checkpoint.init_from, s.cfg, s.par->model().params());
+    else
+      load_checkpoint_weights(resolve_checkpoint_dir(o.checkpoint.init_from),
+                              s.par->model().params(), !s.par->pipeline);
+  }
+}
+
+// The GEMM peaks (cached; both where the CPU has bf16 GEMMs) and the one MFU divides by: the
+// recipe's own (its main linear layers' operands), unless --peak-tflops.
+GemmPeaks measure_peaks(const TrainSession& s, const PrecisionPolicy& precision) {
+  GemmPeaks p;
+  if (s.o.logging.peak_tflops) {
+    p.mfu = *s.o.logging.peak_tflops;
+    return p;
+  }
+  const bool bf16 = ops::cpu_has_bf16() || ops::gemm_operand_dtype() == DType::BF16;
+  if (!cached_gemm_peak(DType::F32) || (bf16 && !cached_gemm_peak(DType::BF16)))
+    startup_note(s.verbose,
+                 "measuring the GEMM peaks that MFU divides by (the first run on this CPU)");
+  p.fp32 = gemm_peak(DType::F32);
+  if (bf16) p.bf16 = gemm_peak(DType::BF16);
+  const ops::Format main =
+      precision.decoder(s.cfg.num_hidden_layers / 2, s.cfg.num_hidden_layers).fprop;
+  p.recipe_uses_bf16 = main != ops::Format::F32 && ops::gemm_operand_dtype() == DType::BF16;
+  p.mfu = p.recipe_uses_bf16 ? p.bf16.tflops : p.fp32.tflops;
+  return p;
+}
+
+}  // namespace
+
 std::unique_ptr<TrainSession> start_training(const TrainOptions& o, Communicator* world,
                                              SetupAgreement* setup) {
   auto s = std::make_unique<TrainSession>(o);
@@ -93,33 +175,13 @@ std::unique_ptr<TrainSession> start_training(const TrainOptions& o, Communicator
   s->rank = world ? world->rank() : 0;
   s->verbose = s->rank == 0 && !o.logging.quiet;
   // Everything that can be refused is, before any output is created.
-  check_train_options(o);
-  s->cfg = load_model_config(o.model_path);
+  const int threads = check_and_configure(*s);
   const ModelConfig& cfg = s->cfg;
-  check_train_layout(o, cfg, world);
-  check_model_fits(o.model_path, count_parameters(cfg), s->ranks);
-  int threads = o.parallel.threads;
-  if (threads == 0) threads = std::max(1, int(std::thread::hardware_concurrency()) / s->ranks);
-  ops::set_num_threads(threads);
-  // --deterministic: sums that do not depend on the thread count either (a GEMM's K is never
-  // split over threads), so N ranks x T threads train what one process on any thread count does
-  ops::set_thread_invariant(o.parallel.deterministic);
   std::optional<DelayedNote> reading(std::in_place, s->verbose, "reading the data");
-  s->tokenizer = load_tokenizer(o.data.tokenizer);
-  s->data = open_token_dataset(o.data.spec, *s->tokenizer, cfg.vocab_size, o.data.order_seed(),
-                               o.data.split, TextFormat{o.data.doc_boundary, o.data.json_key});
-  if (!o.logging.quiet && o.data.tokenizer.empty()) {
-    const std::string w = unrecorded_tokenizer_warning(o.data.spec);
-    if (!w.empty()) warn(w);
-  }
+  open_data(*s);
   s->checkpoints = std::make_unique<TrainCheckpoints>(o, world);
   const bool resuming = !s->checkpoints->resume_dir().empty();
   s->outputs = std::make_unique<TrainOutputs>(o, s->rank, s->ranks, resuming);
-  // The layout: pipeline stages (--pp), data parallelism within each, experts sharded over
-  // groups of --ep ranks of a stage; with overlap, one communication thread runs every
-  // collective of the step in order (docs/parallel.md, docs/pipeline.md).
-  const PrecisionPolicy precision = o.precision.policy();
-  s->checkpoints->note("precision", recipe_name(precision.recipe));
   const int64_t rss_before_model = current_rss_bytes();
   const int64_t B = o.data.micro_batch, T = o.data.seq, A = o.data.grad_accum;
   const int DP =
@@ -129,75 +191,45 @@ std::unique_ptr<TrainSession> start_training(const TrainOptions& o, Communicator
   // is built, so that data too small is refused before the start-up note.
   s->data->plan(SampleLayout{A, int64_t(DP) * B, o.optim.steps, T});
   reading.reset();
-  // where the recipe's low-precision operands are multiplied: bf16 GEMMs or sgemm, the faster
-  // here (measured, cached), rank 0's choice on every rank
-  // (--deterministic: the CPU's default store, which no measurement, thread count or rank count
-  // can change)
-  std::optional<GemmOperandChoice> operands;
-  if (precision.recipe != Recipe::FP32 && o.parallel.deterministic)
-    operands = GemmOperandChoice{ops::gemm_operand_dtype(),
-                                 ops::gemm_operand_reason() + "; --deterministic measures nothing",
-                                 {}};
-  else if (precision.recipe != Recipe::FP32)
-    operands = choose_gemm_operands(model_gemm_shapes(cfg, B * T),
-                                    s->checkpoints->recorded_gemm_operands());
+  // The recipe --precision resolves to here and where its GEMMs run (measured, cached)
+  RecipeChoice recipe =
+      choose_recipe({o.precision.recipe, o.precision.bf16_layers, model_gemm_shapes(cfg, B * T),
+                     s->checkpoints->recorded_precision(), s->checkpoints->recorded_gemm_operands(),
+                     !o.parallel.deterministic});
   if (setup) setup->agree();  // every rank's setup succeeded: the collectives may start
-  if (operands) {
-    if (world && world->size() > 1) {
-      std::vector<int32_t> all(size_t(world->size()));
-      const int32_t mine = operands->dtype == DType::BF16;
-      world->allgather(&mine, sizeof mine, all.data());
-      if ((all[0] != 0) != (operands->dtype == DType::BF16))
-        *operands = {all[0] ? DType::BF16 : DType::F32, "rank 0's choice", {}};
-    }
-    ops::set_gemm_operand_dtype(operands->dtype, operands->reason);
-    s->checkpoints->note("gemm_operands", gemm_operands_name(operands->dtype));
-  }
+  agree_on_recipe(world, recipe);
+  ops::set_gemm_operand_dtype(recipe.operands, recipe.operands_why);
+  const PrecisionPolicy precision = recipe.policy;
+  s->checkpoints->note("precision", recipe_name(precision.recipe));
+  s->checkpoints->note("gemm_operands", gemm_operands_name(recipe.operands));
+  // The layout: pipeline stages (--pp), data parallelism within each, experts sharded over
+  // groups of --ep ranks of a stage; with overlap, one communication thread runs every
+  // collective of the step in order (docs/parallel.md, docs/pipeline.md).
   startup_note(s->verbose, "building the model");
   s->par = parallelize(o, cfg, world, precision, threads, s->outputs->trace());
   MOET_ASSERT(DP == s->par->dp);
   s->runner = make_runner(o, *s->par, s->outputs->trace());
   s->state = state_of(o, *s);
   s->data_shape = DataShape{o.data.order_seed(), T, A, int64_t(DP) * A * B};
-  if (resuming) {
-    s->first_step = s->checkpoints->restore(s->state, s->runner->optimizer(), s->data_shape);
-    if (s->verbose && !s->checkpoints->schedule_note().empty())
-      std::printf("moet train: %s\n", s->checkpoints->schedule_note().c_str());
-    if (s->verbose && !s->checkpoints->data_note().empty())
-      std::printf("moet train: %s\n", s->checkpoints->data_note().c_str());
-  } else if (!o.checkpoint.init_from.empty()) {
-    if (is_hf_directory(o.checkpoint.init_from))
-      load_hf_weights(o.checkpoint.init_from, cfg, s->par->model().params());
-    else
-      load_checkpoint_weights(resolve_checkpoint_dir(o.checkpoint.init_from),
-                              s->par->model().params(), !s->par->pipeline);
-  }
+  restore_or_initialise(*s);
   // The outputs, made once the run is known to start (a refused run leaves no file behind and
   // the run directory as it was).
   s->checkpoints->open();
+  const GemmPeaks peaks = measure_peaks(*s, precision);
   RunStart run_start;
   run_start.first_step = s->first_step;
   run_start.precision = recipe_name(precision.recipe);
   run_start.data_changed_from = s->checkpoints->data_changed_from();
+  run_start.gemm_peaks = peaks.json();
   s->outputs->open(s->checkpoints->resume_step(), run_start);
   std::vector<int64_t> activations_per_rank;
   const MemoryNeed need = memory_need(*s, &activations_per_rank);
-
-  // MFU divides by the measured peak of the GEMMs the recipe runs (its main linear layers)
-  const ops::Format main_format =
-      precision.decoder(cfg.num_hidden_layers / 2, cfg.num_hidden_layers).fprop;
-  GemmPeak measured;
-  if (!o.logging.peak_tflops) {
-    startup_note(s->verbose, "measuring the GEMM peak that MFU divides by");
-    measured = measure_gemm_peak(main_format);
-  }
-  const double peak = o.logging.peak_tflops ? *o.logging.peak_tflops : measured.tflops;
-  s->recorder = std::make_unique<StepRecorder>(o, cfg, *s->par, world, peak);
+  s->recorder = std::make_unique<StepRecorder>(o, cfg, *s->par, world, peaks.mfu);
   if (s->verbose)
     print_run_header(RunHeader{&o, &cfg, s->par.get(), s->ranks, s->recorder->flops_per_token(),
-                               precision, main_format, s->data->describe(), measured, peak, need,
-                               rss_before_model, activations_per_rank, s->checkpoints->resume_dir(),
-                               s->first_step, s->checkpoints->saving()});
+                               recipe, s->data->describe(), peaks, need, rss_before_model,
+                               activations_per_rank, s->checkpoints->resume_dir(), s->first_step,
+                               s->checkpoints->saving()});
   s->tokens_.resize(size_t(A * B * (T + 1)));
   if (s->first_step >= o.optim.steps && s->verbose)
     std::printf("the checkpoint has done %lld of --steps %lld: nothing to train\n",

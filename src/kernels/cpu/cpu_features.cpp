@@ -89,17 +89,17 @@ bool gemm_operand_dtype_forced() {
   return forced;
 }
 
-std::string kernel_description(Format fmt) {
+std::string kernel_description(Format fmt, bool with_reason) {
   std::string isa = isa_name(effective_isa());
   if (fmt == Format::F32) return isa + ", fp32 GEMMs (oneDNN sgemm)";
   const std::string what =
       fmt == Format::BF16 ? "bf16" : std::string(format_name(fmt)) + " as bf16";
-  const std::string why = " (" + gemm_operand_reason() + ")";
+  const std::string why = with_reason ? " (" + gemm_operand_reason() + ")" : "";
   if (gemm_operand_dtype() == DType::F32)
     return isa + ", " + what + " values in fp32 GEMMs: exact products, fp32 accumulation" + why;
   if (cpu_has_bf16())
     return isa + ", " + what + " GEMMs (oneDNN gemm_bf16bf16f32, fp32 accumulation)" +
-           (gemm_operand_reason() == "bf16 instructions" ? "" : why);
+           (gemm_operand_reason() == "bf16 instructions" || !with_reason ? "" : why);
   return isa + ", " + what +
          " operands stored as bf16, widened into fp32 GEMMs: exact products, fp32 accumulation" +
          why;

@@ -104,23 +104,24 @@ Tensor made_operand(const Operand* q, const Tensor& t, Format f, int64_t numel) 
 }  // namespace
 
 // x may have any leading dimensions: rows = numel / D.
-void linear_forward(const Tensor& x_ND, const Tensor& w_OD, Tensor& y_NO, const LinearPrecision& p,
-                    const WeightOperands* wq, bool accumulate, const Operand* xq) {
+void linear_forward(const Tensor& x_ND, const Tensor& w_OD, Tensor& y_NO, const LinearOptions& o) {
   MOET_CHECK(w_OD.ndim == 2, "linear weight must be 2-D, got ", w_OD.shape_str());
   const int64_t O = w_OD.size(0), D = w_OD.size(1), N = rows_of(x_ND);
   MOET_CHECK(x_ND.size(-1) == D && y_NO.size(-1) == O && rows_of(y_NO) == N, "linear: x ",
              x_ND.shape_str(), " w ", w_OD.shape_str(), " y ", y_NO.shape_str());
   check_dtype(y_NO.dtype, {&x_ND, &w_OD});
   OpScope op_scope("GEMM fprop", 2.0 * double(N) * double(O) * double(D));
+  const LinearPrecision& p = o.precision;
+  const bool accumulate = o.accumulate;
   if (p.fprop != Format::F32) {
     MOET_CHECK(y_NO.dtype == DType::F32, "low-precision linear needs F32 tensors");
-    Tensor x = made_operand(xq, xq ? xq->rows : Tensor{}, p.fprop, N * D);
+    Tensor x = made_operand(o.xq, o.xq ? o.xq->rows : Tensor{}, p.fprop, N * D);
     if (x.empty()) {
       MOET_ASSERT(!x_ND.empty());  // an x without memory comes with its operands
       x = operand_buffer({N, D}, kSlotX);
       quantize(x_ND, p.fprop, BlockAxis::Rows, x);
     }
-    const Tensor w = weight_operand(w_OD, p.fprop, false, wq);
+    const Tensor w = weight_operand(w_OD, p.fprop, false, o.wq);
     return gemm_operands(false, true, N, O, D, 1.0f, x, 0, D, w, 0, D, accumulate ? 1.0f : 0.0f,
                          y_NO.f32(), O);
   }
@@ -132,8 +133,7 @@ void linear_forward(const Tensor& x_ND, const Tensor& w_OD, Tensor& y_NO, const 
 }
 
 void linear_backward(const Tensor& dy_NO, const Tensor& x_ND, const Tensor& w_OD, Tensor& dx_ND,
-                     bool accumulate_dx, Tensor& dw_OD, const LinearPrecision& p,
-                     const WeightOperands* wq, const Operand* dyq_made, const Operand* xq_made) {
+                     Tensor& dw_OD, const LinearOptions& o) {
   MOET_CHECK(w_OD.ndim == 2, "linear weight must be 2-D, got ", w_OD.shape_str());
   const int64_t O = w_OD.size(0), D = w_OD.size(1), N = rows_of(x_ND);
   MOET_CHECK(x_ND.size(-1) == D && dy_NO.size(-1) == O && rows_of(dy_NO) == N, "linear bwd: x ",
@@ -141,7 +141,9 @@ void linear_backward(const Tensor& dy_NO, const Tensor& x_ND, const Tensor& w_OD
   MOET_CHECK(dx_ND.empty() || dx_ND.numel() == N * D, "linear bwd dx ", dx_ND.shape_str());
   MOET_CHECK(dw_OD.empty() || dw_OD.numel() == O * D, "linear bwd dw ", dw_OD.shape_str());
   check_dtype(dy_NO.dtype, {&x_ND, &w_OD, &dx_ND, &dw_OD});
-  const float beta_dx = accumulate_dx ? 1.0f : 0.0f;
+  const LinearPrecision& p = o.precision;
+  const Operand *dyq_made = o.dyq, *xq_made = o.xq;
+  const float beta_dx = o.accumulate ? 1.0f : 0.0f;
   // element-wise formats quantize dy the same way for both GEMMs: one copy serves both
   const bool share_dy = p.dgrad == p.wgrad && !is_fp8(p.dgrad) && !dx_ND.empty();
   Tensor dyq;
@@ -160,7 +162,7 @@ void linear_backward(const Tensor& dy_NO, const Tensor& x_ND, const Tensor& w_OD
         dyq = operand_buffer({N, O}, kSlotDy);
         quantize(dy_NO, p.dgrad, BlockAxis::Rows, dyq);
       }
-      const Tensor w = weight_operand(w_OD, p.dgrad, true, wq);
+      const Tensor w = weight_operand(w_OD, p.dgrad, true, o.wq);
       gemm_operands(false, false, N, D, O, 1.0f, dyq, 0, O, w, 0, D, beta_dx, dx_ND.f32(), D);
     }
   }

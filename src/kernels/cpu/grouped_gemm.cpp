@@ -92,11 +92,12 @@ Tensor made(const Operand* q, const Tensor& t, Format f, int64_t numel) {
 }  // namespace
 
 void grouped_linear_forward(const Tensor& x_MD, const Tensor& offsets_E1, const Tensor& w_EOD,
-                            Tensor& y_MO, int64_t segments_per_expert, const LinearPrecision& p,
-                            const WeightOperands* wq, bool x_in_format, const Operand* xq_made,
-                            Format y_format) {
+                            Tensor& y_MO, const GroupedLinearOptions& o) {
   const Grouped g =
-      check_grouped("grouped linear", x_MD, offsets_E1, w_EOD, y_MO, segments_per_expert);
+      check_grouped("grouped linear", x_MD, offsets_E1, w_EOD, y_MO, o.segments_per_expert);
+  const LinearPrecision& p = o.precision;
+  const bool x_in_format = o.x_in_format;
+  const Format y_format = o.y_format;
   const bool x_bits = x_in_format && x_MD.dtype == DType::BF16;  // bf16 bits of the values
   if (!x_bits) check_dtype(y_MO.dtype, {&x_MD});
   check_dtype(y_MO.dtype, {&w_EOD});
@@ -112,14 +113,14 @@ void grouped_linear_forward(const Tensor& x_MD, const Tensor& offsets_E1, const 
   if (p.fprop != Format::F32) {
     MOET_CHECK(y_MO.dtype == DType::F32, "low-precision grouped linear needs F32 tensors");
     // made by x's producer, or x itself when it holds the values in the operand dtype
-    Tensor xq = made(xq_made, xq_made ? xq_made->rows : Tensor{}, p.fprop, g.M * D);
+    Tensor xq = made(o.xq, o.xq ? o.xq->rows : Tensor{}, p.fprop, g.M * D);
     if (xq.empty() && x_in_format && x_MD.dtype == gemm_operand_dtype()) xq = x_MD;
     if (xq.empty()) {
       MOET_CHECK(!x_bits, "grouped linear: bf16 x for fp32 operands");
       xq = operand_buffer({g.M, D}, kSlotX);
       quantize(x_MD, x_in_format ? Format::F32 : p.fprop, BlockAxis::Rows, xq);
     }
-    const Tensor w = expert_weights(w_EOD, g.E, O, D, p.fprop, false, wq);
+    const Tensor w = expert_weights(w_EOD, g.E, O, D, p.fprop, false, o.wq);
     for_each_segment(g.G, off, [&](int64_t s) {
       const int64_t r0 = off[s], r = off[s + 1] - off[s], e = s / g.S;
       gemm_operands(false, true, r, O, D, 1.0f, xq, r0 * D, D, w, e * O * D, D, 0.0f,
@@ -140,79 +141,71 @@ void grouped_linear_forward(const Tensor& x_MD, const Tensor& offsets_E1, const 
   });
 }
 
-void grouped_linear_backward(const Tensor& dy_MO, const Tensor& x_MD, const Tensor& offsets_E1,
-                             const Tensor& w_EOD, Tensor& dx_MD, Tensor& dw_EOD,
-                             int64_t segments_per_expert, const LinearPrecision& p,
-                             const WeightOperands* wq, const Operand* dyq_made,
-                             const Operand* xq_made) {
-  const Grouped g =
-      check_grouped("grouped linear bwd", x_MD, offsets_E1, w_EOD, dy_MO, segments_per_expert);
-  MOET_CHECK(dx_MD.empty() || dx_MD.numel() == g.M * g.D, "grouped linear bwd dx ",
-             dx_MD.shape_str());
-  // dw [S, E, O, D]: the segments' gradients kept apart (one slice per source rank)
-  const bool apart = dw_EOD.ndim == 4;
-  MOET_CHECK(dw_EOD.empty() || (dw_EOD.numel() == (apart ? g.S : 1) * g.E * g.O * g.D &&
-                                (!apart || dw_EOD.size(0) == g.S)),
-             "grouped linear bwd dw ", dw_EOD.shape_str(), " for E=", g.E, " S=", g.S);
-  // x as bf16 bits: the expert rows of a bf16 dispatch (element-wise wgrad: they are its operand)
-  const bool x_bits = x_MD.dtype == DType::BF16;
-  MOET_CHECK(!x_bits || (!is_fp8(p.wgrad) && p.wgrad != Format::F32) || xq_made,
-             "grouped linear bwd: bf16 x needs its wgrad operand");
-  check_dtype(dy_MO.dtype, {&w_EOD, &dx_MD, &dw_EOD});
-  if (!x_bits) check_dtype(dy_MO.dtype, {&x_MD});
-  const int32_t* off = offsets_E1.i32();
+namespace {
+
+// dgrad: dx = dy · w[e] per segment, one GEMM each (overwrite).
+void grouped_dgrad(const Grouped& g, const Tensor& dy_MO, const int32_t* off, const Tensor& w_EOD,
+                   Tensor& dx_MD, const GroupedLinearOptions& o) {
   const int64_t D = g.D, O = g.O, S = g.S;
-  const bool low = p.dgrad != Format::F32 || p.wgrad != Format::F32;
-  MOET_CHECK(!low || dy_MO.dtype == DType::F32, "low-precision grouped linear needs F32 tensors");
-  const double flops = 2.0 * double(g.M) * double(O) * double(D);
-  // dgrad: one GEMM per segment
-  if (!dx_MD.empty()) {
-    OpScope op_scope("expert GEMM dgrad", flops);
-    if (p.dgrad != Format::F32) {
-      Tensor dyq = made(dyq_made, dyq_made ? dyq_made->rows : Tensor{}, p.dgrad, g.M * O);
-      if (dyq.empty()) {
-        dyq = operand_buffer({g.M, O}, kSlotDy);
-        quantize(dy_MO, p.dgrad, BlockAxis::Rows, dyq);
-      }
-      const Tensor w = expert_weights(w_EOD, g.E, O, D, p.dgrad, true, wq);
+  const Format f = o.precision.dgrad;
+  if (f == Format::F32) {
+    dispatch_float(dy_MO.dtype, [&](auto t0) {
+      using T = decltype(t0);
       for_each_segment(g.G, off, [&](int64_t s) {
         const int64_t r0 = off[s], r = off[s + 1] - off[s], e = s / S;
-        gemm_operands(false, false, r, D, O, 1.0f, dyq, r0 * O, O, w, e * O * D, D, 0.0f,
-                      dx_MD.f32() + r0 * D, D);
+        blas_gemm(false, false, r, D, O, T(1), dy_MO.data<T>() + r0 * O, O,
+                  w_EOD.data<T>() + e * O * D, D, T(0), dx_MD.data<T>() + r0 * D, D);
       });
-    } else {
-      dispatch_float(dy_MO.dtype, [&](auto t0) {
-        using T = decltype(t0);
-        for_each_segment(g.G, off, [&](int64_t s) {
-          const int64_t r0 = off[s], r = off[s + 1] - off[s], e = s / S;
-          blas_gemm(false, false, r, D, O, T(1), dy_MO.data<T>() + r0 * O, O,
-                    w_EOD.data<T>() + e * O * D, D, T(0), dx_MD.data<T>() + r0 * D, D);
-        });
-      });
-    }
+    });
+    return;
   }
-  if (dw_EOD.empty()) return;
-  OpScope op_scope("expert GEMM wgrad", flops);
-  // wgrad operands: the segments' rows in b×1 blocks (or the tensors themselves in fp32)
-  Tensor dyq = dy_MO, xq = x_MD;
-  if (p.wgrad != Format::F32) {
-    dyq = made(dyq_made, dyq_made ? dyq_made->wgrad() : Tensor{}, p.wgrad, g.M * O);
-    if (dyq.empty()) {
-      dyq = operand_buffer({g.M, O}, kSlotDy);
-      quantize_segments_cols(dy_MO, off, g.G, p.wgrad, dyq);
-    }
-    xq = made(xq_made, xq_made ? xq_made->wgrad() : Tensor{}, p.wgrad, g.M * D);
-    if (xq.empty() && x_bits && gemm_operand_dtype() == DType::BF16) xq = x_MD;
-    if (xq.empty()) {
-      xq = operand_buffer({g.M, D}, kSlotX);
-      quantize_segments_cols(x_MD, off, g.G, p.wgrad, xq);
-    }
+  Tensor dyq = made(o.dyq, o.dyq ? o.dyq->rows : Tensor{}, f, g.M * O);
+  if (dyq.empty()) {
+    dyq = operand_buffer({g.M, O}, kSlotDy);
+    quantize(dy_MO, f, BlockAxis::Rows, dyq);
   }
-  // Weight gradients: one GEMM per segment; with several segments per expert (one per source
-  // rank under expert parallelism) the segments' gradients are summed in the canonical tree
-  // order, so the result does not depend on how experts are spread over ranks — or, into a
-  // [S, E, O, D] dw, each added into its own slice by the very call a single segment gets
-  // (--deterministic adds them later, in one process's order over sequences).
+  const Tensor w = expert_weights(w_EOD, g.E, O, D, f, true, o.wq);
+  for_each_segment(g.G, off, [&](int64_t s) {
+    const int64_t r0 = off[s], r = off[s + 1] - off[s], e = s / S;
+    gemm_operands(false, false, r, D, O, 1.0f, dyq, r0 * O, O, w, e * O * D, D, 0.0f,
+                  dx_MD.f32() + r0 * D, D);
+  });
+}
+
+// What the wgrad GEMMs multiply: the segments' rows of dy and x in b×1 blocks, made by their
+// producers or quantized here (x's bf16 bits as they are, in an element-wise format), or the
+// tensors themselves in fp32.
+struct WgradOperands {
+  Tensor dy, x;
+};
+
+WgradOperands wgrad_operands(const Grouped& g, const Tensor& dy_MO, const Tensor& x_MD,
+                             const int32_t* off, const GroupedLinearOptions& o) {
+  const Format f = o.precision.wgrad;
+  if (f == Format::F32) return {dy_MO, x_MD};
+  WgradOperands q;
+  q.dy = made(o.dyq, o.dyq ? o.dyq->wgrad() : Tensor{}, f, g.M * g.O);
+  if (q.dy.empty()) {
+    q.dy = operand_buffer({g.M, g.O}, kSlotDy);
+    quantize_segments_cols(dy_MO, off, g.G, f, q.dy);
+  }
+  q.x = made(o.xq, o.xq ? o.xq->wgrad() : Tensor{}, f, g.M * g.D);
+  if (q.x.empty() && x_MD.dtype == DType::BF16 && gemm_operand_dtype() == DType::BF16) q.x = x_MD;
+  if (q.x.empty()) {
+    q.x = operand_buffer({g.M, g.D}, kSlotX);
+    quantize_segments_cols(x_MD, off, g.G, f, q.x);
+  }
+  return q;
+}
+
+// Weight gradients: one GEMM per segment; with several segments per expert (one per source
+// rank under expert parallelism) the segments' gradients are summed in the canonical tree
+// order, so the result does not depend on how experts are spread over ranks — or, into a
+// [S, E, O, D] dw (apart), each added into its own slice by the very call a single segment gets
+// (--deterministic adds them later, in one process's order over sequences).
+void grouped_wgrad(const Grouped& g, const Tensor& dy_MO, const Tensor& x_MD, const int32_t* off,
+                   const WgradOperands& q, bool apart, Tensor& dw_EOD) {
+  const int64_t D = g.D, O = g.O, S = g.S;
   dispatch_float(dy_MO.dtype, [&](auto t0) {
     using T = decltype(t0);
     auto segment_grad = [&](int64_t s, T* out, T beta) {
@@ -222,7 +215,7 @@ void grouped_linear_backward(const Tensor& dy_MO, const Tensor& x_MD, const Tens
         return;
       }
       if constexpr (std::is_same_v<T, float>) {
-        gemm_operands(true, false, O, D, r, 1.0f, dyq, r0 * O, O, xq, r0 * D, D, beta, out, D);
+        gemm_operands(true, false, O, D, r, 1.0f, q.dy, r0 * O, O, q.x, r0 * D, D, beta, out, D);
       } else {
         blas_gemm(true, false, O, D, r, T(1), dy_MO.data<T>() + r0 * O, O, x_MD.data<T>() + r0 * D,
                   D, beta, out, D);
@@ -243,6 +236,40 @@ void grouped_linear_backward(const Tensor& dy_MO, const Tensor& x_MD, const Tens
       for (int64_t i = 0; i < O * D; ++i) dw[i] += sum[i];
     }
   });
+}
+
+}  // namespace
+
+void grouped_linear_backward(const Tensor& dy_MO, const Tensor& x_MD, const Tensor& offsets_E1,
+                             const Tensor& w_EOD, Tensor& dx_MD, Tensor& dw_EOD,
+                             const GroupedLinearOptions& o) {
+  const Grouped g =
+      check_grouped("grouped linear bwd", x_MD, offsets_E1, w_EOD, dy_MO, o.segments_per_expert);
+  MOET_CHECK(dx_MD.empty() || dx_MD.numel() == g.M * g.D, "grouped linear bwd dx ",
+             dx_MD.shape_str());
+  // dw [S, E, O, D]: the segments' gradients kept apart (one slice per source rank)
+  const bool apart = dw_EOD.ndim == 4;
+  MOET_CHECK(dw_EOD.empty() || (dw_EOD.numel() == (apart ? g.S : 1) * g.E * g.O * g.D &&
+                                (!apart || dw_EOD.size(0) == g.S)),
+             "grouped linear bwd dw ", dw_EOD.shape_str(), " for E=", g.E, " S=", g.S);
+  const LinearPrecision& p = o.precision;
+  // x as bf16 bits: the expert rows of a bf16 dispatch (element-wise wgrad: they are its operand)
+  const bool x_bits = x_MD.dtype == DType::BF16;
+  MOET_CHECK(!x_bits || (!is_fp8(p.wgrad) && p.wgrad != Format::F32) || o.xq,
+             "grouped linear bwd: bf16 x needs its wgrad operand");
+  check_dtype(dy_MO.dtype, {&w_EOD, &dx_MD, &dw_EOD});
+  if (!x_bits) check_dtype(dy_MO.dtype, {&x_MD});
+  const int32_t* off = offsets_E1.i32();
+  const bool low = p.dgrad != Format::F32 || p.wgrad != Format::F32;
+  MOET_CHECK(!low || dy_MO.dtype == DType::F32, "low-precision grouped linear needs F32 tensors");
+  const double flops = 2.0 * double(g.M) * double(g.O) * double(g.D);
+  if (!dx_MD.empty()) {
+    OpScope op_scope("expert GEMM dgrad", flops);
+    grouped_dgrad(g, dy_MO, off, w_EOD, dx_MD, o);
+  }
+  if (dw_EOD.empty()) return;
+  OpScope op_scope("expert GEMM wgrad", flops);
+  grouped_wgrad(g, dy_MO, x_MD, off, wgrad_operands(g, dy_MO, x_MD, off, o), apart, dw_EOD);
 }
 
 }  // namespace moet::ops

@@ -17,35 +17,7 @@
 namespace moet::ops {
 using namespace cpu;
 
-const char* format_name(Format f) {
-  switch (f) {
-    case Format::F32:
-      return "fp32";
-    case Format::BF16:
-      return "bf16";
-    case Format::MXFP8:
-      return "mxfp8";
-    case Format::FP8Block:
-      return "fp8-blockwise";
-  }
-  return "?";
-}
-
 namespace {
-
-const char* quantize_name(Format f) {
-  switch (f) {
-    case Format::F32:
-      return "copy/add";
-    case Format::BF16:
-      return "quantize bf16";
-    case Format::MXFP8:
-      return "quantize mxfp8";
-    case Format::FP8Block:
-      return "quantize fp8-blockwise";
-  }
-  return "quantize";
-}
 
 // One block's scaling: q = e4m3(x · mult), value = q · deq; `code` is the packed scale (E8M0
 // exponent for MXFP8).
@@ -329,7 +301,8 @@ Operand Operand::row_range(int64_t r0, int64_t r1) const {
 }
 
 void quantize_operand(const Tensor& x_RC, const Operand& q) {
-  OpScope op_scope(quantize_name(q.fmt), 0, double(x_RC.bytes() + q.rows.bytes() + q.cols.bytes()));
+  OpScope op_scope(format_traits(q.fmt).quantizer, 0,
+                   double(x_RC.bytes() + q.rows.bytes() + q.cols.bytes()));
   MOET_CHECK(x_RC.dtype == DType::F32, "quantize_operand: x must be F32, got ",
              dtype_name(x_RC.dtype));
   for (const Tensor* t : {&q.rows, &q.cols})
@@ -344,7 +317,7 @@ int64_t scale_count(const Tensor& x_RC, Format fmt, BlockAxis axis) {
 }
 
 void quantize(const Tensor& x_RC, Format fmt, BlockAxis axis, Tensor& q_RC) {
-  OpScope op_scope(quantize_name(fmt), 0, double(x_RC.bytes() + q_RC.bytes()));
+  OpScope op_scope(format_traits(fmt).quantizer, 0, double(x_RC.bytes() + q_RC.bytes()));
   MOET_CHECK(x_RC.dtype == DType::F32, "quantize: x must be F32, got ", dtype_name(x_RC.dtype));
   MOET_CHECK(q_RC.numel() == x_RC.numel(), "quantize: q ", q_RC.shape_str(), " for x ",
              x_RC.shape_str());
