@@ -36,6 +36,7 @@ struct TrainSetup {
   double grad_clip = 1.0;
   bool deterministic = false;  // --deterministic: one sequence at a time, tree-ordered sums
   PrecisionPolicy precision;   // --precision (tiny.json: layers 0 and 2 stay bf16 under FP8)
+  MomentDtypes moments;        // --exp-avg-dtype, --exp-avg-sq-dtype
 };
 
 struct TrainRun {
@@ -100,7 +101,7 @@ inline TrainRun train_tiny(const TrainSetup& o) {
                                                    .dispatchers = factory,
                                                    .shared = &m});
   // As in the trainer: with overlap, the gradient reductions share the dispatchers' stream.
-  DataParallel dp(layout, m.params(), stream.get(), o.zero1);
+  DataParallel dp(layout, m.params(), stream.get(), o.zero1, o.moments);
   (lane2 ? *lane2 : m).set_backward_hook([&](int64_t layer) { dp.on_layer_done(layer); });
   LrSchedule sched;
   sched.max_lr = 3e-3;
@@ -109,6 +110,7 @@ inline TrainRun train_tiny(const TrainSetup& o) {
   sched.total = o.steps;
   AdamWConfig oc;
   oc.grad_clip = o.grad_clip;
+  oc.moments = o.moments;
   StepPlan plan;  // the modes as ParallelRun::step_plan picks them
   plan.dp = &dp;
   if (lane2) {
@@ -134,8 +136,7 @@ inline TrainRun train_tiny(const TrainSetup& o) {
     if (w.trainable) (w.expert ? out.expert_numel : out.dense_numel) += w.value.numel();
   keep_parameters(m.params(), out);
   out.has_moments = runner.optimizer().has_moments();
-  out.moment_bytes =
-      o.zero1 ? dp.zero1_moment_bytes() : int64_t(2 * m.params().numel() * int64_t(sizeof(float)));
+  out.moment_bytes = o.zero1 ? dp.zero1_moment_bytes() : runner.optimizer().moment_bytes();
   for (ExpertExchangeDispatcher* d : exchanges) {
     out.bytes += d->bytes_sent();
     out.routing += d->routing_bytes_sent();

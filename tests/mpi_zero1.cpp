@@ -1,7 +1,8 @@
 // ZeRO-1 under mpirun: the reduce-scatter leaves exactly the allreduce's bits on each rank's
 // range; the all-gather of ranges; sum_squares split at kSumSquaresChunk; and training with the
 // optimizer state sharded gives bitwise the losses, gradient norms and parameters of training
-// without it, at ep 1 and ep = world, with and without the communication thread.
+// without it, at ep 1 and ep = world, with and without the communication thread, with fp32 and
+// with bf16 moments (the precision-aware optimizer).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -93,8 +94,9 @@ TEST(Zero1, SumSquaresIsChunkSumsInOrder) {
 
 using test::TrainRun;
 
-TrainRun train(int ep, bool zero1, bool overlap, int steps) {
+TrainRun train(int ep, bool zero1, bool overlap, int steps, MomentDtypes moments = {}) {
   test::TrainSetup o;
+  o.moments = moments;
   o.ep = ep;
   o.zero1 = zero1;
   o.overlap = overlap;
@@ -119,6 +121,28 @@ TEST(Zero1, TrainingIsBitwiseTheUnshardedTraining) {
       std::printf("[zero1] np %d ep %d: AdamW moments per rank %lld bytes without, %lld with\n", P,
                   ep, (long long)plain.moment_bytes, (long long)z.moment_bytes);
   }
+}
+
+// The precision-aware optimizer's bf16 moments, sharded: bitwise the unsharded bf16 training (the
+// update is element-wise, each moment rounded where it is stored), half the moment bytes of fp32
+// moments, and not the fp32 training (the rounding is there).
+TEST(Zero1, Bf16MomentsAreBitwiseTheUnshardedTraining) {
+  const int P = test::world().size();
+  const MomentDtypes bf16{DType::BF16, DType::BF16};
+  for (int ep : {1, P}) {
+    TrainRun plain = train(ep, false, false, 8, bf16), z = train(ep, true, false, 8, bf16);
+    expect_same(plain, z, "bf16 moments, ep " + std::to_string(ep));
+    TrainRun z32 = train(ep, true, false, 8);
+    EXPECT_EQ(2 * z.moment_bytes, z32.moment_bytes);
+    EXPECT_EQ(2 * plain.moment_bytes, train(ep, false, false, 1).moment_bytes);
+    EXPECT_NE(std::memcmp(z.params.data(), z32.params.data(), z.params.size() * sizeof(float)), 0);
+    if (test::world().rank() == 0)
+      std::printf("[zero1] np %d ep %d: bf16 moments per rank %lld bytes (fp32: %lld)\n", P, ep,
+                  (long long)z.moment_bytes, (long long)z32.moment_bytes);
+  }
+  // one moment alone in bf16, with the communication thread
+  const MomentDtypes v16{DType::F32, DType::BF16};
+  expect_same(train(P, false, false, 6, v16), train(P, true, true, 6, v16), "bf16 v, overlap");
 }
 
 TEST(Zero1, OverlapGivesTheSameBits) {

@@ -7,6 +7,15 @@
 // float32 dequantisation scales for fp8-blockwise, one per block, row-major over the block
 // grid), OUTDIR/values.f32 (the quantized values) and OUTDIR/values.bf16 (the same values stored
 // as bf16). For bf16 only values.f32 and values.bf16.
+//
+// usage: quant_dump nvfp4 rows|square|rows-rht ROWS COLS IN.f32 OUTDIR
+//        quant_dump mxfp4 rows ROWS COLS IN.f32 OUTDIR
+// (reference/fp4_check.py) writes OUTDIR/codes.f32 (the E2M1 elements as float32, ROWS×COLS),
+// OUTDIR/scales.f32 (the block decode scales as float32, one per 16-element (mxfp4: 32) row block,
+// ROWS×ceil(COLS/b); a 16×16 block's scale repeated on its 16 rows), OUTDIR/amax.f32 (the tensor's
+// amax after any transform), OUTDIR/values.f32 and OUTDIR/values.bf16 (element × decode scale).
+// rows-rht applies Transformer Engine's reference 16-point Hadamard transform (its fixed sign
+// vector) along each row before quantizing.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -38,10 +47,51 @@ void write_file(const std::string& path, const void* p, size_t n) {
   std::fclose(f);
 }
 
+// The 4-bit formats: see the usage above.
+int run_fp4(const std::string& fmt, const std::string& layout, int64_t R, int64_t C,
+            std::vector<float>& x, const std::string& out) {
+  const ops::Format f = fmt == "nvfp4" ? ops::Format::NVFP4 : ops::Format::MXFP4;
+  MOET_CHECK(
+      layout == "rows" || (f == ops::Format::NVFP4 && (layout == "square" || layout == "rows-rht")),
+      "unknown layout ", layout, " for ", fmt);
+  const ops::BlockAxis a = layout == "square" ? ops::BlockAxis::Square : ops::BlockAxis::Rows;
+  ops::Fp4Options o;
+  o.hadamard = layout == "rows-rht";
+  const int64_t b = ops::format_block(f), nb = (C + b - 1) / b;
+  Tensor xt(x.data(), DType::F32, {R, C});
+  std::vector<float> codes(R * C), values(R * C), scales(ops::scale_count(xt, f, a));
+  std::vector<uint16_t> vb(R * C);
+  ops::Fp4Outputs q{Tensor(values.data(), DType::F32, {R, C}),
+                    Tensor(codes.data(), DType::F32, {R, C}),
+                    Tensor(scales.data(), DType::F32, {int64_t(scales.size())})};
+  const ops::Fp4Result res = ops::quantize_fp4(xt, f, a, q, o);
+  ops::quantize_fp4(xt, f, a, {Tensor(vb.data(), DType::BF16, {R, C}), {}, {}}, o);
+  std::vector<float> row_scales(R * nb);  // one per 16-element row block
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t k = 0; k < nb; ++k)
+      row_scales[r * nb + k] =
+          a == ops::BlockAxis::Square ? scales[(r / b) * nb + k] : scales[r * nb + k];
+  const float amax = f == ops::Format::NVFP4 ? res.amax : ops::fp4_amax(xt, a, o);
+  write_file(out + "/codes.f32", codes.data(), codes.size() * 4);
+  write_file(out + "/scales.f32", row_scales.data(), row_scales.size() * 4);
+  write_file(out + "/amax.f32", &amax, 4);
+  write_file(out + "/values.f32", values.data(), values.size() * 4);
+  write_file(out + "/values.bf16", vb.data(), vb.size() * 2);
+  return 0;
+}
+
 int run(int argc, char** argv) {
   MOET_CHECK(argc == 7, "usage: quant_dump FORMAT AXIS ROWS COLS IN.f32 OUTDIR");
   const std::string fmt = argv[1], axis = argv[2], out = argv[6];
   const int64_t R = std::atoll(argv[3]), C = std::atoll(argv[4]);
+  if (fmt == "nvfp4" || fmt == "mxfp4") {
+    std::vector<char> raw = read_file(argv[5]);
+    MOET_CHECK(int64_t(raw.size()) == R * C * 4, "input has ", raw.size(), " bytes, want ",
+               R * C * 4);
+    std::vector<float> x(R * C);
+    std::memcpy(x.data(), raw.data(), raw.size());
+    return run_fp4(fmt, axis, R, C, x, out);
+  }
   ops::Format f = fmt == "mxfp8"           ? ops::Format::MXFP8
                   : fmt == "fp8-blockwise" ? ops::Format::FP8Block
                   : fmt == "bf16"          ? ops::Format::BF16

@@ -1,8 +1,8 @@
 """Every third-party package the venv-run tests and benchmarks import is pinned.
 
-Run with the project venv's python (scripts/venv.sh). Parses the imports of tests/*.py, bench/*.py
-and reference/quant_check.py (the venv-run scripts) with ast, drops the standard library and the
-project's own modules, maps each remaining module to the PyPI distribution that provides it, and
+Run with the project venv's python (scripts/venv.sh). Parses the imports of tests/*.py, bench/*.py,
+reference/quant_check.py and reference/fp4_check.py (the venv-run scripts) with ast, drops the
+standard library and the project's own modules, maps each remaining module to the PyPI distribution that provides it, and
 checks that scripts/python-requirements.txt pins that distribution (`name==version`) and that the
 venv has exactly that version. A package pulled in only as a dependency (tokenizers came with
 transformers) would otherwise drift with every resolver run. Exits non-zero naming what is wrong.
@@ -16,7 +16,7 @@ import sys
 root = pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else pathlib.Path(__file__).parents[1]
 req = root / "scripts" / "python-requirements.txt"
 scripts = sorted((root / "tests").glob("*.py")) + sorted((root / "bench").glob("*.py"))
-scripts.append(root / "reference" / "quant_check.py")
+scripts += [root / "reference" / "quant_check.py", root / "reference" / "fp4_check.py"]
 local = {p.stem for d in ("tests", "bench", "reference") for p in (root / d).glob("*.py")}
 
 

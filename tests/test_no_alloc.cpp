@@ -57,7 +57,7 @@ void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
 namespace moet {
 namespace {
 
-int64_t allocations_in_steps(Recipe recipe) {
+int64_t allocations_in_steps(Recipe recipe, MomentDtypes moments = {}) {
   ModelConfig cfg = load_model_config(std::string(MOET_SOURCE_DIR) + "/configs/tiny.json");
   const int64_t B = 2, T = 16, A = 2;
   PrecisionPolicy precision;
@@ -71,7 +71,9 @@ int64_t allocations_in_steps(Recipe recipe) {
   sched.max_lr = 3e-3;
   sched.warmup = 1;
   sched.total = 6;
-  StepRunner runner(m, AdamWConfig{}, sched, 1e-3);
+  AdamWConfig oc;
+  oc.moments = moments;
+  StepRunner runner(m, oc, sched, 1e-3);
   MockDataset ds(cfg.vocab_size, 3);
   std::vector<int32_t> tok(A * B * (T + 1));
   // built once, as the trainer does (a std::function made per step would allocate)
@@ -94,6 +96,14 @@ int64_t allocations_in_steps(Recipe recipe) {
 TEST(NoAllocation, TrainingStepsAllocateNothingOnceWarm) {
   for (Recipe r : {Recipe::FP32, Recipe::BF16, Recipe::MXFP8, Recipe::FP8Blockwise})
     EXPECT_EQ(allocations_in_steps(r), 0) << recipe_name(r);
+}
+
+// The precision-aware optimizer: moments stored in bf16 (each alone and both).
+TEST(NoAllocation, Bf16MomentsAllocateNothingOnceWarm) {
+  for (MomentDtypes d : {MomentDtypes{DType::BF16, DType::BF16}, MomentDtypes{DType::BF16},
+                         MomentDtypes{DType::F32, DType::BF16}})
+    EXPECT_EQ(allocations_in_steps(Recipe::BF16, d), 0)
+        << dtype_name(d.m) << " / " << dtype_name(d.v);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <numeric>
 #include <stdexcept>
@@ -417,6 +418,51 @@ TEST(OpsAdamW, MatchesHandComputationOverThreeSteps) {
         EXPECT_NEAR(v.get(i), hv[i], t) << i;
       }
     }
+}
+
+// The precision-aware optimizer's definition (TE's FusedAdam with exp_avg_dtype bf16): a bf16
+// moment is widened, the step computed exactly as with fp32 moments holding those values (p
+// updated from the unrounded new moments), and the new moment stored rounded to nearest even.
+TEST(OpsAdamW, Bf16MomentsAreTheFp32StepRoundedToNearestEven) {
+  const int64_t n = 40000;  // over several threads' ranges
+  Rng r(3);
+  std::vector<float> p0(n), g(n), m0(n), v0(n);
+  for (int64_t i = 0; i < n; ++i) {
+    p0[i] = float(r.uniform(-1, 1));
+    g[i] = float(r.uniform(-1e-2, 1e-2));
+    m0[i] = round_bf16(float(r.uniform(-1e-2, 1e-2)));
+    v0[i] = round_bf16(float(r.uniform(0, 1e-4)));
+  }
+  for (const auto& [m16, v16] : {std::pair{true, true}, {true, false}, {false, true}})
+    for (double beta1 : {0.9, 0.3}) {
+      const ops::AdamWSpec sp{1e-3, beta1, 0.95, 1e-8, 0.1, 7, 0.8};
+      std::vector<float> p = p0, m = m0, v = v0, want_p = p0, want_m = m0, want_v = v0;
+      std::vector<uint16_t> mb(n), vb(n);
+      for (int64_t i = 0; i < n; ++i) mb[i] = bf16_bits(m0[i]), vb[i] = bf16_bits(v0[i]);
+      Tensor tp(p.data(), DType::F32, {n}), tg(g.data(), DType::F32, {n});
+      Tensor tm = m16 ? Tensor(mb.data(), DType::BF16, {n}) : Tensor(m.data(), DType::F32, {n});
+      Tensor tv = v16 ? Tensor(vb.data(), DType::BF16, {n}) : Tensor(v.data(), DType::F32, {n});
+      ops::adamw_update(tp, tg, tm, tv, sp);
+      Tensor wp(want_p.data(), DType::F32, {n}), wm(want_m.data(), DType::F32, {n}),
+          wv(want_v.data(), DType::F32, {n});
+      ops::adamw_update(wp, tg, wm, wv, sp);
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(p[i]), std::bit_cast<uint32_t>(want_p[i])) << i;
+        ASSERT_EQ(m16 ? mb[i] : bf16_bits(m[i]), bf16_bits(want_m[i])) << i;
+        ASSERT_EQ(v16 ? vb[i] : bf16_bits(v[i]), bf16_bits(want_v[i])) << i;
+        if (!m16) {
+          ASSERT_EQ(std::bit_cast<uint32_t>(m[i]), std::bit_cast<uint32_t>(want_m[i]));
+        }
+        if (!v16) {
+          ASSERT_EQ(std::bit_cast<uint32_t>(v[i]), std::bit_cast<uint32_t>(want_v[i]));
+        }
+      }
+    }
+  // bf16 moments beside fp64 weights, and fp32 weights with fp64 moments, are refused
+  std::vector<double> d(4);
+  std::vector<uint16_t> b(4);
+  Tensor td(d.data(), DType::F64, {4}), tb(b.data(), DType::BF16, {4});
+  EXPECT_THROW(ops::adamw_update(td, td, tb, td, {}), std::exception);
 }
 
 // ------------------------------------------------------------------ determinism and threads

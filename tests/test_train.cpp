@@ -115,6 +115,8 @@ TEST(TrainOptions, FromJsonReadsBackWhatToJsonWrote) {
   o.optim.schedule = LrSchedule::Kind::Constant, o.optim.override_opt_param_scheduler = true;
   o.optim.weight_decay = 0.25, o.optim.grad_clip = 0.5, o.optim.mtp_lambda = 0.125;
   o.optim.balance_alpha = 1e-3, o.optim.z_loss_coef = 1e-5, o.optim.bias_update_rate = 1e-4;
+  o.optim.use_precision_aware_optimizer = true;
+  o.optim.exp_avg_dtype = o.optim.exp_avg_sq_dtype = MomentDtype::kBf16;
   o.precision.recipe = Recipe::FP8Blockwise, o.precision.bf16_layers = 2;
   o.parallel.threads = 3, o.parallel.ep = 2, o.parallel.ep_ranks_per_node = 1;
   o.parallel.overlap = OverlapMode::kOff, o.parallel.dispatcher = DispatcherKind::kAllGather;
@@ -217,6 +219,10 @@ TEST(TrainOptions, EachBadNumberIsOneLineNamingTheFlag) {
   refused("--skip-nonfinite", [](TrainOptions& o) { o.checkpoint.skip_nonfinite = -1; });
   refused("--deterministic",
           [](TrainOptions& o) { o.parallel.deterministic = o.parallel.a2a_overlap = true; });
+  // the moments' dtypes are the precision-aware optimizer's (as Megatron's)
+  refused("--exp-avg-dtype", [](TrainOptions& o) { o.optim.exp_avg_dtype = MomentDtype::kBf16; });
+  refused("--exp-avg-sq-dtype",
+          [](TrainOptions& o) { o.optim.exp_avg_sq_dtype = MomentDtype::kBf16; });
   // the edges are accepted, and the defaults of --min-lr and --warmup filled in
   TrainOptions o;
   o.model_path = "x.json";

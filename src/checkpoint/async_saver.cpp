@@ -41,9 +41,15 @@ void CheckpointSaver::wait() {
   }
 }
 
+namespace {
+// The fp32 slots of the snapshot a piece takes (a bf16 piece: half as many, rounded up, so every
+// piece starts 4-byte aligned).
+int64_t snapshot_slots(const StatePiece& p) { return int64_t((p.bytes() + 3) / 4); }
+}  // namespace
+
 void CheckpointSaver::reserve(const std::vector<StatePiece>& pieces) {
   int64_t total = 0;
-  for (const StatePiece& p : pieces) total += p.n;
+  for (const StatePiece& p : pieces) total += snapshot_slots(p);
   if (int64_t(snapshot_.size()) < total) snapshot_.assign(size_t(total), 0.0f);
 }
 
@@ -51,14 +57,18 @@ void CheckpointSaver::save(const std::vector<StatePiece>& pieces, const Checkpoi
   const auto t0 = std::chrono::steady_clock::now();
   wait();
   int64_t total = 0;
-  for (const StatePiece& p : pieces) total += p.n;
+  for (const StatePiece& p : pieces) total += snapshot_slots(p);
   if (int64_t(snapshot_.size()) < total) snapshot_.resize(size_t(total));
   pieces_ = pieces;
   int64_t at = 0;
   for (StatePiece& p : pieces_) {
-    std::memcpy(snapshot_.data() + at, p.data, size_t(p.n) * sizeof(float));
-    p.data = snapshot_.data() + at;
-    at += p.n;
+    float* to = snapshot_.data() + at;
+    std::memcpy(to, p.raw(), p.bytes());
+    if (p.is_bf16())
+      p.bf16 = reinterpret_cast<uint16_t*>(to);
+    else
+      p.data = to;
+    at += snapshot_slots(p);
   }
   stall_s_ = seconds_since(t0);
   if (o_.async) {

@@ -13,6 +13,7 @@
 #include <sstream>
 #include <thread>
 
+#include "core/bf16.h"
 #include "core/crc32c.h"
 #include "core/error.h"
 #include "core/file_io.h"
@@ -31,6 +32,30 @@ std::string rank_file_name(int rank) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "rank-%05d.safetensors", rank);
   return buf;
+}
+
+// n elements of a stored piece (fp32, or bf16 when src_bf16) from element `from`, into `want`
+// from element `to`, converted to want's dtype: bf16 widens to fp32 exactly, fp32 rounds to the
+// nearest bf16 (ties to even) — a run resumes with moments in the dtype it asks for.
+void copy_converted(const unsigned char* src, bool src_bf16, int64_t from, const StatePiece& want,
+                    int64_t to, int64_t n) {
+  if (src_bf16 == want.is_bf16()) {
+    const size_t es = want.element_size();
+    std::memcpy(static_cast<unsigned char*>(want.raw()) + size_t(to) * es, src + size_t(from) * es,
+                size_t(n) * es);
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    if (src_bf16) {
+      uint16_t b;
+      std::memcpy(&b, src + size_t(from + i) * 2, 2);
+      want.data[to + i] = bf16_to_float(b);
+    } else {
+      float f;
+      std::memcpy(&f, src + size_t(from + i) * 4, 4);
+      want.bf16[to + i] = bf16_bits(f);
+    }
+  }
 }
 
 }  // namespace
@@ -102,18 +127,20 @@ int64_t write_rank_shard(const std::string& dir, int rank, const std::vector<Sta
   for (const StatePiece& p : pieces) {
     const bool whole = p.begin == 0 && p.n == shape_numel(p.shape);
     const std::string key = whole ? p.tensor : p.tensor + "@" + std::to_string(p.begin);
+    const StDType dt = p.is_bf16() ? StDType::BF16 : StDType::F32;
     if (whole)
-      w.add(key, StDType::F32, p.shape, p.data);
+      w.add(key, dt, p.shape, p.raw());
     else
-      w.add(key, StDType::F32, {p.n}, p.data);
-    const uint32_t crc = crc32c(p.data, size_t(p.n) * sizeof(float));
+      w.add(key, dt, {p.n}, p.raw());
+    const uint32_t crc = crc32c(p.raw(), p.bytes());
     list.push_back({{"tensor", p.tensor},
                     {"key", key},
                     {"shape", p.shape},
                     {"begin", p.begin},
                     {"n", p.n},
                     {"crc", crc32c_string(crc)}});
-    bytes += p.n * int64_t(sizeof(float));
+    if (p.is_bf16()) list.back()["dtype"] = "BF16";
+    bytes += int64_t(p.bytes());
   }
   w.set_metadata(kPiecesKey, list.dump());
   w.set_metadata("format", "pt");
@@ -143,6 +170,7 @@ void seal_checkpoint(const std::string& tmp_dir, int ranks, CheckpointIndex meta
                    p["n"].get<int64_t>(), parse_crc32c_string(p["crc"].get<std::string>(), path)};
       TensorEntry& e = meta.tensors[p["tensor"].get<std::string>()];
       e.shape = p["shape"].get<std::vector<int64_t>>();
+      e.bf16 = p.value("dtype", "F32") == "BF16";  // every piece of a tensor is of one dtype
       e.pieces.push_back(ref);
     }
     meta.files.push_back(name);
@@ -235,12 +263,13 @@ const unsigned char* CheckpointReader::stored(const PieceRef& p, const std::stri
   MOET_CHECK(r->contains(p.key), "checkpoint file ", path, " lacks '", p.key, "' (tensor '", tensor,
              "')");
   const StTensorInfo& info = r->info(p.key);
-  MOET_CHECK(info.dtype == StDType::F32 && info.numel() == p.n, "checkpoint file ", path, ": '",
-             p.key, "' is not ", p.n, " F32 elements (tensor '", tensor, "')");
+  const StDType want = index_.tensors.at(tensor).bf16 ? StDType::BF16 : StDType::F32;
+  MOET_CHECK(info.dtype == want && info.numel() == p.n, "checkpoint file ", path, ": '", p.key,
+             "' is not ", p.n, " ", st_dtype_name(want), " elements (tensor '", tensor, "')");
   const auto* bytes = static_cast<const unsigned char*>(r->raw(p.key));
   bool& ok = verified_[{p.file, p.key}];
   if (!ok) {
-    const uint32_t crc = crc32c(bytes, size_t(p.n) * sizeof(float));
+    const uint32_t crc = crc32c(bytes, size_t(p.n) * st_dtype_size(want));
     MOET_CHECK(crc == p.crc, "checkpoint file ", path, ": checksum mismatch in tensor '", tensor,
                "' (", p.key, "): stored ", crc32c_string(p.crc), ", computed ", crc32c_string(crc));
     ok = true;
@@ -260,9 +289,7 @@ void CheckpointReader::read(const std::vector<StatePiece>& pieces) const {
     for (const PieceRef& p : it->second.pieces) {
       const int64_t a = std::max(lo, p.begin), b = std::min(hi, p.begin + p.n);
       if (a >= b) continue;
-      const unsigned char* src = stored(p, want.tensor);
-      std::memcpy(want.data + (a - lo), src + (a - p.begin) * int64_t(sizeof(float)),
-                  size_t(b - a) * sizeof(float));
+      copy_converted(stored(p, want.tensor), it->second.bf16, a - p.begin, want, a - lo, b - a);
     }
   }
 }
@@ -280,7 +307,7 @@ int64_t CheckpointReader::verify_all() const {
   for (const auto& [name, t] : index_.tensors)
     for (const PieceRef& p : t.pieces) {
       stored(p, name);
-      bytes += p.n * int64_t(sizeof(float));
+      bytes += p.n * (t.bf16 ? 2 : 4);
     }
   return bytes;
 }

@@ -6,7 +6,8 @@
 //                                                   model config, and for every global tensor
 //                                                   its shape and pieces (file, key, range, CRC)
 //   RUN_DIR/step-0000100/config.json               the model's Hugging Face config.json
-//   RUN_DIR/step-0000100/rank-00000.safetensors    the pieces one process wrote (fp32)
+//   RUN_DIR/step-0000100/rank-00000.safetensors    the pieces one process wrote (fp32; moments
+//                                                   kept in bf16 are stored in bf16)
 //   RUN_DIR/latest                                 "step-0000100\n"
 //
 // A checkpoint is written under `step-NNNNNNN.tmp`, each file made durable (fsync) before the
@@ -79,9 +80,11 @@ class CheckpointReader {
                      bool complete = true) const;
   // Fills every piece from the stored pieces that overlap it, verifying each stored piece's
   // checksum before use (one line naming the file and tensor on a mismatch or a truncated
-  // file). Nothing is written to disk.
+  // file), converting a stored dtype to the piece's (bf16 to fp32 exactly, fp32 to bf16 rounded
+  // to nearest even). Nothing is written to disk.
   void read(const std::vector<StatePiece>& pieces) const;
-  // A whole global tensor, put together from its pieces (checksums verified).
+  // A whole global tensor, put together from its pieces (checksums verified), as fp32 (a bf16
+  // tensor widened exactly).
   std::vector<float> read_tensor(const std::string& name) const;
   // Verifies every stored piece; returns the bytes checked.
   int64_t verify_all() const;

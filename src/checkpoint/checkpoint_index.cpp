@@ -88,7 +88,7 @@ int64_t shape_numel(const std::vector<int64_t>& shape) {
 
 int64_t CheckpointIndex::total_bytes() const {
   int64_t b = 0;
-  for (const auto& [name, t] : tensors) b += shape_numel(t.shape) * int64_t(sizeof(float));
+  for (const auto& [name, t] : tensors) b += shape_numel(t.shape) * (t.bf16 ? 2 : 4);
   return b;
 }
 
@@ -144,6 +144,11 @@ CheckpointIndex parse_checkpoint_index(const std::string& text, const std::strin
     MOET_CHECK(numel <= kMaxTotalElements - total_elements, ctx,
                ": the tensors hold more than 2^50 elements in all");
     total_elements += numel;
+    if (t.contains("dtype")) {
+      const std::string dt = get_string(t, "dtype", ctx);
+      MOET_CHECK(dt == "F32" || dt == "BF16", ctx, ": dtype '", dt, "' is not F32 or BF16");
+      e.bf16 = dt == "BF16";
+    }
     MOET_CHECK(t.contains("pieces") && t["pieces"].is_array(), ctx,
                ": \"pieces\" must be an array");
     int64_t covered = 0;
@@ -191,7 +196,9 @@ std::string format_checkpoint_index(const CheckpointIndex& ix) {
                         {"begin", p.begin},
                         {"n", p.n},
                         {"crc", crc32c_string(p.crc)}});
-    tensors[name] = {{"shape", t.shape}, {"pieces", pieces}};
+    tensors[name] = {{"shape", t.shape}};
+    if (t.bf16) tensors[name]["dtype"] = "BF16";
+    tensors[name]["pieces"] = pieces;
   }
   j["tensors"] = tensors;
   return j.dump(1) + "\n";

@@ -1,8 +1,8 @@
 // checkpoint.json, the index of a checkpoint (docs/checkpoints.md): the run's position (step,
 // data cursor, optimizer steps), its settings and model config, and for every global tensor its
-// shape and the pieces that hold it (file, key, element range, CRC-32C). Parsing validates
-// everything a reader relies on, so a damaged or hostile index is one error line, never a crash
-// (a fuzzer checks this: fuzz/).
+// shape, its dtype when not fp32, and the pieces that hold it (file, key, element range, CRC-32C).
+// Parsing validates everything a reader relies on, so a damaged or hostile index is one error line,
+// never a crash (a fuzzer checks this: fuzz/).
 #pragma once
 #include <cstdint>
 #include <map>
@@ -22,6 +22,7 @@ struct PieceRef {
 
 struct TensorEntry {
   std::vector<int64_t> shape;
+  bool bf16 = false;  // stored as bf16 ("dtype": "BF16": AdamW moments kept in bf16), else fp32
   std::vector<PieceRef> pieces;  // ordered by begin; together they cover the tensor once
 };
 

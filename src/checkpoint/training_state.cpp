@@ -4,6 +4,7 @@
 
 #include "checkpoint/checkpoint_index.h"
 #include "core/error.h"
+#include "core/tensor.h"
 #include "model/params.h"
 #include "optim/adamw.h"
 #include "parallel/zero1.h"
@@ -16,6 +17,17 @@ std::vector<int64_t> global_shape(const Weight& w, int ep) {
   std::vector<int64_t> s(w.value.shape, w.value.shape + w.value.ndim);
   if (w.expert && !s.empty()) s[0] *= ep;  // [local experts, ...] -> [all experts, ...]
   return s;
+}
+
+// A piece of a moment: n elements of the flat moment view `all` from element `at`, in its dtype.
+StatePiece moment_piece(const std::string& tensor, const std::vector<int64_t>& shape, int64_t begin,
+                        int64_t n, const Tensor& all, int64_t at) {
+  StatePiece p{tensor, shape, begin, n};
+  if (all.dtype == DType::BF16)
+    p.bf16 = all.bf16() + at;
+  else
+    p.data = all.f32() + at;
+  return p;
 }
 
 }  // namespace
@@ -35,9 +47,9 @@ std::vector<StatePiece> training_state_pieces(const StateHolder& h, bool owned_o
     out.push_back({"param/" + w.name, shape, w.init_offset, n, w.value.f32()});
     if (moments && w.trainable) {
       out.push_back(
-          {"adam_m/" + w.name, shape, w.init_offset, n, h.adamw->moment1().f32() + w.offset});
+          moment_piece("adam_m/" + w.name, shape, w.init_offset, n, h.adamw->moment1(), w.offset));
       out.push_back(
-          {"adam_v/" + w.name, shape, w.init_offset, n, h.adamw->moment2().f32() + w.offset});
+          moment_piece("adam_v/" + w.name, shape, w.init_offset, n, h.adamw->moment2(), w.offset));
     }
   }
   if (!h.zero1) return out;
@@ -61,8 +73,8 @@ std::vector<StatePiece> training_state_pieces(const StateHolder& h, bool owned_o
       const int64_t len = std::min(wend, r.offset + r.n) - at;
       const std::vector<int64_t> shape = global_shape(w, h.ep);
       const int64_t gbegin = w.init_offset + (at - w.offset), local = at - r.offset;
-      out.push_back({"adam_m/" + w.name, shape, gbegin, len, r.m + local});
-      out.push_back({"adam_v/" + w.name, shape, gbegin, len, r.v + local});
+      out.push_back(moment_piece("adam_m/" + w.name, shape, gbegin, len, r.m, local));
+      out.push_back(moment_piece("adam_v/" + w.name, shape, gbegin, len, r.v, local));
       at += len;
     }
   }

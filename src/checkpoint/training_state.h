@@ -2,7 +2,7 @@
 // ("param/NAME") and both AdamW moments ("adam_m/NAME", "adam_v/NAME"), NAME being the
 // ParamStore's weight name and the global tensor the unsharded weight (every expert). A piece
 // is a run of elements [begin, begin + n) of a global tensor in row-major order, backed by
-// this process's memory.
+// this process's memory, in fp32 or (AdamW moments stored in bf16) bf16.
 //
 // Which process provides which piece (save): dense weights and their moments from world rank 0,
 // expert shards from the first rank of each expert-data-parallel group (ranks 0..ep-1), and
@@ -25,7 +25,12 @@ struct StatePiece {
   std::vector<int64_t> shape;  // of the global tensor
   int64_t begin = 0;           // first element of the piece in the global tensor
   int64_t n = 0;
-  float* data = nullptr;  // this process's memory, n floats
+  float* data = nullptr;     // this process's memory, n floats (an fp32 piece)
+  uint16_t* bf16 = nullptr;  // or n bf16 values (a bf16 piece: data is null)
+  bool is_bf16() const { return bf16 != nullptr; }
+  size_t element_size() const { return is_bf16() ? 2 : 4; }
+  size_t bytes() const { return size_t(n) * element_size(); }
+  void* raw() const { return is_bf16() ? static_cast<void*>(bf16) : static_cast<void*>(data); }
 };
 
 struct StateHolder {

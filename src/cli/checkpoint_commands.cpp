@@ -79,18 +79,20 @@ int run_checkpoint(const CheckpointArgs& a) {
   if (run.contains("command_line") && run["command_line"].is_string())
     std::printf("command: %s\n", run["command_line"].get<std::string>().c_str());
   std::map<std::string, std::pair<int64_t, int64_t>> kinds;  // prefix -> tensors, elements
+  std::map<std::string, bool> bf16;                          // prefix -> stored in bf16
   int64_t pieces = 0;
   for (const auto& [name, t] : ix.tensors) {
     const std::string kind = name.substr(0, name.find('/'));
     kinds[kind].first += 1;
     kinds[kind].second += shape_numel(t.shape);
+    bf16[kind] = t.bf16;
     pieces += int64_t(t.pieces.size());
   }
-  std::printf("tensors: %zu in %lld pieces over %zu files, %.1f MB (fp32)", ix.tensors.size(),
+  std::printf("tensors: %zu in %lld pieces over %zu files, %.1f MB", ix.tensors.size(),
               (long long)pieces, ix.files.size(), double(ix.total_bytes()) / 1e6);
   for (const auto& [kind, c] : kinds)
-    std::printf(" | %s: %lld tensors, %.2fM values", kind.c_str(), (long long)c.first,
-                double(c.second) / 1e6);
+    std::printf(" | %s: %lld tensors, %.2fM values %s", kind.c_str(), (long long)c.first,
+                double(c.second) / 1e6, bf16[kind] ? "bf16" : "fp32");
   std::printf("\n");
   if (a.tensors)
     for (const auto& [name, t] : ix.tensors) {

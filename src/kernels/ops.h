@@ -183,6 +183,67 @@ void quantize_packed(const Tensor& x_RC, Format fmt, BlockAxis axis, Tensor& cod
 void dequantize(const Tensor& codes_RC, const Tensor& scales, Format fmt, BlockAxis axis,
                 Tensor& q_RC);
 
+// ---------------------------------------------------------------- 4-bit formats (NVFP4, MXFP4)
+// The formats and their quantizer (kernels/cpu/fp4_quantize.cpp; docs/precision.md, "NVFP4 and
+// MXFP4"). No recipe uses them yet: quantize, quantize_packed and the operand producers refuse
+// them. NVFP4 follows Transformer Engine's reference quantizer: with the tensor's amax (after the
+// transform, if any) g = min(2688/amax, FLT_MAX) (1 if amax is 0 or g is 0), g_dec = 1/g; per
+// block dec = e4m3(min(block_amax·(g·fp32(1/6)), FLT_MAX)) (RNE, saturating at 448, subnormals
+// kept), enc = min(1/(dec·g_dec), FLT_MAX); element e2m1(x·enc) (RNE, or stochastic). MXFP4: per
+// block of 32 the E8M0 scale 2^ceil(log2(fp32(block_amax/6))) (exponent clamped to ±127),
+// element e2m1(x·2^-e). Blocks: Rows 1×b, Cols b×1, Square 16×16 (NVFP4 only); a partial block is
+// quantized as if zero-padded.
+
+// Transformer Engine's reference sign vector for the 16-point random Hadamard transform.
+extern const float kHadamardSignsTE[16];
+
+struct Fp4Options {
+  // NVFP4, Rows or Cols: the random Hadamard transform, each 16 consecutive elements x (a row
+  // vector) becoming x·diag(s)·H16/4 (H16 Sylvester, s = `signs`, TE's reference vector when
+  // null), applied to each 16 consecutive elements along
+  // along the blocks' axis before quantizing (the amax is the transformed tensor's). That axis
+  // must be a multiple of 16 (the transform mixes a block; a zero-padded one would leave the
+  // tensor).
+  bool hadamard = false;
+  const float* signs = nullptr;
+  // Stochastic rounding of the elements (instead of nearest-even): 8 random bits per element
+  // (as Blackwell's cvt.rs) from CounterRng(seed, stream), byte i % 16 of block i / 16, where
+  // i = (row0 + r)·C + c is the element's position in the logical tensor whose rows [row0,
+  // row0 + R) this call holds — so a tensor split over ranks or sequences draws the same numbers.
+  bool stochastic = false;
+  uint64_t seed = 0, stream = 0;
+  int64_t row0 = 0;
+  // NVFP4: >= 0 sets the tensor's amax (one defined over more than this call, e.g. the max of
+  // fp4_amax over the shards); < 0: this call's.
+  float global_amax = -1.0f;
+};
+
+// What a quantization writes; an empty tensor is not written.
+struct Fp4Outputs {
+  Tensor values;  // [R, C] F32 or BF16: element × block decode scale (E4M3 for NVFP4, E8M0 for
+                  // MXFP4), exact in both — the GEMM operand (gemm_operand_dtype())
+  Tensor codes;   // [R, C] F32: the E2M1 elements as floats
+  Tensor scales;  // F32 block decode scales, scale_count entries row-major over the block grid
+};
+
+struct Fp4Result {
+  float amax = 0;          // NVFP4: the amax its global scale came from (given or measured)
+  float global_scale = 1;  // NVFP4: g (1 for MXFP4); values·(1/g) are the dequantized tensor
+};
+
+// Quantizes x_RC (F32; leading dimensions fold into rows) to `fmt` (NVFP4 or MXFP4) with blocks
+// along `axis`. Deterministic for any thread count.
+Fp4Result quantize_fp4(const Tensor& x_RC, Format fmt, BlockAxis axis, const Fp4Outputs& out,
+                       const Fp4Options& o = {});
+// The amax quantize_fp4 would measure (after the transform when o.hadamard), NaN ignored.
+float fp4_amax(const Tensor& x_RC, BlockAxis axis, const Fp4Options& o = {});
+// The 16-point transform alone: each 16 consecutive elements x along `axis` (Rows or Cols) become
+// x·diag(signs)·H16/4 (fp32: signs, four butterfly stages, then ·1/4); signs null: TE's.
+void hadamard16(const Tensor& x_RC, BlockAxis axis, const float* signs, Tensor& y_RC);
+// The factor a GEMM of two NVFP4 operands multiplies its fp32 sum of value products by, from
+// their amaxes, as Transformer Engine forms it: fp32(fp32(amax_a·amax_b) / (6·6·448·448)).
+float nvfp4_gemm_alpha(float amax_a, float amax_b);
+
 // Rows on the wire (the experts' token exchange): each row of x_RD, which must already hold
 // `fmt`'s values along D (quantize with BlockAxis::Rows), packed losslessly into
 // wire_row_bytes(D, fmt) bytes — fp32: 4·D; bf16: 2·D; FP8: D E4M3 codes, then the row's ⌈D/b⌉
@@ -330,7 +391,9 @@ struct AdamWSpec {
   double grad_scale = 1.0;  // g is used as grad_scale * g (global-norm clipping, fused)
 };
 // PyTorch AdamW on one flat range: p -= lr*wd*p; m, v updated; p -= lr*mhat/(sqrt(vhat)+eps).
-// g is read only (scaled by grad_scale on the fly).
+// g is read only (scaled by grad_scale on the fly). m and v are each p's dtype or, beside fp32
+// weights, bf16: widened, updated in fp32, p updated from the fp32 values, then stored rounded to
+// nearest even (Transformer Engine's FusedAdam with exp_avg_dtype / exp_avg_sq_dtype bf16).
 void adamw_update(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const AdamWSpec& spec);
 
 }  // namespace moet::ops

@@ -15,18 +15,24 @@ Tensor flat_at(const Tensor& all, int64_t offset, int64_t n) {
 }  // namespace
 
 namespace {
-Arena moment_arena(const ParamStore& ps, bool allocate) {
-  return allocate ? Arena(ps.numel() * sizeof(float)) : Arena::planning();
+Arena moment_arena(const ParamStore& ps, DType t, bool allocate) {
+  MOET_CHECK(t == DType::F32 || t == DType::BF16, "AdamW: moments are fp32 or bf16, not ",
+             dtype_name(t));
+  return allocate ? Arena(size_t(ps.numel()) * dtype_size(t)) : Arena::planning();
+}
+Tensor moment_at(const Tensor& all, int64_t offset, int64_t n) {
+  return Tensor(static_cast<char*>(all.ptr) + offset * int64_t(dtype_size(all.dtype)), all.dtype,
+                {n});
 }
 }  // namespace
 
 AdamW::AdamW(ParamStore& ps, AdamWConfig cfg, bool allocate_moments)
     : ps_(ps),
       cfg_(cfg),
-      m_(moment_arena(ps, allocate_moments)),
-      v_(moment_arena(ps, allocate_moments)),
-      m_all_(m_.base(), DType::F32, {ps.numel()}),
-      v_all_(v_.base(), DType::F32, {ps.numel()}) {}
+      m_(moment_arena(ps, cfg.moments.m, allocate_moments)),
+      v_(moment_arena(ps, cfg.moments.v, allocate_moments)),
+      m_all_(m_.base(), cfg.moments.m, {ps.numel()}),
+      v_all_(v_.base(), cfg.moments.v, {ps.numel()}) {}
 
 void AdamW::grad_square_sums(SquareSums& out) const {
   out.sq.clear();
@@ -72,7 +78,7 @@ double AdamW::step(double lr, double norm) {
     if (!w.trainable) continue;
     const int64_t n = w.value.numel();
     Tensor p = flat_at(ps_.all_values(), w.offset, n), g = flat_at(ps_.all_grads(), w.offset, n);
-    Tensor m = flat_at(m_all_, w.offset, n), v = flat_at(v_all_, w.offset, n);
+    Tensor m = moment_at(m_all_, w.offset, n), v = moment_at(v_all_, w.offset, n);
     ops::AdamWSpec spec{lr, cfg_.beta1, cfg_.beta2, cfg_.eps, w.decay ? cfg_.weight_decay : 0.0,
                         t_, clip};
     ops::adamw_update(p, g, m, v, spec);

@@ -1,5 +1,7 @@
 // AdamW over a ParamStore: moments in two arenas parallel to the parameters, decoupled weight
-// decay on matrices only, global gradient-norm clipping.
+// decay on matrices only, global gradient-norm clipping. Each moment is stored in fp32 or bf16
+// (the precision-aware optimizer, --exp-avg-dtype / --exp-avg-sq-dtype); the update is computed in
+// fp32 either way (ops::adamw_update).
 #pragma once
 #include <vector>
 
@@ -9,9 +11,17 @@
 
 namespace moet {
 
+// How AdamW stores its moments: m (exp_avg) and v (exp_avg_sq), each DType::F32 or DType::BF16.
+struct MomentDtypes {
+  DType m = DType::F32, v = DType::F32;
+  // Bytes of both moments per parameter: 8 in fp32, 4 in bf16.
+  int64_t bytes_per_param() const { return int64_t(dtype_size(m) + dtype_size(v)); }
+};
+
 struct AdamWConfig {
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
   double grad_clip = 1.0;  // <= 0: no clipping
+  MomentDtypes moments;
 };
 
 // Σ g² of each trainable weight, in declaration order: a dense weight's from ops::sum_squares,
@@ -46,8 +56,13 @@ class AdamW {
   bool has_moments() const { return !m_.is_planning(); }
   int64_t steps_taken() const { return t_; }
   void set_steps_taken(int64_t t) { t_ = t; }
+  // Flat views of every moment, in the ParamStore's arena order and their stored dtype.
   Tensor moment1() const { return m_all_; }
   Tensor moment2() const { return v_all_; }
+  // Bytes of the two moment arenas (0 without moments).
+  int64_t moment_bytes() const {
+    return has_moments() ? int64_t(m_all_.bytes() + v_all_.bytes()) : 0;
+  }
 
  private:
   ParamStore& ps_;

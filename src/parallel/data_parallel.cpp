@@ -19,7 +19,7 @@ int64_t layer_of(const std::string& name) {
 }  // namespace
 
 DataParallel::DataParallel(ParallelLayout& layout, ParamStore& params, CommStream* stream,
-                           bool zero1)
+                           bool zero1, MomentDtypes moments)
     : layout_(layout), params_(params), stream_(stream) {
   for (const Weight& w : params.weights()) {
     if (!w.trainable) continue;
@@ -34,7 +34,7 @@ DataParallel::DataParallel(ParallelLayout& layout, ParamStore& params, CommStrea
   if (zero1) {
     std::vector<Zero1::Run> runs;
     for (const Bucket& b : buckets_) runs.push_back({b.offset, b.n, b.expert});
-    zero1_ = std::make_unique<Zero1>(layout, params, runs);
+    zero1_ = std::make_unique<Zero1>(layout, params, runs, moments);
   }
 }
 

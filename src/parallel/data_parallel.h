@@ -25,7 +25,7 @@ class DataParallel {
   // null: they run in reduce_gradients().
   // zero1: shard the optimizer state (the StepRunner then makes an AdamW without moments).
   DataParallel(ParallelLayout& layout, ParamStore& params, CommStream* stream = nullptr,
-               bool zero1 = false);
+               bool zero1 = false, MomentDtypes moments = {});
   // Arms the bucket reductions for the coming backward (the step's last micro-batch): each
   // decoder block's gradients start reducing as soon as on_layer_done() reports the block.
   void arm() { armed_ = true; }

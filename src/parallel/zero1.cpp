@@ -8,8 +8,20 @@
 
 namespace moet {
 
-Zero1::Zero1(ParallelLayout& layout, ParamStore& params, const std::vector<Run>& runs)
-    : layout_(layout), params_(params) {
+namespace {
+// n elements of a flat moment arena of dtype t, from element `at`.
+Tensor moment_view(const Arena& a, DType t, int64_t at, int64_t n) {
+  return Tensor(a.base() + at * int64_t(dtype_size(t)), t, {n});
+}
+}  // namespace
+
+Zero1::Zero1(ParallelLayout& layout, ParamStore& params, const std::vector<Run>& runs,
+             MomentDtypes dtypes)
+    : layout_(layout),
+      params_(params),
+      dtypes_(dtypes),
+      m_(Arena::planning()),
+      v_(Arena::planning()) {
   for (const Run& r : runs) {
     Communicator* g = r.expert ? layout.edp_group.get() : layout.world;
     runs_.push_back({r.offset, r.n, r.expert, g, {}, 0});
@@ -61,8 +73,9 @@ Zero1::Zero1(ParallelLayout& layout, ParamStore& params, const std::vector<Run>&
     }
   dense_sq_.resize(size_t(dense_slots));
   expert_sq_.resize(size_t(expert_slots));
-  m_.assign(size_t(moments), 0.0f);
-  v_.assign(size_t(moments), 0.0f);
+  moments_ = moments;
+  m_ = Arena(size_t(moments) * dtype_size(dtypes_.m));
+  v_ = Arena(size_t(moments) * dtype_size(dtypes_.v));
 }
 
 std::vector<Zero1::MomentRange> Zero1::moment_ranges() {
@@ -70,8 +83,9 @@ std::vector<Zero1::MomentRange> Zero1::moment_ranges() {
   for (size_t i = 0; i < runs_.size(); ++i) {
     const int64_t n = end(i) - begin(i);
     if (n <= 0) continue;
-    const size_t base = size_t(runs_[i].moment_base);
-    out.push_back({runs_[i].offset + begin(i), n, m_.data() + base, v_.data() + base});
+    const int64_t base = runs_[i].moment_base;
+    out.push_back({runs_[i].offset + begin(i), n, moment_view(m_, dtypes_.m, base, n),
+                   moment_view(v_, dtypes_.v, base, n)});
   }
   return out;
 }
@@ -132,8 +146,8 @@ double Zero1::step(AdamW& opt, double lr, double norm) {
     const int64_t hi = std::min(w.offset + w.n, r.offset + end(w.run));
     if (lo >= hi) continue;
     Tensor p(values + lo, DType::F32, {hi - lo}), g(grads + lo, DType::F32, {hi - lo});
-    Tensor m(m_.data() + r.moment_base + (lo - own), DType::F32, {hi - lo});
-    Tensor v(v_.data() + r.moment_base + (lo - own), DType::F32, {hi - lo});
+    Tensor m = moment_view(m_, dtypes_.m, r.moment_base + (lo - own), hi - lo);
+    Tensor v = moment_view(v_, dtypes_.v, r.moment_base + (lo - own), hi - lo);
     ops::AdamWSpec spec{lr, cfg.beta1, cfg.beta2, cfg.eps, w.decay ? cfg.weight_decay : 0.0,
                         t,  clip};
     ops::adamw_update(p, g, m, v, spec);

@@ -31,7 +31,9 @@ class Zero1 {
     int64_t n = 0;
     bool expert = false;
   };
-  Zero1(ParallelLayout& layout, ParamStore& params, const std::vector<Run>& runs);
+  // moments: how this rank stores its shard of the moments (fp32 or bf16 each).
+  Zero1(ParallelLayout& layout, ParamStore& params, const std::vector<Run>& runs,
+        MomentDtypes moments = {});
 
   // Run i is split at bounds(i)[0..P] (relative to the run; P = its group's size).
   const int64_t* bounds(size_t run) const { return runs_[run].bounds.data(); }
@@ -50,15 +52,15 @@ class Zero1 {
   // Records the parameter all-gather as a trace::kGradSync span.
   void set_trace(TraceRecorder* rec) { trace_.set_trace(rec); }
   // Bytes of AdamW moments this rank holds (m and v).
-  int64_t moment_bytes() const { return int64_t(2 * m_.size() * sizeof(float)); }
+  int64_t moment_bytes() const { return moments_ * dtypes_.bytes_per_param(); }
 
   // The moments this rank keeps: run by run, arena elements [offset, offset + n) whose first
-  // and second moments are m[0..n) and v[0..n) (checkpoints save and restore them).
+  // and second moments are the flat views m and v of n elements in their stored dtype
+  // (checkpoints save and restore them).
   struct MomentRange {
     int64_t offset = 0;
     int64_t n = 0;
-    float* m = nullptr;
-    float* v = nullptr;
+    Tensor m, v;
   };
   std::vector<MomentRange> moment_ranges();
 
@@ -90,7 +92,9 @@ class Zero1 {
   std::vector<Chunk> chunks_;
   std::vector<WeightInfo> weights_;
   std::vector<double> dense_sq_, expert_sq_, expert_sums_;  // per chunk (by group); per weight
-  std::vector<float> m_, v_;
+  MomentDtypes dtypes_;
+  int64_t moments_ = 0;  // elements of each moment this rank keeps
+  Arena m_, v_;          // zeroed at start
   InlineCommTrace trace_;
 };
 

@@ -173,6 +173,29 @@ void TrainCheckpoints::open() {
 
 TrainCheckpoints::~TrainCheckpoints() = default;
 
+namespace {
+// What a resume converts: the checkpoint's moments stored in a dtype other than the run's (the
+// loader widens bf16 exactly or rounds fp32 to nearest even, as Transformer Engine's FusedAdam
+// load_state_dict casts to its exp_avg_dtype); "" when they match.
+std::string moments_conversion_note(const CheckpointIndex& ix, const OptimizerOptions& o) {
+  std::string note;
+  const std::pair<const char*, bool> want[] = {
+      {"adam_m/", o.exp_avg_dtype == MomentDtype::kBf16},
+      {"adam_v/", o.exp_avg_sq_dtype == MomentDtype::kBf16}};
+  for (const auto& [prefix, bf16] : want) {
+    const auto it = ix.tensors.lower_bound(prefix);
+    if (it == ix.tensors.end() || it->first.rfind(prefix, 0) != 0 || it->second.bf16 == bf16)
+      continue;
+    const bool first = std::string(prefix) == "adam_m/";
+    note += str(note.empty() ? "" : "; ", first ? "--exp-avg-dtype " : "--exp-avg-sq-dtype ",
+                bf16 ? "bf16" : "fp32", ": the checkpoint's ", first ? "first" : "second",
+                " moments (", bf16 ? "fp32" : "bf16", ") ",
+                bf16 ? "rounded to bf16 (nearest even)" : "widened to fp32 (exact)");
+  }
+  return note.empty() ? note : "AdamW moments converted on resume: " + note;
+}
+}  // namespace
+
 int64_t TrainCheckpoints::restore(const StateHolder& h, AdamW& adamw, const DataShape& data) {
   MOET_ASSERT(!resume_dir_.empty());
   CheckpointReader reader(resume_dir_);
@@ -212,6 +235,7 @@ int64_t TrainCheckpoints::restore(const StateHolder& h, AdamW& adamw, const Data
   for (const auto& [name, t] : ix.tensors) has_moments |= name.rfind("adam_m/", 0) == 0;
   MOET_CHECK(has_moments, "checkpoint ", resume_dir_,
              " holds weights only (no optimizer state): start a run from it with --init-from");
+  moments_note_ = moments_conversion_note(ix, o_.optim);
   reader.read(pieces);
   h.params->mark_updated();
   adamw.set_steps_taken(ix.adam_steps);
@@ -222,9 +246,9 @@ int64_t TrainCheckpoints::prepare(const StateHolder& h) {
   if (!saver_) return 0;
   const std::vector<StatePiece> pieces = training_state_pieces(h, true);
   saver_->reserve(pieces);
-  int64_t n = 0;
-  for (const StatePiece& p : pieces) n += p.n;
-  return n * int64_t(sizeof(float));
+  int64_t bytes = 0;
+  for (const StatePiece& p : pieces) bytes += int64_t(p.bytes());
+  return bytes;
 }
 
 bool TrainCheckpoints::due(int64_t steps_done, bool last_step) const {

@@ -52,6 +52,9 @@ class TrainCheckpoints {
   // The data the resume changed to (--data or --split other than the checkpoint's), to print;
   // "" when the same. run.json records it too (run_info.h, "data_changed_from").
   const std::string& data_note() const { return data_note_; }
+  // The AdamW moments the resume converted (the checkpoint's dtype other than --exp-avg-dtype or
+  // --exp-avg-sq-dtype), to print; "" when none.
+  const std::string& moments_note() const { return moments_note_; }
   const std::optional<DataOrigin>& data_changed_from() const { return data_changed_from_; }
   int64_t resume_step() const { return resume_step_; }
   // The GEMM operand store ("bf16", "fp32") the resumed checkpoint's run recorded; "" if none.
@@ -84,7 +87,7 @@ class TrainCheckpoints {
  private:
   const TrainOptions& o_;
   Communicator* world_;
-  std::string resume_dir_, schedule_note_, data_note_;
+  std::string resume_dir_, schedule_note_, data_note_, moments_note_;
   std::optional<DataOrigin> data_changed_from_;
   std::string recorded_gemm_operands_, recorded_precision_;
   int64_t resume_step_ = 0;

@@ -140,6 +140,17 @@ std::vector<OptionField> optim_fields() {
                   kValueShown,
                   "aux-loss-free expert bias update rate gamma (DeepSeek-V3: 0.001; "
                   "docs/training.md)"),
+      MOET_OPTION("optim", "use_precision_aware_optimizer", optim.use_precision_aware_optimizer,
+                  "--use-precision-aware-optimizer", kValue,
+                  "let --exp-avg-dtype and --exp-avg-sq-dtype store AdamW's moments in bf16 "
+                  "(Megatron's flag; the update is computed in fp32)"),
+      {"optim", "exp_avg_dtype", "--exp-avg-dtype", FlagStyle::kValueShown,
+       "with --use-precision-aware-optimizer: fp32 or bf16, how AdamW's first moment is stored "
+       "(rounded to nearest even after each step; checkpointed so)",
+       words(MOET_REF(optim.exp_avg_dtype), moment_dtype_choices())},
+      {"optim", "exp_avg_sq_dtype", "--exp-avg-sq-dtype", FlagStyle::kValueShown,
+       "with --use-precision-aware-optimizer: fp32 or bf16, how AdamW's second moment is stored",
+       words(MOET_REF(optim.exp_avg_sq_dtype), moment_dtype_choices())},
   };
 }
 

@@ -228,7 +228,8 @@ std::unique_ptr<ParallelRun> parallelize(const TrainOptions& o, const ModelConfi
   }
   for (auto& m : r.models) m->set_trace(trace);
   if (r.layout) {
-    r.dp_sync.emplace(*r.layout, r.params(), r.stream.get(), o.parallel.zero1);
+    r.dp_sync.emplace(*r.layout, r.params(), r.stream.get(), o.parallel.zero1,
+                      moment_dtypes(o.optim));
     DataParallel& dp = *r.dp_sync;
     dp.set_trace(trace);
     if (r.pipeline) {

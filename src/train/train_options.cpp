@@ -2,6 +2,7 @@
 
 #include "core/choices.h"
 #include "core/error.h"
+#include "optim/adamw.h"
 #include "train/option_fields.h"
 
 namespace moet {
@@ -36,6 +37,17 @@ const std::vector<std::pair<std::string, std::optional<Recipe>>>& precision_choi
 const char* overlap_name(OverlapMode m) { return choice_name(overlap_choices(), m); }
 const char* dispatcher_name(DispatcherKind d) { return choice_name(dispatcher_choices(), d); }
 const char* schedule_name(LrSchedule::Kind k) { return choice_name(schedule_choices(), k); }
+
+const std::vector<std::pair<std::string, MomentDtype>>& moment_dtype_choices() {
+  static const std::vector<std::pair<std::string, MomentDtype>> c = {{"fp32", MomentDtype::kFp32},
+                                                                     {"bf16", MomentDtype::kBf16}};
+  return c;
+}
+
+MomentDtypes moment_dtypes(const OptimizerOptions& o) {
+  auto dtype = [](MomentDtype d) { return d == MomentDtype::kBf16 ? DType::BF16 : DType::F32; };
+  return {dtype(o.exp_avg_dtype), dtype(o.exp_avg_sq_dtype)};
+}
 
 std::string PrecisionOptions::name() const { return recipe ? recipe_name(*recipe) : "auto"; }
 

@@ -21,6 +21,9 @@ namespace moet {
 enum class OverlapMode { kAuto, kOn, kOff };
 // --dispatcher: how tokens reach their experts across --ep ranks.
 enum class DispatcherKind { kAllToAll, kAllGather };
+// --exp-avg-dtype, --exp-avg-sq-dtype: how AdamW stores a moment.
+enum class MomentDtype { kFp32, kBf16 };
+struct MomentDtypes;  // optim/adamw.h
 
 // What is read and how it is batched.
 struct DataOptions {
@@ -59,7 +62,15 @@ struct OptimizerOptions {
   // 1e-3) that leaves the routing collapsed, and 0.01 balances it within ~80 steps
   // (docs/training.md, "Expert balance").
   double bias_update_rate = 1e-2;
+  // The precision-aware optimizer (Megatron's --use-precision-aware-optimizer): AdamW's first
+  // and second moments each stored in bf16 or fp32, the update computed in fp32
+  // (docs/training.md, "The precision-aware optimizer").
+  bool use_precision_aware_optimizer = false;
+  MomentDtype exp_avg_dtype = MomentDtype::kFp32;
+  MomentDtype exp_avg_sq_dtype = MomentDtype::kFp32;
 };
+// How AdamW stores its moments under these options.
+MomentDtypes moment_dtypes(const OptimizerOptions& o);
 
 // The recipe (docs/precision.md).
 struct PrecisionOptions {
@@ -144,6 +155,7 @@ struct TrainOptions {
 const std::vector<std::pair<std::string, OverlapMode>>& overlap_choices();
 const std::vector<std::pair<std::string, DispatcherKind>>& dispatcher_choices();
 const std::vector<std::pair<std::string, LrSchedule::Kind>>& schedule_choices();
+const std::vector<std::pair<std::string, MomentDtype>>& moment_dtype_choices();
 // --precision: "auto" (unset: resolved for this CPU) or a recipe's name.
 const std::vector<std::pair<std::string, std::optional<Recipe>>>& precision_choices();
 const char* overlap_name(OverlapMode m);

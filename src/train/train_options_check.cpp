@@ -100,6 +100,12 @@ void check_combinations(const TrainOptions& o) {
   MOET_CHECK(o.optim.lr * o.optim.weight_decay < 1, "--weight-decay ", o.optim.weight_decay,
              " x --lr ", o.optim.lr,
              " >= 1 would zero or flip the sign of every decayed weight at each step");
+  // As Megatron: the moments' dtypes are the precision-aware optimizer's settings.
+  for (const auto& [flag, d] : {std::pair{"--exp-avg-dtype", o.optim.exp_avg_dtype},
+                                std::pair{"--exp-avg-sq-dtype", o.optim.exp_avg_sq_dtype}})
+    MOET_CHECK(d == MomentDtype::kFp32 || o.optim.use_precision_aware_optimizer, flag,
+               " bf16 needs --use-precision-aware-optimizer (which lets AdamW store its moments in "
+               "bf16)");
   const RecomputeOptions& r = o.recompute;
   MOET_CHECK(r.modules.empty() || r.granularity == RecomputeGranularity::kSelective,
              "--recompute-modules needs --recompute-granularity selective");

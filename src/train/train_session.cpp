@@ -33,8 +33,9 @@ MemoryNeed memory_need(TrainSession& s, std::vector<int64_t>* activations_per_ra
   DataParallel* dp = s.par->dp_sync ? &*s.par->dp_sync : nullptr;
   MemoryNeed need;
   need.params = need.grads = model.params().numel() * int64_t(sizeof(float));
-  need.optimizer =
-      s.runner->optimizer().has_moments() ? 2 * need.params : (dp ? dp->zero1_moment_bytes() : 0);
+  need.optimizer = s.runner->optimizer().has_moments() ? s.runner->optimizer().moment_bytes()
+                                                       : (dp ? dp->zero1_moment_bytes() : 0);
+  need.optimizer_fp32 = need.optimizer * 8 / moment_dtypes(s.o.optim).bytes_per_param();
   need.weight_operands = model.params().operand_bytes();
   need.activations = s.par->activation_bytes();
   need.checkpoint = s.checkpoints->prepare(s.state);
@@ -53,6 +54,7 @@ std::unique_ptr<StepRunner> make_runner(const TrainOptions& o, ParallelRun& par,
   AdamWConfig oc;
   oc.weight_decay = o.optim.weight_decay;
   oc.grad_clip = o.optim.grad_clip;
+  oc.moments = moment_dtypes(o.optim);
   return std::make_unique<StepRunner>(par.model(), oc, train_lr_schedule(o),
                                       o.optim.bias_update_rate, par.step_plan(o, trace));
 }
@@ -94,7 +96,8 @@ int check_and_configure(TrainSession& s) {
   check_train_options(o);
   s.cfg = load_model_config(o.model_path);
   check_train_layout(o, s.cfg, s.world);
-  check_model_fits(o.model_path, count_parameters(s.cfg), s.ranks);
+  check_model_fits(o.model_path, count_parameters(s.cfg), s.ranks,
+                   8 + moment_dtypes(o.optim).bytes_per_param());
   int threads = o.parallel.threads;
   if (threads == 0) threads = std::max(1, int(std::thread::hardware_concurrency()) / s.ranks);
   ops::set_num_threads(threads);
@@ -133,7 +136,8 @@ void restore_or_initialise(TrainSession& s) {
   const TrainOptions& o = s.o;
   if (!s.checkpoints->resume_dir().empty()) {
     s.first_step = s.checkpoints->restore(s.state, s.runner->optimizer(), s.data_shape);
-    for (const std::string* note : {&s.checkpoints->schedule_note(), &s.checkpoints->data_note()})
+    for (const std::string* note : {&s.checkpoints->schedule_note(), &s.checkpoints->data_note(),
+                                    &s.checkpoints->moments_note()})
       if (s.verbose && !note->empty()) std::printf("moet train: %s\n", note->c_str());
   } else if (!o.checkpoint.init_from.empty()) {
     if (is_hf_directory(o.checkpoint.init_from))

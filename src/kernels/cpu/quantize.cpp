@@ -265,7 +265,7 @@ namespace cpu {
 
 void quantize_span(const float* x, int64_t R, int64_t C, Format f, BlockAxis axis, void* q,
                    DType qt) {
-  MOET_ASSERT(qt == DType::F32 || qt == DType::BF16);
+  MOET_ASSERT((qt == DType::F32 || qt == DType::BF16) && !is_fp4(f));
   if (R == 0 || C == 0) return;
   const int64_t n = R * C;
   if (!is_fp8(f)) {
@@ -305,6 +305,8 @@ void quantize_operand(const Tensor& x_RC, const Operand& q) {
                    double(x_RC.bytes() + q.rows.bytes() + q.cols.bytes()));
   MOET_CHECK(x_RC.dtype == DType::F32, "quantize_operand: x must be F32, got ",
              dtype_name(x_RC.dtype));
+  MOET_CHECK(!is_fp4(q.fmt), "quantize_operand: ", format_name(q.fmt),
+             " operands are not wired into training yet");
   for (const Tensor* t : {&q.rows, &q.cols})
     MOET_CHECK(t->empty() || t->numel() == x_RC.numel(), "quantize_operand: ", t->shape_str(),
                " for x ", x_RC.shape_str());
@@ -319,6 +321,7 @@ int64_t scale_count(const Tensor& x_RC, Format fmt, BlockAxis axis) {
 void quantize(const Tensor& x_RC, Format fmt, BlockAxis axis, Tensor& q_RC) {
   OpScope op_scope(format_traits(fmt).quantizer, 0, double(x_RC.bytes() + q_RC.bytes()));
   MOET_CHECK(x_RC.dtype == DType::F32, "quantize: x must be F32, got ", dtype_name(x_RC.dtype));
+  MOET_CHECK(!is_fp4(fmt), "quantize: ", format_name(fmt), " goes through quantize_fp4");
   MOET_CHECK(q_RC.numel() == x_RC.numel(), "quantize: q ", q_RC.shape_str(), " for x ",
              x_RC.shape_str());
   MOET_CHECK(q_RC.dtype == DType::F32 || q_RC.dtype == DType::BF16,
@@ -388,7 +391,11 @@ int64_t wire_row_bytes(int64_t D, Format fmt) {
       return D + (D + 31) / 32;
     case Format::FP8Block:
       return D + 4 * ((D + 127) / 128);
+    case Format::NVFP4:
+    case Format::MXFP4:
+      break;
   }
+  MOET_FAIL("no wire format for ", format_name(fmt), " rows yet (training with it is not wired)");
   return 0;
 }
 
