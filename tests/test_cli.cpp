@@ -75,7 +75,7 @@ TEST(Cli, ExistingMetricsFileIsNeverOverwritten) {
 
 // Every recipe trains through the CLI and says which kernels run.
 TEST(Cli, TrainsInEveryPrecision) {
-  for (const char* p : {"fp32", "bf16", "mxfp8", "fp8-blockwise"}) {
+  for (const char* p : {"fp32", "bf16", "mxfp8", "fp8-blockwise", "nvfp4", "mxfp4"}) {
     const std::string cmd = kMoet + " train" + tiny + "--data mock --steps 2 --threads 1 " +
                             "--bf16-layers 0 --precision " + p + " 2>&1";
     FILE* f = popen(cmd.c_str(), "r");

@@ -305,7 +305,7 @@ TEST(FP4, GemmOfTwoOperandsWithAlphaIsTheDequantizedProduct) {
     }
 }
 
-TEST(FP4, TrainingPathsRefuseTheFormatsUntilWired) {
+TEST(FP4, QuantizeAndTheWireRefuseTheFormats) {
   std::vector<float> x(64, 1.0f), q(64);
   Tensor xt(x.data(), DType::F32, {4, 16}), qt(q.data(), DType::F32, {4, 16});
   EXPECT_THROW(ops::quantize(xt, Format::NVFP4, BlockAxis::Rows, qt), Error);
@@ -314,6 +314,133 @@ TEST(FP4, TrainingPathsRefuseTheFormatsUntilWired) {
   EXPECT_TRUE(ops::is_fp4(Format::NVFP4) && !ops::is_fp8(Format::NVFP4));
   EXPECT_EQ(ops::format_block(Format::NVFP4), 16);
   EXPECT_EQ(ops::format_block(Format::MXFP4), 32);
+}
+
+// ---------------------------------------------------------------- the linear layers in FP4
+
+Tensor view(std::vector<float>& v, std::initializer_list<int64_t> dims) {
+  return Tensor(v.data(), DType::F32, dims);
+}
+
+// ||a - b|| / ||b||
+double rel_error(const std::vector<float>& a, const std::vector<float>& b) {
+  double d = 0, n = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    d += std::pow(double(a[i]) - b[i], 2), n += double(b[i]) * b[i];
+  return std::sqrt(d / n);
+}
+
+TEST(FP4Linear, ForwardIsTheQuantizedProductScaledByAlpha) {
+  const int64_t N = 40, D = 48, O = 24;
+  std::vector<float> x = randn(N * D, 31, 2), w = randn(O * D, 32, 2), y(N * O);
+  for (Format f : {Format::NVFP4, Format::MXFP4}) {
+    Tensor yt = view(y, {N, O});
+    ops::linear_forward(view(x, {N, D}), view(w, {O, D}), yt,
+                        {.precision = ops::LinearPrecision::all(f)});
+    const Q qx = quant(x, N, D, f, BlockAxis::Rows);
+    // NVFP4 weights in 16×16 squares, MXFP4's along the reduction dim
+    const Q qw = quant(w, O, D, f, f == Format::NVFP4 ? BlockAxis::Square : BlockAxis::Rows);
+    const double alpha =
+        f == Format::NVFP4 ? double(ops::nvfp4_gemm_alpha(qx.res.amax, qw.res.amax)) : 1.0;
+    for (int64_t i = 0; i < N; ++i)
+      for (int64_t j = 0; j < O; ++j) {
+        double exact = 0, mag = 0;
+        for (int64_t k = 0; k < D; ++k) {
+          const double p = double(qx.values[i * D + k]) * qw.values[j * D + k];
+          exact += p, mag += std::fabs(p);
+        }
+        EXPECT_NEAR(y[i * O + j], alpha * exact, alpha * (4 * D * 0x1p-24 * mag) + 1e-30)
+            << ops::format_name(f) << " y[" << i << "," << j << "]";
+      }
+  }
+}
+
+// Backward: dgrad rounds dy stochastically, wgrad transforms both operands along the tokens
+// (40 rows: padded to 48) and rounds dy stochastically; the step decides the draws, so the same
+// step repeats bit for bit and another step draws anew, while forward does not depend on it.
+TEST(FP4Linear, BackwardTracksTheExactGradientsAndDrawsFromTheStep) {
+  const int64_t N = 40, D = 48, O = 32;
+  std::vector<float> x = randn(N * D, 41), w = randn(O * D, 42), dy = randn(N * O, 43);
+  // the exact gradients
+  std::vector<float> dx_exact(N * D), dw_exact(O * D, 0.0f);
+  {
+    Tensor dxt = view(dx_exact, {N, D}), dwt = view(dw_exact, {O, D});
+    ops::linear_backward(view(dy, {N, O}), view(x, {N, D}), view(w, {O, D}), dxt, dwt);
+  }
+  for (Format f : {Format::NVFP4, Format::MXFP4}) {
+    const ops::LinearOptions o{.precision = ops::LinearPrecision::all(f)};
+    auto run = [&](int64_t step) {
+      ops::set_fp4_step(7, step);
+      std::vector<float> y(N * O), dx(N * D), dw(O * D, 0.0f);
+      Tensor yt = view(y, {N, O}), dxt = view(dx, {N, D}), dwt = view(dw, {O, D});
+      ops::linear_forward(view(x, {N, D}), view(w, {O, D}), yt, o);
+      ops::linear_backward(view(dy, {N, O}), view(x, {N, D}), view(w, {O, D}), dxt, dwt, o);
+      return std::vector<std::vector<float>>{y, dx, dw};
+    };
+    const auto a = run(1), again = run(1), b = run(2);
+    const char* name = ops::format_name(f);
+    EXPECT_TRUE(same_bits(a[0], b[0])) << name << ": forward drew from the step";
+    EXPECT_TRUE(same_bits(a[1], again[1]) && same_bits(a[2], again[2])) << name;
+    EXPECT_FALSE(same_bits(a[1], b[1])) << name << ": dgrad did not round stochastically";
+    EXPECT_FALSE(same_bits(a[2], b[2])) << name << ": wgrad's draws did not change with the step";
+    // 4-bit operands: each gradient within 25% of the exact one (a wrong alpha, block axis or
+    // padding is off by far more)
+    EXPECT_LT(rel_error(a[1], dx_exact), 0.25) << name;
+    EXPECT_LT(rel_error(a[2], dw_exact), 0.25) << name;
+    // NVFP4: the mean over 32 steps' draws comes closer to the exact weight gradient (each step's
+    // signs make x's rounding error another one too; MXFP4 rounds x to nearest, the same error
+    // every step)
+    if (f != Format::NVFP4) continue;
+    std::vector<float> mean(O * D, 0.0f);
+    for (int64_t s = 0; s < 32; ++s) {
+      const auto r = run(100 + s);
+      for (int64_t i = 0; i < O * D; ++i) mean[size_t(i)] += r[2][size_t(i)] / 32.0f;
+    }
+    EXPECT_LT(rel_error(mean, dw_exact), 0.5 * rel_error(a[2], dw_exact)) << name;
+  }
+}
+
+// The grouped layer quantizes each (expert, source) segment on its own: every segment's outputs
+// and gradients equal the plain linear layer's on that segment's rows, bit for bit (the GEMMs cut
+// into thread-invariant tiles, so both run the same products).
+TEST(FP4Linear, GroupedSegmentsAreLinearLayersOfTheirOwn) {
+  const int64_t D = 32, O = 48, E = 2;
+  const std::vector<int32_t> off = {0, 21, 21 + 37};
+  const int64_t M = off.back();
+  std::vector<float> x = randn(M * D, 51, 1), w = randn(E * O * D, 52), dy = randn(M * O, 53);
+  std::vector<int32_t> offv = off;
+  const Tensor offt(offv.data(), DType::I32, {E + 1});
+  ops::set_thread_invariant(true);
+  ops::set_fp4_step(3, 9);
+  for (Format f : {Format::NVFP4, Format::MXFP4}) {
+    const ops::LinearPrecision p = ops::LinearPrecision::all(f);
+    std::vector<float> y(M * O), dx(M * D), dw(E * O * D, 0.0f);
+    Tensor yt = view(y, {M, O}), dxt = view(dx, {M, D}), dwt = view(dw, {E, O, D});
+    ops::grouped_linear_forward(view(x, {M, D}), offt, view(w, {E, O, D}), yt, {.precision = p});
+    ops::grouped_linear_backward(view(dy, {M, O}), view(x, {M, D}), offt, view(w, {E, O, D}), dxt,
+                                 dwt, {.precision = p});
+    for (int64_t e = 0; e < E; ++e) {
+      const int64_t r0 = off[size_t(e)], r = off[size_t(e) + 1] - r0;
+      std::vector<float> xs(x.begin() + r0 * D, x.begin() + (r0 + r) * D),
+          dys(dy.begin() + r0 * O, dy.begin() + (r0 + r) * O),
+          ws(w.begin() + e * O * D, w.begin() + (e + 1) * O * D), ys(r * O), dxs(r * D),
+          dws(O * D, 0.0f);
+      Tensor yst = view(ys, {r, O}), dxst = view(dxs, {r, D}), dwst = view(dws, {O, D});
+      ops::linear_forward(view(xs, {r, D}), view(ws, {O, D}), yst, {.precision = p});
+      ops::linear_backward(view(dys, {r, O}), view(xs, {r, D}), view(ws, {O, D}), dxst, dwst,
+                           {.precision = p});
+      const char* name = ops::format_name(f);
+      EXPECT_TRUE(same_bits(ys, std::vector<float>(y.begin() + r0 * O, y.begin() + (r0 + r) * O)))
+          << name << " expert " << e;
+      EXPECT_TRUE(
+          same_bits(dxs, std::vector<float>(dx.begin() + r0 * D, dx.begin() + (r0 + r) * D)))
+          << name << " expert " << e;
+      EXPECT_TRUE(
+          same_bits(dws, std::vector<float>(dw.begin() + e * O * D, dw.begin() + (e + 1) * O * D)))
+          << name << " expert " << e;
+    }
+  }
+  ops::set_thread_invariant(false);
 }
 
 }  // namespace

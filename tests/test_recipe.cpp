@@ -32,7 +32,8 @@ TEST(Recipe, NamesParseBackToTheirRows) {
     parse_recipe("fp16");
     ADD_FAILURE() << "fp16 parsed";
   } catch (const Error& e) {
-    EXPECT_STREQ(e.what(), "--precision 'fp16' is not one of fp32, bf16, mxfp8, fp8-blockwise");
+    EXPECT_STREQ(e.what(),
+                 "--precision 'fp16' is not one of fp32, bf16, mxfp8, fp8-blockwise, nvfp4, mxfp4");
   }
   std::set<std::string> formats;
   for (const ops::FormatTraits& f : ops::kFormats) {
@@ -52,17 +53,21 @@ TEST(Recipe, EachRoleRunsInItsRowsFormat) {
     EXPECT_EQ(p.attention(), high) << t.name;
     EXPECT_EQ(p.combine(), high) << t.name;
     EXPECT_TRUE(p.router().is_f32()) << t.name;
-    EXPECT_EQ(is_fp8_recipe(t.recipe), t.bf16_edge_layers) << t.name;
+    EXPECT_EQ(is_fp8_recipe(t.recipe) || is_fp4_recipe(t.recipe), t.bf16_edge_layers) << t.name;
     for (int64_t layer = 0; layer <= L; ++layer) {  // layer L: an MTP module's block
       const bool edge = t.bf16_edge_layers && (layer == 0 || layer == L - 1);
       const LinearPrecision want = edge ? LinearPrecision::all(Format::BF16) : t.decoder;
       EXPECT_TRUE(same(p.decoder(layer, L), want)) << t.name << " layer " << layer;
-      EXPECT_EQ(p.dispatch(layer, L), want.fprop) << t.name << " layer " << layer;
+      // the tokens travel in the experts' fprop format; FP4 experts take them in bf16
+      EXPECT_EQ(p.dispatch(layer, L), ops::is_fp4(want.fprop) ? Format::BF16 : want.fprop)
+          << t.name << " layer " << layer;
     }
   }
   EXPECT_TRUE(same(recipe_traits(Recipe::MXFP8).decoder, LinearPrecision::all(Format::MXFP8)));
   EXPECT_TRUE(
       same(recipe_traits(Recipe::FP8Blockwise).decoder, LinearPrecision::all(Format::FP8Block)));
+  EXPECT_TRUE(same(recipe_traits(Recipe::NVFP4).decoder, LinearPrecision::all(Format::NVFP4)));
+  EXPECT_TRUE(same(recipe_traits(Recipe::MXFP4).decoder, LinearPrecision::all(Format::MXFP4)));
 }
 
 TEST(Recipe, DocsListTheRecipesInTheTablesOrder) {

@@ -31,8 +31,8 @@ void add_model_options(CLI::App* c, std::string& model, std::string& system, int
       ->required();
   c->add_option("--seq", seq, "sequence length")->capture_default_str();
   c->add_option("--precision", precision,
-                "fp32, bf16, mxfp8 or fp8-blockwise, as moet train names its recipes (fp8 is read "
-                "as fp8-blockwise)")
+                "a recipe as moet train names it (fp8 is read as fp8-blockwise); the system must "
+                "give its GEMM peak (the catalog has none for nvfp4 and mxfp4 yet)")
       ->capture_default_str();
   c->add_option("--mtp", mtp, "multi-token-prediction depth (default: the model config's)");
 }

@@ -28,7 +28,7 @@ struct FormatTraits {
   const char* name;       // in logs and errors; the simulator's catalog keys its peaks by it
   int64_t block;          // elements per block along the reduction dimension (1: element-wise)
   bool fp8;               // E4M3 codes with per-block scales
-  bool fp4;               // E2M1 codes with per-block scales (ops::quantize_fp4; no recipe yet)
+  bool fp4;               // E2M1 codes with per-block scales (ops::quantize_fp4)
   const char* quantizer;  // the op profiler's name of the op that writes it (OpScope)
 };
 
@@ -48,7 +48,8 @@ static_assert(rows_in_enum_order(kFormats, &FormatTraits::format),
 
 inline const char* format_name(Format f) { return format_traits(f).name; }
 inline bool is_fp8(Format f) { return format_traits(f).fp8; }
-// NVFP4 and MXFP4: quantized by ops::quantize_fp4 only (the training paths refuse them).
+// NVFP4 and MXFP4: quantized by ops::quantize_fp4 (kernels/cpu/fp4_operands.h forms the GEMMs'
+// operands; the operand producers and ops::quantize refuse them).
 inline bool is_fp4(Format f) { return format_traits(f).fp4; }
 // Elements per block along the reduction dimension (1 for the element-wise formats).
 inline int64_t format_block(Format f) { return format_traits(f).block; }

@@ -17,6 +17,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 #include "kernels/number_format.h"
@@ -99,9 +100,14 @@ void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& 
 // expert's matrix is blocked on its own. An F32 role needs no copy (the weight itself is used).
 struct WeightOperands {
   Tensor fprop, dgrad;
+  // FP4 formats: each expert's (or the matrix's) amax, from which NVFP4's global scale comes
+  // (written by prepare_weight), and the weight's identity in the stochastic-rounding keys of
+  // its layer's gradients (the parameter's name hashed; set by the parameter store).
+  std::vector<float> amax;
+  uint64_t key = 0;
 };
-// Whether dgrad needs a copy of its own (MXFP8 blocks differ by direction; bf16 rounding and
-// 128×128 squares do not).
+// Whether dgrad needs a copy of its own (MXFP8 and MXFP4 blocks differ by direction; bf16
+// rounding and 128×128 or 16×16 squares do not).
 bool weight_dgrad_separate(const LinearPrecision& p);
 // Fills wq (memory given by the caller) from w_EOD (F32, [O, D] or [E, O, D]).
 void prepare_weight(const Tensor& w_EOD, const LinearPrecision& p, WeightOperands& wq);
@@ -185,14 +191,22 @@ void dequantize(const Tensor& codes_RC, const Tensor& scales, Format fmt, BlockA
 
 // ---------------------------------------------------------------- 4-bit formats (NVFP4, MXFP4)
 // The formats and their quantizer (kernels/cpu/fp4_quantize.cpp; docs/precision.md, "NVFP4 and
-// MXFP4"). No recipe uses them yet: quantize, quantize_packed and the operand producers refuse
-// them. NVFP4 follows Transformer Engine's reference quantizer: with the tensor's amax (after the
-// transform, if any) g = min(2688/amax, FLT_MAX) (1 if amax is 0 or g is 0), g_dec = 1/g; per
-// block dec = e4m3(min(block_amax·(g·fp32(1/6)), FLT_MAX)) (RNE, saturating at 448, subnormals
-// kept), enc = min(1/(dec·g_dec), FLT_MAX); element e2m1(x·enc) (RNE, or stochastic). MXFP4: per
-// block of 32 the E8M0 scale 2^ceil(log2(fp32(block_amax/6))) (exponent clamped to ±127),
-// element e2m1(x·2^-e). Blocks: Rows 1×b, Cols b×1, Square 16×16 (NVFP4 only); a partial block is
-// quantized as if zero-padded.
+// MXFP4"). The linear and grouped linear ops take them as any other format (the recipes nvfp4
+// and mxfp4: kernels/cpu/fp4_operands.cpp forms their operands); quantize, quantize_packed and
+// the operand producers refuse them. NVFP4 follows Transformer Engine's reference quantizer: with
+// the tensor's amax (after the transform, if any) g = min(2688/amax, FLT_MAX) (1 if amax is 0 or g
+// is 0), g_dec = 1/g; per block dec = e4m3(min(block_amax·(g·fp32(1/6)), FLT_MAX)) (RNE, saturating
+// at 448, subnormals kept), enc = min(1/(dec·g_dec), FLT_MAX); element e2m1(x·enc) (RNE, or
+// stochastic). MXFP4: per block of 32 the E8M0 scale 2^ceil(log2(fp32(block_amax/6))) (exponent
+// clamped to ±127), element e2m1(x·2^-e). Blocks: Rows 1×b, Cols b×1, Square 16×16 (NVFP4 only); a
+// partial block is quantized as if zero-padded.
+
+// The training step the FP4 operands of the GEMMs that follow belong to: the seed of their
+// stochastic rounding and of the step's random Hadamard sign vector (docs/precision.md,
+// "Training in NVFP4"). Set by the trainer before each step's first forward.
+void set_fp4_step(uint64_t seed, int64_t step);
+// The step's sign vector of the 16-point transform (16 values ±1), drawn from (seed, step).
+void fp4_step_signs(uint64_t seed, int64_t step, float signs[16]);
 
 // Transformer Engine's reference sign vector for the 16-point random Hadamard transform.
 extern const float kHadamardSignsTE[16];

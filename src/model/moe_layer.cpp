@@ -2,6 +2,7 @@
 
 #include "core/trace.h"
 #include "model/operands.h"
+#include "model/recipe.h"
 
 namespace moet {
 
@@ -11,12 +12,13 @@ MoeLayer::MoeLayer(const ModelConfig& c, ParamStore& ps, const std::string& p,
     : D_(c.hidden_size),
       F_(c.moe_intermediate_size),
       lin_(experts),
+      dispatch_(PrecisionPolicy::dispatch_format(experts)),
       combine_(combine),
       dispatcher_(std::move(dispatcher)) {
   if (c.n_shared_experts > 0)
     shared_ = std::make_unique<SwiGluMlp>(c.hidden_size, c.shared_intermediate_size(), ps,
                                           p + "shared_experts.", experts);
-  dispatcher_->set_payload_formats(lin_.fprop, combine_);
+  dispatcher_->set_payload_formats(dispatch_, combine_);
   spec_.n_experts = c.n_routed_experts;
   spec_.n_group = c.n_group;
   spec_.topk_group = c.topk_group;
@@ -65,7 +67,8 @@ void MoeLayer::plan(Workspace& ws) {
   // (Megatron weights the activation by the gates instead and keeps no expert output)
   yp_MD_ = ws.kept(RecomputeModule::kMoeAct).alloc_f32({M, D_});
   // the expert rows are their own rows copy; FP8 wgrads read a cols copy of them
-  xp_q_.fmt = lin_.wgrad;
+  // (FP4: none, the grouped GEMMs quantize each segment themselves)
+  if (!ops::is_fp4(lin_.wgrad)) xp_q_.fmt = lin_.wgrad;
   if (ops::is_fp8(lin_.wgrad) && lin_.fprop == lin_.wgrad)
     xp_q_.cols = a.alloc(ops::gemm_operand_dtype(), {M, D_});
   if (shared_) {
@@ -73,7 +76,7 @@ void MoeLayer::plan(Workspace& ws) {
     shared_->plan(shared);
   }
   Arena& s = ws.scratch;
-  if (lin_.fprop != ops::Format::F32) xq_ND_ = s.alloc_f32({N, D_});
+  if (dispatch_ != ops::Format::F32) xq_ND_ = s.alloc_f32({N, D_});
   dgates_NK_ = s.alloc_f32({N, K});
   dh_MF_ = s.alloc_f32({M, F_});
   dlogits_NE_ = s.alloc_f32({N, E});
@@ -128,13 +131,13 @@ void MoeLayer::forward_stage(MoeStage stage, const Tensor& x_ND, Tensor& y_ND,
   if (stage == MoeStage::kSend) {
     // route, dispatch (the shared expert computes while the tokens travel)
     route(x_ND);
-    // The tokens travel in the experts' fprop format: quantized along D by x's producer (xq's
-    // rows) or here, so every dispatcher (and every expert-parallel layout) hands the experts the
-    // same values.
-    if (lin_.fprop == ops::Format::F32) {
+    // The tokens travel in the dispatch format (the experts' fprop format, or bf16 under FP4):
+    // quantized along D by x's producer (xq's rows) or here, so every dispatcher (and every
+    // expert-parallel layout) hands the experts the same values.
+    if (dispatch_ == ops::Format::F32) {
       dispatcher_->dispatch_start(x_ND, idx_NK_);
-    } else if (xq.rows.empty()) {
-      ops::quantize(x_ND, lin_.fprop, ops::BlockAxis::Rows, xq_ND_);
+    } else if (xq.rows.empty() || xq.fmt != dispatch_) {
+      ops::quantize(x_ND, dispatch_, ops::BlockAxis::Rows, xq_ND_);
       dispatcher_->dispatch_start(xq_ND_, idx_NK_);
     } else if (xq.rows.dtype == DType::BF16 && !dispatcher_->takes_bf16_rows()) {
       ops::copy(xq.rows, xq_ND_);  // widened for a dispatcher that sends fp32 values

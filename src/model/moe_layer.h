@@ -102,6 +102,7 @@ class MoeLayer {
   ops::RouterSpec spec_;
   int64_t D_, F_;
   ops::LinearPrecision lin_;
+  ops::Format dispatch_;  // the tokens' format on their way to the experts (PrecisionPolicy)
   ops::Format combine_;
   Weight *gate_, *bias_, *w_gate_up_, *w_down_;
   std::unique_ptr<SwiGluMlp> shared_;  // null when n_shared_experts == 0

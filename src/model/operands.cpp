@@ -6,7 +6,7 @@ ops::Operand plan_operand(Arena& a, int64_t R, int64_t C, ops::Format rows_fmt,
                           ops::Format cols_fmt) {
   ops::Operand q;
   if (rows_fmt == ops::Format::F32 && cols_fmt == ops::Format::F32) return q;
-  if (rows_fmt != cols_fmt) return q;
+  if (rows_fmt != cols_fmt || ops::is_fp4(rows_fmt)) return q;  // FP4: the GEMMs quantize
   q.fmt = rows_fmt;
   const DType dt = ops::gemm_operand_dtype();
   q.rows = a.alloc(dt, {R, C});
@@ -18,7 +18,7 @@ GemmInput plan_gemm_input(Arena& a, int64_t R, int64_t C, const ops::LinearPreci
                           bool written_before) {
   const ops::Format rows_fmt = grad ? p.dgrad : p.fprop;
   GemmInput g;
-  if (rows_fmt == ops::Format::F32 || rows_fmt != p.wgrad) {
+  if (rows_fmt == ops::Format::F32 || rows_fmt != p.wgrad || ops::is_fp4(rows_fmt)) {
     g.values = a.alloc_f32({R, C});
     g.q = plan_operand(a, R, C, rows_fmt, p.wgrad);  // empty
     return g;

@@ -11,7 +11,7 @@ namespace moet {
 // The operands of an [R, C] activation read by a GEMM that reduces over C in `rows_fmt` (rows
 // copy; F32: none) and by a wgrad in `cols_fmt` (a cols copy in FP8 formats; an element-wise
 // format reads the rows copy, which must then be in the same format). Empty when no copy is
-// needed, or when the two formats differ (the GEMMs then quantize themselves).
+// needed, when the two formats differ, or in an FP4 format (the GEMMs then quantize themselves).
 ops::Operand plan_operand(Arena& a, int64_t R, int64_t C, ops::Format rows_fmt,
                           ops::Format cols_fmt);
 // x of linear layers in precision p (fprop and wgrad), and dy (dgrad and wgrad).

@@ -98,6 +98,8 @@ void ParamStore::allocate() {
         w.operand_copies.dgrad = shaped(w.value);
         w.operand_copies.dgrad.ptr = a.alloc(dt, {w.value.numel()}).ptr;
       }
+      // the weight's identity in its gradients' stochastic rounding (FP4): the same on every rank
+      w.operand_copies.key = std::hash<std::string>{}(w.name);
     }
   };
   Arena plan = Arena::planning();

@@ -1,4 +1,5 @@
-// The training recipe (--precision fp32 | bf16 | mxfp8 | fp8-blockwise, docs/precision.md), its
+// The training recipe (--precision fp32 | bf16 | mxfp8 | fp8-blockwise | nvfp4 | mxfp4,
+// docs/precision.md), its
 // names, and its PrecisionPolicy: which number format (kernels/number_format.h) each GEMM of the
 // model runs in. Layers ask it for their linear layers' formats once, at construction; the
 // kernels quantize, so the model's math reads the same in every precision.
@@ -12,7 +13,7 @@
 
 namespace moet {
 
-enum class Recipe : uint8_t { FP32, BF16, MXFP8, FP8Blockwise };
+enum class Recipe : uint8_t { FP32, BF16, MXFP8, FP8Blockwise, NVFP4, MXFP4 };
 
 // Each recipe, one row per Recipe in the enum's order: its --precision name and the number format
 // of each GEMM role (docs/precision.md's table of the recipes lists them in this order). The
@@ -21,10 +22,11 @@ struct RecipeTraits {
   Recipe recipe;
   const char* name;  // as --precision (and the simulator's --precision) takes it
   // The decoder layers' linears: attention projections, dense MLP, shared and routed experts
-  // (fprop, dgrad, wgrad); the MoE tokens travel to the experts in their fprop format.
+  // (fprop, dgrad, wgrad); the MoE tokens travel to the experts in their fprop format (bf16
+  // under the FP4 recipes, whose experts quantize each source's rows on their own).
   ops::LinearPrecision decoder;
   // The first and last --bf16-layers decoder layers of the main model run bf16 instead
-  // (Megatron's num_layers_at_start_in_bf16 / _end_in_bf16, for its FP8 recipes).
+  // (Megatron's num_layers_at_start_in_bf16 / _end_in_bf16, for its FP8 and FP4 recipes).
   bool bf16_edge_layers;
   ops::Format head;       // the output projection (LM head) and the MTP modules' eh_proj
   ops::Format attention;  // core attention's q·kᵀ and p·v operands (statistics fp32)
@@ -41,6 +43,10 @@ inline constexpr RecipeTraits kRecipes[] = {
      ops::Format::BF16, ops::Format::BF16},
     {Recipe::FP8Blockwise, "fp8-blockwise", ops::LinearPrecision::all(ops::Format::FP8Block), true,
      ops::Format::BF16, ops::Format::BF16, ops::Format::BF16},
+    {Recipe::NVFP4, "nvfp4", ops::LinearPrecision::all(ops::Format::NVFP4), true, ops::Format::BF16,
+     ops::Format::BF16, ops::Format::BF16},
+    {Recipe::MXFP4, "mxfp4", ops::LinearPrecision::all(ops::Format::MXFP4), true, ops::Format::BF16,
+     ops::Format::BF16, ops::Format::BF16},
 };
 
 constexpr const RecipeTraits& recipe_traits(Recipe r) { return kRecipes[static_cast<size_t>(r)]; }
@@ -53,6 +59,8 @@ Recipe parse_recipe(const std::string& name);
 inline const char* recipe_name(Recipe r) { return recipe_traits(r).name; }
 // MXFP8 and FP8-blockwise: the recipes whose decoder GEMMs multiply FP8 operands.
 inline bool is_fp8_recipe(Recipe r) { return ops::is_fp8(recipe_traits(r).decoder.fprop); }
+// NVFP4 and MXFP4: the recipes whose decoder GEMMs multiply FP4 operands.
+inline bool is_fp4_recipe(Recipe r) { return ops::is_fp4(recipe_traits(r).decoder.fprop); }
 
 struct PrecisionPolicy;
 // The policy of --precision NAME (or "auto": bf16 where the CPU multiplies bf16, else fp32) and
@@ -61,7 +69,8 @@ PrecisionPolicy resolve_precision(const std::string& name, int64_t bf16_layers);
 
 struct PrecisionPolicy {
   Recipe recipe = Recipe::FP32;
-  // FP8 recipes: the first and the last this many decoder layers of the main model run in bf16
+  // FP8 and FP4 recipes: the first and the last this many decoder layers of the main model run in
+  // bf16
   // (Megatron's num_layers_at_start_in_bf16 / _end_in_bf16, default 1 each).
   int64_t bf16_layers = 1;
 
@@ -79,10 +88,13 @@ struct PrecisionPolicy {
   // accumulation fp32), as Megatron runs attention in bf16 under its FP8 recipes.
   ops::Format attention() const { return recipe_traits(recipe).attention; }
   // The format the MoE tokens travel to the experts in: that of the experts' fprop (FP8 rows
-  // with their scales under an FP8 recipe, bf16 rows under bf16); expert outputs come back in
-  // bf16 unless fp32.
+  // with their scales under an FP8 recipe, bf16 rows under bf16 and the FP4 recipes); expert
+  // outputs come back in bf16 unless fp32.
   ops::Format dispatch(int64_t layer, int64_t num_layers) const {
-    return decoder(layer, num_layers).fprop;
+    return dispatch_format(decoder(layer, num_layers));
+  }
+  static ops::Format dispatch_format(const ops::LinearPrecision& experts) {
+    return ops::is_fp4(experts.fprop) ? ops::Format::BF16 : experts.fprop;
   }
   ops::Format combine() const { return recipe_traits(recipe).combine; }
 };

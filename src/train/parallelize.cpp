@@ -88,6 +88,7 @@ std::vector<std::pair<MoeLayer*, MoeLayer*>> ParallelRun::moe_merges() const {
 
 StepPlan ParallelRun::step_plan(const TrainOptions& o, TraceRecorder* trace) {
   StepPlan plan;
+  plan.seed = o.data.seed;
   plan.dp = dp_sync ? &*dp_sync : nullptr;
   plan.pp = pp_group.get();
   plan.pipeline = pipeline.get();

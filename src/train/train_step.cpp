@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/trace.h"
+#include "kernels/ops.h"
 #include "optim/expert_bias.h"
 #include "parallel/communicator.h"
 #include "parallel/data_parallel.h"
@@ -33,6 +34,7 @@ StepResult StepRunner::run(int64_t step, int64_t grad_accum, const MicroBatchFn&
   reset_router_stats(moe);
   for (const auto& [from, into] : plan_.merges) reset_router_stats({from});
   StepResult r;
+  ops::set_fp4_step(plan_.seed, step);
   r.losses = plan_.accumulation->run(grad_accum, micro_batch);
   // one step's loads, every instance of a layer (the bias they update is shared)
   for (const auto& [from, into] : plan_.merges) {

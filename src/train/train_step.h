@@ -51,6 +51,9 @@ struct StepPlan {
   // then the MTP modules'); empty: 0, 1, 2, ... (this rank holds every layer).
   std::vector<int64_t> moe_index;
   TraceRecorder* trace = nullptr;  // the optimizer step as a trace::kOptimizer span
+  // The run's --seed: with the step, the FP4 recipes' stochastic rounding and Hadamard signs
+  // (ops::set_fp4_step before each step's first micro-batch).
+  uint64_t seed = 0;
 };
 
 class StepRunner {

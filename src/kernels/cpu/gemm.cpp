@@ -1,6 +1,7 @@
 // gemm.cpp — matrix products: gemm, the linear layer (HF [out, in] weights) in any precision of
 // kernels/number_format.h, and the weights' low-precision operand copies.
 #include "kernels/cpu/emit.h"
+#include "kernels/cpu/fp4_operands.h"
 #include "kernels/cpu/operands.h"
 #include "kernels/profile.h"
 
@@ -39,7 +40,8 @@ void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& 
 }
 
 bool weight_dgrad_separate(const LinearPrecision& p) {
-  return p.dgrad != Format::F32 && !(p.dgrad == p.fprop && p.dgrad != Format::MXFP8);
+  const bool directed = p.dgrad == Format::MXFP8 || p.dgrad == Format::MXFP4;
+  return p.dgrad != Format::F32 && !(p.dgrad == p.fprop && !directed);
 }
 
 void prepare_weight(const Tensor& w, const LinearPrecision& p, WeightOperands& wq) {
@@ -53,6 +55,7 @@ void prepare_weight(const Tensor& w, const LinearPrecision& p, WeightOperands& w
     MOET_CHECK(dst->empty() || (dst->numel() == w.numel() && dst->dtype == gemm_operand_dtype()),
                "prepare_weight: operand ", dst->shape_str(), " for weight ", w.shape_str());
   if (p.fprop == Format::F32 && !both) return;
+  if (is_fp4(p.fprop)) return fp4_prepare_weight(w, p, wq);
   const size_t es = dtype_size(gemm_operand_dtype());
   // One read of each expert's matrix for both copies where MXFP8 wants two (fprop's blocks along
   // D are the rows copy, dgrad's along O the cols copy: the producer-operand pair of emit.h);
@@ -101,6 +104,49 @@ Tensor made_operand(const Operand* q, const Tensor& t, Format f, int64_t numel) 
   return t;
 }
 
+// The linear layer with FP4 operands (fp4_operands.h): every operand quantized here (no producer
+// makes FP4 operands), each GEMM's sum scaled by its operands' alpha.
+void fp4_linear_forward(const Tensor& x_ND, const Tensor& w_OD, Tensor& y_NO,
+                        const LinearOptions& o) {
+  const int64_t O = w_OD.size(0), D = w_OD.size(1), N = rows_of(x_ND);
+  const Format f = o.precision.fprop;
+  MOET_CHECK(y_NO.dtype == DType::F32 && x_ND.dtype == DType::F32,
+             "an FP4 linear needs F32 tensors");
+  const Tensor x = operand_buffer({N, D}, kSlotX);
+  const float ax = fp4_operand(x_ND.ptr, DType::F32, N, D, f, Fp4Role::FpropX, {}, x.ptr);
+  const Fp4Weight w = fp4_weight(w_OD, 1, O, D, f, false, o.wq);
+  gemm_operands(false, true, N, O, D, fp4_alpha(f, ax, w.amax[0]), x, 0, D, w.values, 0, D,
+                o.accumulate ? 1.0f : 0.0f, y_NO.f32(), O);
+}
+
+void fp4_linear_backward(const Tensor& dy_NO, const Tensor& x_ND, const Tensor& w_OD, Tensor& dx_ND,
+                         Tensor& dw_OD, const LinearOptions& o) {
+  const int64_t O = w_OD.size(0), D = w_OD.size(1), N = rows_of(x_ND);
+  const Format f = o.precision.wgrad;
+  MOET_CHECK(o.precision.dgrad == f && o.precision.fprop == f,
+             "an FP4 linear takes one format in all three GEMMs");
+  MOET_CHECK(dy_NO.dtype == DType::F32 && x_ND.dtype == DType::F32 && !x_ND.empty(),
+             "an FP4 linear needs F32 tensors");
+  const Fp4Key key = fp4_key(o.wq, x_ND.ptr, DType::F32, x_ND.numel());
+  const double flops = 2.0 * double(N) * double(O) * double(D);
+  if (!dx_ND.empty()) {
+    OpScope op_scope("GEMM dgrad", flops);
+    const Tensor dy = operand_buffer({N, O}, kSlotDy);
+    const float ady = fp4_operand(dy_NO.ptr, DType::F32, N, O, f, Fp4Role::DgradDy, key, dy.ptr);
+    const Fp4Weight w = fp4_weight(w_OD, 1, O, D, f, true, o.wq);
+    gemm_operands(false, false, N, D, O, fp4_alpha(f, ady, w.amax[0]), dy, 0, O, w.values, 0, D,
+                  o.accumulate ? 1.0f : 0.0f, dx_ND.f32(), D);
+  }
+  if (dw_OD.empty()) return;
+  OpScope op_scope("GEMM wgrad", flops);
+  const int64_t K = fp4_wgrad_rows(N);
+  const Tensor dy = operand_buffer({K, O}, kSlotDy), x = operand_buffer({K, D}, kSlotX);
+  const float ady = fp4_operand(dy_NO.ptr, DType::F32, N, O, f, Fp4Role::WgradDy, key, dy.ptr);
+  const float ax = fp4_operand(x_ND.ptr, DType::F32, N, D, f, Fp4Role::WgradX, key, x.ptr);
+  gemm_operands(true, false, O, D, K, fp4_alpha(f, ady, ax), dy, 0, O, x, 0, D, 1.0f, dw_OD.f32(),
+                D);
+}
+
 }  // namespace
 
 // x may have any leading dimensions: rows = numel / D.
@@ -113,6 +159,7 @@ void linear_forward(const Tensor& x_ND, const Tensor& w_OD, Tensor& y_NO, const 
   OpScope op_scope("GEMM fprop", 2.0 * double(N) * double(O) * double(D));
   const LinearPrecision& p = o.precision;
   const bool accumulate = o.accumulate;
+  if (is_fp4(p.fprop)) return fp4_linear_forward(x_ND, w_OD, y_NO, o);
   if (p.fprop != Format::F32) {
     MOET_CHECK(y_NO.dtype == DType::F32, "low-precision linear needs F32 tensors");
     Tensor x = made_operand(o.xq, o.xq ? o.xq->rows : Tensor{}, p.fprop, N * D);
@@ -142,6 +189,8 @@ void linear_backward(const Tensor& dy_NO, const Tensor& x_ND, const Tensor& w_OD
   MOET_CHECK(dw_OD.empty() || dw_OD.numel() == O * D, "linear bwd dw ", dw_OD.shape_str());
   check_dtype(dy_NO.dtype, {&x_ND, &w_OD, &dx_ND, &dw_OD});
   const LinearPrecision& p = o.precision;
+  if (is_fp4(p.dgrad) || is_fp4(p.wgrad))
+    return fp4_linear_backward(dy_NO, x_ND, w_OD, dx_ND, dw_OD, o);
   const Operand *dyq_made = o.dyq, *xq_made = o.xq;
   const float beta_dx = o.accumulate ? 1.0f : 0.0f;
   // element-wise formats quantize dy the same way for both GEMMs: one copy serves both

@@ -2,6 +2,7 @@
 // source) segment of contiguous rows, in any precision of kernels/number_format.h.
 #include "core/tree_sum.h"
 #include "kernels/cpu/convert.h"
+#include "kernels/cpu/fp4_operands.h"
 #include "kernels/cpu/operands.h"
 #include "kernels/profile.h"
 
@@ -89,6 +90,53 @@ Tensor made(const Operand* q, const Tensor& t, Format f, int64_t numel) {
   return t;
 }
 
+// FP4 (fp4_operands.h): each non-empty segment's rows of x_MD (F32 or BF16 bits, C columns)
+// quantized on its own in `role` (a global scale per segment, so an expert's rows from one source
+// are quantized alike under every layout) into out at row `row0[s]`; returns the amaxes.
+std::vector<float> fp4_segments(const Tensor& x, const int32_t* off, int64_t G, Format f,
+                                Fp4Role role, const std::vector<Fp4Key>& keys,
+                                const std::vector<int64_t>& row0, const Tensor& out) {
+  std::vector<float> amax(size_t(G), 0.0f);
+  const int64_t C = x.size(-1);
+  const size_t xs = dtype_size(x.dtype), os = dtype_size(out.dtype);
+  for (int64_t g = 0; g < G; ++g) {
+    const int64_t r = off[g + 1] - off[g];
+    if (r == 0) continue;
+    amax[size_t(g)] = fp4_operand(static_cast<const char*>(x.ptr) + size_t(off[g] * C) * xs,
+                                  x.dtype, r, C, f, role, keys.empty() ? Fp4Key{} : keys[size_t(g)],
+                                  static_cast<char*>(out.ptr) + size_t(row0[size_t(g)] * C) * os);
+  }
+  return amax;
+}
+
+// The segments' own first rows (offsets), or FP4 wgrad's padded ones.
+std::vector<int64_t> segment_rows0(const int32_t* off, int64_t G, bool padded) {
+  std::vector<int64_t> r0(size_t(G) + 1, 0);
+  for (int64_t g = 0; g < G; ++g)
+    r0[size_t(g) + 1] =
+        r0[size_t(g)] + (padded ? fp4_wgrad_rows(off[g + 1] - off[g]) : off[g + 1] - off[g]);
+  return r0;
+}
+
+// The FP4 grouped forward: x's segments quantized, one GEMM per segment scaled by its alpha.
+void fp4_grouped_forward(const Grouped& g, const Tensor& x_MD, const int32_t* off,
+                         const Tensor& w_EOD, Tensor& y_MO, const GroupedLinearOptions& o) {
+  const Format f = o.precision.fprop;
+  MOET_CHECK(y_MO.dtype == DType::F32 && (x_MD.dtype == DType::F32 || x_MD.dtype == DType::BF16),
+             "an FP4 grouped linear needs F32 tensors");
+  const int64_t D = g.D, O = g.O;
+  const Tensor xq = operand_buffer({g.M, D}, kSlotX);
+  const std::vector<float> ax =
+      fp4_segments(x_MD, off, g.G, f, Fp4Role::FpropX, {}, segment_rows0(off, g.G, false), xq);
+  const Fp4Weight w = fp4_weight(w_EOD, g.E, O, D, f, false, o.wq);
+  for_each_segment(g.G, off, [&](int64_t s) {
+    const int64_t r0 = off[s], r = off[s + 1] - off[s], e = s / g.S;
+    gemm_operands(false, true, r, O, D, fp4_alpha(f, ax[size_t(s)], w.amax[e]), xq, r0 * D, D,
+                  w.values, e * O * D, D, 0.0f, y_MO.f32() + r0 * O, O);
+    if (o.y_format == Format::BF16) round_bf16_f32(y_MO.f32() + r0 * O, y_MO.f32() + r0 * O, r * O);
+  });
+}
+
 }  // namespace
 
 void grouped_linear_forward(const Tensor& x_MD, const Tensor& offsets_E1, const Tensor& w_EOD,
@@ -98,7 +146,8 @@ void grouped_linear_forward(const Tensor& x_MD, const Tensor& offsets_E1, const 
   const LinearPrecision& p = o.precision;
   const bool x_in_format = o.x_in_format;
   const Format y_format = o.y_format;
-  const bool x_bits = x_in_format && x_MD.dtype == DType::BF16;  // bf16 bits of the values
+  // bf16 bits of the values (FP4 quantizes them as they are)
+  const bool x_bits = (x_in_format || is_fp4(p.fprop)) && x_MD.dtype == DType::BF16;
   if (!x_bits) check_dtype(y_MO.dtype, {&x_MD});
   check_dtype(y_MO.dtype, {&w_EOD});
   MOET_CHECK(y_format == Format::F32 || (y_format == Format::BF16 && y_MO.dtype == DType::F32),
@@ -106,6 +155,7 @@ void grouped_linear_forward(const Tensor& x_MD, const Tensor& offsets_E1, const 
   const int32_t* off = offsets_E1.i32();
   const int64_t D = g.D, O = g.O;
   OpScope op_scope("expert GEMM fprop", 2.0 * double(g.M) * double(O) * double(D));
+  if (is_fp4(p.fprop)) return fp4_grouped_forward(g, x_MD, off, w_EOD, y_MO, o);
   // the bf16 epilogue: a segment's outputs rounded while they are in cache
   auto epilogue = [&](int64_t r0, int64_t r) {
     if (y_format == Format::BF16) round_bf16_f32(y_MO.f32() + r0 * O, y_MO.f32() + r0 * O, r * O);
@@ -145,7 +195,7 @@ namespace {
 
 // dgrad: dx = dy · w[e] per segment, one GEMM each (overwrite).
 void grouped_dgrad(const Grouped& g, const Tensor& dy_MO, const int32_t* off, const Tensor& w_EOD,
-                   Tensor& dx_MD, const GroupedLinearOptions& o) {
+                   Tensor& dx_MD, const GroupedLinearOptions& o, const std::vector<Fp4Key>& keys) {
   const int64_t D = g.D, O = g.O, S = g.S;
   const Format f = o.precision.dgrad;
   if (f == Format::F32) {
@@ -156,6 +206,18 @@ void grouped_dgrad(const Grouped& g, const Tensor& dy_MO, const int32_t* off, co
         blas_gemm(false, false, r, D, O, T(1), dy_MO.data<T>() + r0 * O, O,
                   w_EOD.data<T>() + e * O * D, D, T(0), dx_MD.data<T>() + r0 * D, D);
       });
+    });
+    return;
+  }
+  if (is_fp4(f)) {
+    const Tensor dyq = operand_buffer({g.M, O}, kSlotDy);
+    const std::vector<float> ady = fp4_segments(dy_MO, off, g.G, f, Fp4Role::DgradDy, keys,
+                                                segment_rows0(off, g.G, false), dyq);
+    const Fp4Weight w = fp4_weight(w_EOD, g.E, O, D, f, true, o.wq);
+    for_each_segment(g.G, off, [&](int64_t s) {
+      const int64_t r0 = off[s], e = s / S;
+      gemm_operands(false, false, off[s + 1] - r0, D, O, fp4_alpha(f, ady[size_t(s)], w.amax[e]),
+                    dyq, r0 * O, O, w.values, e * O * D, D, 0.0f, dx_MD.f32() + r0 * D, D);
     });
     return;
   }
@@ -177,13 +239,32 @@ void grouped_dgrad(const Grouped& g, const Tensor& dy_MO, const int32_t* off, co
 // tensors themselves in fp32.
 struct WgradOperands {
   Tensor dy, x;
+  // FP4: segment s's rows start at row0[s] of dy and x and run row0[s + 1] - row0[s] (padded to
+  // 16), and its GEMM's sum is scaled by alpha[s]; empty: the segments' own rows, alpha 1.
+  std::vector<int64_t> row0;
+  std::vector<float> alpha;
 };
 
 WgradOperands wgrad_operands(const Grouped& g, const Tensor& dy_MO, const Tensor& x_MD,
-                             const int32_t* off, const GroupedLinearOptions& o) {
+                             const int32_t* off, const GroupedLinearOptions& o,
+                             const std::vector<Fp4Key>& keys) {
   const Format f = o.precision.wgrad;
-  if (f == Format::F32) return {dy_MO, x_MD};
+  if (f == Format::F32) return {dy_MO, x_MD, {}, {}};
   WgradOperands q;
+  if (is_fp4(f)) {
+    q.row0 = segment_rows0(off, g.G, true);
+    const int64_t P = q.row0.back();
+    q.dy = operand_buffer({P, g.O}, kSlotDy);
+    q.x = operand_buffer({P, g.D}, kSlotX);
+    const std::vector<float> ady = fp4_segments(dy_MO, off, g.G, f, Fp4Role::WgradDy, keys, q.row0,
+                                                q.dy),
+                             ax = fp4_segments(x_MD, off, g.G, f, Fp4Role::WgradX, keys, q.row0,
+                                               q.x);
+    q.alpha.resize(size_t(g.G));
+    for (int64_t s = 0; s < g.G; ++s)
+      q.alpha[size_t(s)] = fp4_alpha(f, ady[size_t(s)], ax[size_t(s)]);
+    return q;
+  }
   q.dy = made(o.dyq, o.dyq ? o.dyq->wgrad() : Tensor{}, f, g.M * g.O);
   if (q.dy.empty()) {
     q.dy = operand_buffer({g.M, g.O}, kSlotDy);
@@ -215,7 +296,10 @@ void grouped_wgrad(const Grouped& g, const Tensor& dy_MO, const Tensor& x_MD, co
         return;
       }
       if constexpr (std::is_same_v<T, float>) {
-        gemm_operands(true, false, O, D, r, 1.0f, q.dy, r0 * O, O, q.x, r0 * D, D, beta, out, D);
+        const bool fp4 = !q.row0.empty();
+        const int64_t k0 = fp4 ? q.row0[size_t(s)] : r0, k = fp4 ? q.row0[size_t(s) + 1] - k0 : r;
+        gemm_operands(true, false, O, D, k, fp4 ? q.alpha[size_t(s)] : 1.0f, q.dy, k0 * O, O, q.x,
+                      k0 * D, D, beta, out, D);
       } else {
         blas_gemm(true, false, O, D, r, T(1), dy_MO.data<T>() + r0 * O, O, x_MD.data<T>() + r0 * D,
                   D, beta, out, D);
@@ -263,13 +347,25 @@ void grouped_linear_backward(const Tensor& dy_MO, const Tensor& x_MD, const Tens
   const bool low = p.dgrad != Format::F32 || p.wgrad != Format::F32;
   MOET_CHECK(!low || dy_MO.dtype == DType::F32, "low-precision grouped linear needs F32 tensors");
   const double flops = 2.0 * double(g.M) * double(g.O) * double(g.D);
+  // FP4: each segment's random streams keyed by its weight and its rows of x
+  std::vector<Fp4Key> keys;
+  if (is_fp4(p.dgrad) || is_fp4(p.wgrad)) {
+    MOET_CHECK(p.fprop == p.dgrad && p.dgrad == p.wgrad,
+               "an FP4 grouped linear takes one format in all three GEMMs");
+    keys.resize(size_t(g.G));
+    const size_t row_bytes = size_t(g.D) * dtype_size(x_MD.dtype);
+    for (int64_t s = 0; s < g.G; ++s)
+      keys[size_t(s)] =
+          fp4_key(o.wq, static_cast<const char*>(x_MD.ptr) + size_t(off[s]) * row_bytes, x_MD.dtype,
+                  int64_t(off[s + 1] - off[s]) * g.D);
+  }
   if (!dx_MD.empty()) {
     OpScope op_scope("expert GEMM dgrad", flops);
-    grouped_dgrad(g, dy_MO, off, w_EOD, dx_MD, o);
+    grouped_dgrad(g, dy_MO, off, w_EOD, dx_MD, o, keys);
   }
   if (dw_EOD.empty()) return;
   OpScope op_scope("expert GEMM wgrad", flops);
-  grouped_wgrad(g, dy_MO, x_MD, off, wgrad_operands(g, dy_MO, x_MD, off, o), apart, dw_EOD);
+  grouped_wgrad(g, dy_MO, x_MD, off, wgrad_operands(g, dy_MO, x_MD, off, o, keys), apart, dw_EOD);
 }
 
 }  // namespace moet::ops

@@ -306,7 +306,7 @@ void quantize_operand(const Tensor& x_RC, const Operand& q) {
   MOET_CHECK(x_RC.dtype == DType::F32, "quantize_operand: x must be F32, got ",
              dtype_name(x_RC.dtype));
   MOET_CHECK(!is_fp4(q.fmt), "quantize_operand: ", format_name(q.fmt),
-             " operands are not wired into training yet");
+             " operands are formed by the GEMMs (fp4_operands.h), not by producers");
   for (const Tensor* t : {&q.rows, &q.cols})
     MOET_CHECK(t->empty() || t->numel() == x_RC.numel(), "quantize_operand: ", t->shape_str(),
                " for x ", x_RC.shape_str());
@@ -395,7 +395,8 @@ int64_t wire_row_bytes(int64_t D, Format fmt) {
     case Format::MXFP4:
       break;
   }
-  MOET_FAIL("no wire format for ", format_name(fmt), " rows yet (training with it is not wired)");
+  MOET_FAIL("no wire format for ", format_name(fmt),
+            " rows yet (the FP4 recipes send the experts' tokens in bf16)");
   return 0;
 }
 
