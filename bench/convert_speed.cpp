@@ -11,23 +11,12 @@
 #include <functional>
 #include <vector>
 
+#include "best_of.h"
 #include "core/bf16.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/ops.h"
 
 namespace {
-
-double best_of(int rounds, const std::function<void()>& fn) {
-  fn();
-  double best = 1e30;
-  for (int r = 0; r < rounds; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    fn();
-    best = std::min(best,
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return best;
-}
 
 // The scalar definition over [0, n), the threads splitting it as the ops do, vectorised by the
 // compiler as well as it can.
@@ -52,6 +41,8 @@ void vector_to_bf16(const float* x, uint16_t* y, int64_t n) {
 }
 
 }  // namespace
+
+using moet::bench::best_of;
 
 int main(int argc, char** argv) {
   using namespace moet;

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "best_of.h"
 #include "core/arena.h"
 #include "kernels/ops.h"
 #include "model/config.h"
@@ -22,17 +23,8 @@ using namespace moet;
 
 namespace {
 
-double seconds(const std::function<void()>& fn, int rounds) {
-  fn();
-  double best = 1e30;
-  for (int r = 0; r < rounds; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    fn();
-    best = std::min(best,
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return best;
-}
+// fn's fastest of `rounds` runs
+double seconds(const std::function<void()>& fn, int rounds) { return bench::best_of(rounds, fn); }
 
 }  // namespace
 

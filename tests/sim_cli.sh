@@ -37,6 +37,23 @@ grep -q "^error band: -[0-9]*% to +[0-9]*% (the errors of [0-9]* published DeepS
   fail "table lacks the error band"
 grep -q "^assumes: full-iteration CUDA graphs, all-to-all overlap on (combined 1F1B), no recompute, force-balanced routing" "$tmp/table" ||
   fail "table lacks the assumptions"
+# the FP4 recipes: the record's layout in nvfp4 beats mxfp8 (FP4 peak 3x on GB300, attention and
+# memory-bound work unchanged: between 1.2x and 2x), with the stand-in assumptions printed; a
+# system without an FP4 peak refuses in one line
+mx=("${record[@]}")
+nv=("${record[@]/mxfp8/nvfp4}")
+"$moet" simulate "${nv[@]}" --gpus 256 --json >"$tmp/nv.json" 2>/dev/null
+"$moet" simulate "${mx[@]}" --gpus 256 --json >"$tmp/mx.json" 2>/dev/null
+/usr/bin/python3 - "$tmp/nv.json" "$tmp/mx.json" <<'PY' || fail "nvfp4 against mxfp8"
+import json, sys
+nv, mx = (json.load(open(p))[0]["tflops_per_gpu"] for p in sys.argv[1:3])
+assert 1.2 * mx < nv < 2 * mx, (nv, mx)
+PY
+"$moet" simulate "${nv[@]}" --gpus 256 >"$tmp/nv_table"
+grep -q "^assumes: .*nvfp4 GEMMs at MXFP8's efficiency of the FP4 peak" "$tmp/nv_table" ||
+  fail "nvfp4 lacks its assumptions: $(tail -1 "$tmp/nv_table")"
+refused "system 'h100-sxm' has no nvfp4 peak" "$moet" simulate --model "$dsv3" --system h100-sxm \
+  --gpus 256 --tp 1 --pp 2 --ep 8 --mbs 1 --gbs 512 --seq 4096 --precision nvfp4
 # a token budget in days and GPU-hours: 1e12 tokens at the predicted tokens/s on 256 GPUs
 "$moet" simulate "${record[@]}" --gpus 256 --tokens 1e12 >"$tmp/tokens"
 /usr/bin/python3 - "$tmp/tokens" <<'PY'

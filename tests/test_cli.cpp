@@ -155,7 +155,7 @@ TEST(Cli, BenchProfilesEachOpOfATrainingStep) {
 // of the FP8 recipes within 2% (measured: +0.4%, +0.6%, +0.7%), and all of them learned.
 TEST(Cli, LowPrecisionTrainingTracksFp32) {
   std::map<std::string, double> eval;
-  for (const char* p : {"fp32", "bf16", "mxfp8", "fp8-blockwise"}) {
+  for (const char* p : {"fp32", "bf16", "mxfp8", "fp8-blockwise", "nvfp4", "mxfp4"}) {
     moet::test::TempDir dir_metrics("moet_cli");
     std::string metrics = dir_metrics.path("curve.jsonl");
     std::filesystem::remove(metrics);
@@ -177,8 +177,14 @@ TEST(Cli, LowPrecisionTrainingTracksFp32) {
   EXPECT_LT(std::abs(eval["bf16"] / eval["fp32"] - 1), 0.01) << eval["bf16"];
   EXPECT_LT(std::abs(eval["mxfp8"] / eval["fp32"] - 1), 0.02) << eval["mxfp8"];
   EXPECT_LT(std::abs(eval["fp8-blockwise"] / eval["fp32"] - 1), 0.02) << eval["fp8-blockwise"];
-  std::printf("held-out loss: fp32 %.4f, bf16 %.4f, mxfp8 %.4f, fp8-blockwise %.4f\n", eval["fp32"],
-              eval["bf16"], eval["mxfp8"], eval["fp8-blockwise"]);
+  // 4-bit elements (one mantissa bit against E4M3's three): 3% (measured +0.5% and +0.6%)
+  EXPECT_LT(std::abs(eval["nvfp4"] / eval["fp32"] - 1), 0.03) << eval["nvfp4"];
+  EXPECT_LT(std::abs(eval["mxfp4"] / eval["fp32"] - 1), 0.03) << eval["mxfp4"];
+  std::printf(
+      "held-out loss: fp32 %.4f, bf16 %.4f, mxfp8 %.4f, fp8-blockwise %.4f, nvfp4 %.4f, mxfp4 "
+      "%.4f\n",
+      eval["fp32"], eval["bf16"], eval["mxfp8"], eval["fp8-blockwise"], eval["nvfp4"],
+      eval["mxfp4"]);
 }
 
 TEST(Cli, TrainsTinyOnMockData) {

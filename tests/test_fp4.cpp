@@ -316,6 +316,23 @@ TEST(FP4, QuantizeAndTheWireRefuseTheFormats) {
   EXPECT_EQ(ops::format_block(Format::MXFP4), 32);
 }
 
+// The lane-parallel Philox that draws the stochastic rounding's bytes gives CounterRng's blocks,
+// across a 2^32 boundary of the block index and for counts that are not a multiple of its lanes.
+TEST(FP4, LaneParallelPhiloxIsCounterRngBlockByBlock) {
+  const uint64_t seed = 0x0123456789ABCDEFull, stream = 0xFEDCBA9876543210ull;
+  const CounterRng rng(seed, stream);
+  for (uint64_t first : {uint64_t{0}, uint64_t{7}, (uint64_t{1} << 32) - 5}) {
+    const int64_t n = 37;
+    std::vector<uint32_t> words(size_t(4 * n));
+    philox4x32_10_blocks(seed, stream, first, n, words.data());
+    for (int64_t k = 0; k < n; ++k) {
+      const auto b = rng.block(first + uint64_t(k));
+      for (int w = 0; w < 4; ++w)
+        EXPECT_EQ(words[size_t(4 * k + w)], b[size_t(w)]) << "block " << first + k;
+    }
+  }
+}
+
 // ---------------------------------------------------------------- the linear layers in FP4
 
 Tensor view(std::vector<float>& v, std::initializer_list<int64_t> dims) {

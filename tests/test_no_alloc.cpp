@@ -94,8 +94,7 @@ int64_t allocations_in_steps(Recipe recipe, MomentDtypes moments = {}) {
 }
 
 TEST(NoAllocation, TrainingStepsAllocateNothingOnceWarm) {
-  for (Recipe r : {Recipe::FP32, Recipe::BF16, Recipe::MXFP8, Recipe::FP8Blockwise})
-    EXPECT_EQ(allocations_in_steps(r), 0) << recipe_name(r);
+  for (const RecipeTraits& t : kRecipes) EXPECT_EQ(allocations_in_steps(t.recipe), 0) << t.name;
 }
 
 // The precision-aware optimizer: moments stored in bf16 (each alone and both).

@@ -34,7 +34,7 @@ CLI::App* add_bench_command(CLI::App& app, BenchArgs& a) {
   add_choice_option(c, "--precision", a.precision.recipe, precision_choices(),
                     "with --model: the recipe (as moet train takes it)");
   c->add_option("--bf16-layers", a.precision.bf16_layers,
-                "with --model: bf16 layers of FP8 recipes")
+                "with --model: bf16 layers of FP8 and FP4 recipes")
       ->capture_default_str();
   c->add_option("--micro-batch", a.micro_batch, "with --model")->capture_default_str();
   c->add_option("--seq", a.seq, "with --model")->capture_default_str();

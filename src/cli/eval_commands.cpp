@@ -68,8 +68,9 @@ CLI::App* add_eval_command(CLI::App& app, EvalArgs& a) {
                 "the recipe of the forward: auto, fp32, bf16, mxfp8, fp8-blockwise (default: the "
                 "run's, else fp32)")
       ->check(CLI::IsMember({"auto", "fp32", "bf16", "mxfp8", "fp8-blockwise"}));
-  c->add_option("--bf16-layers", a.bf16_layers,
-                "FP8 recipes: the first and last layers in bf16 (default: the run's, else 1)");
+  c->add_option(
+      "--bf16-layers", a.bf16_layers,
+      "FP8 and FP4 recipes: the first and last layers in bf16 (default: the run's, else 1)");
   c->add_option("--seed", a.seed, "seed of the data (mock data; default: the run's)")
       ->check(unsigned_integer());
   c->add_option("--threads", a.threads, "threads (default: all cores)");

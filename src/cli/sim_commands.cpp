@@ -32,7 +32,7 @@ void add_model_options(CLI::App* c, std::string& model, std::string& system, int
   c->add_option("--seq", seq, "sequence length")->capture_default_str();
   c->add_option("--precision", precision,
                 "a recipe as moet train names it (fp8 is read as fp8-blockwise); the system must "
-                "give its GEMM peak (the catalog has none for nvfp4 and mxfp4 yet)")
+                "give its GEMM peak (FP4: B200, GB200 and GB300)")
       ->capture_default_str();
   c->add_option("--mtp", mtp, "multi-token-prediction depth (default: the model config's)");
 }

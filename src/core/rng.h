@@ -3,6 +3,7 @@
 // The generator is Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3",
 // SC'11): the 64-bit seed is the key, the 128-bit counter is (index, stream).
 #pragma once
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -25,6 +26,42 @@ inline std::array<uint32_t, 4> philox4x32_10(std::array<uint32_t, 4> c, std::arr
          static_cast<uint32_t>(p0 >> 32) ^ c[3] ^ k[1], static_cast<uint32_t>(p0)};
   }
   return c;
+}
+
+// Blocks first .. first + n - 1 of the counter-based stream (counter words the block index's
+// low and high halves, then the stream's; key the seed's halves, as CounterRng::block), their 4
+// words each in out[4k .. 4k + 3]: the same numbers as philox4x32_10 block by block, computed
+// 16 blocks at a time across lanes so the loop vectorises.
+inline void philox4x32_10_blocks(uint64_t seed, uint64_t stream, uint64_t first, int64_t n,
+                                 uint32_t* out) {
+  constexpr uint32_t kMul0 = 0xD2511F53u, kMul1 = 0xCD9E8D57u;
+  constexpr uint32_t kWeyl0 = 0x9E3779B9u, kWeyl1 = 0xBB67AE85u;
+  constexpr int64_t kLanes = 16;
+  alignas(64) uint32_t c0[kLanes], c1[kLanes], c2[kLanes], c3[kLanes];
+  for (int64_t b0 = 0; b0 < n; b0 += kLanes) {
+    for (int64_t j = 0; j < kLanes; ++j) {
+      const uint64_t index = first + uint64_t(b0 + j);
+      c0[j] = static_cast<uint32_t>(index), c1[j] = static_cast<uint32_t>(index >> 32);
+      c2[j] = static_cast<uint32_t>(stream), c3[j] = static_cast<uint32_t>(stream >> 32);
+    }
+    uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+    for (int round = 0; round < 10; ++round) {
+      if (round > 0) k0 += kWeyl0, k1 += kWeyl1;
+#pragma omp simd
+      for (int64_t j = 0; j < kLanes; ++j) {
+        const uint64_t p0 = uint64_t{kMul0} * c0[j], p1 = uint64_t{kMul1} * c2[j];
+        const uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ c1[j] ^ k0,
+                       n2 = static_cast<uint32_t>(p0 >> 32) ^ c3[j] ^ k1;
+        c1[j] = static_cast<uint32_t>(p1), c3[j] = static_cast<uint32_t>(p0);
+        c0[j] = n0, c2[j] = n2;
+      }
+    }
+    const int64_t w = std::min(kLanes, n - b0);
+    for (int64_t j = 0; j < w; ++j) {
+      uint32_t* o = out + 4 * (b0 + j);
+      o[0] = c0[j], o[1] = c1[j], o[2] = c2[j], o[3] = c3[j];
+    }
+  }
 }
 
 // splitmix64's finaliser: a bijective 64-bit mix.

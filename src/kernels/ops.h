@@ -252,7 +252,8 @@ Fp4Result quantize_fp4(const Tensor& x_RC, Format fmt, BlockAxis axis, const Fp4
 // The amax quantize_fp4 would measure (after the transform when o.hadamard), NaN ignored.
 float fp4_amax(const Tensor& x_RC, BlockAxis axis, const Fp4Options& o = {});
 // The 16-point transform alone: each 16 consecutive elements x along `axis` (Rows or Cols) become
-// x·diag(signs)·H16/4 (fp32: signs, four butterfly stages, then ·1/4); signs null: TE's.
+// x·diag(signs)·H16/4 (fp32: signs, four butterfly stages, then ·1/4); signs null: TE's. y may
+// be x (in place).
 void hadamard16(const Tensor& x_RC, BlockAxis axis, const float* signs, Tensor& y_RC);
 // The factor a GEMM of two NVFP4 operands multiplies its fp32 sum of value products by, from
 // their amaxes, as Transformer Engine forms it: fp32(fp32(amax_a·amax_b) / (6·6·448·448)).

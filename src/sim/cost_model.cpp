@@ -11,6 +11,15 @@ namespace moet::sim {
 
 double activation_bytes(Recipe r) { return r == Recipe::FP32 ? 4 : 2; }
 
+// Bytes per element of a quantized GEMM operand in format f, with its block scales: FP8 one
+// (its scales, one per 32 or 128, left out as before), NVFP4 half a byte and an E4M3 scale per
+// 16, MXFP4 half a byte and an E8M0 scale per 32.
+double operand_bytes(ops::Format f) {
+  if (f == ops::Format::NVFP4) return 0.5 + 1.0 / 16;
+  if (f == ops::Format::MXFP4) return 0.5 + 1.0 / 32;
+  return 1;
+}
+
 double gemm_efficiency(const SystemSpec& s, ops::Format f, double m, double n, double k,
                        int ranks) {
   const double d = s.gemm_half_dim(f, ranks);
@@ -34,7 +43,11 @@ class SlotBuilder {
     a_ = activation_bytes(l.precision);
     low_ = gemm_format(l.precision);
     high_ = recipe_traits(l.precision).head;
-    quantized_ = is_fp8_recipe(l.precision);
+    quantized_ = is_fp8_recipe(l.precision) || is_fp4_recipe(l.precision);
+    qb_ = operand_bytes(low_);
+    // the tokens to the experts: FP8 rows under FP8 recipes, bf16 under the others (moet's FP4
+    // recipes, as Megatron's)
+    db_ = is_fp8_recipe(l.precision) ? 1 : a_;
     // The ranks may share one machine's compute and memory (the `local` CPU system, and the
     // emulated cluster, whose nodes are namespaces of that one machine).
     share_ = s.compute_shared ? static_cast<int>(l.gpus) : 1;
@@ -127,7 +140,7 @@ class SlotBuilder {
     const double pk = peak(p), flops = 2 * m * n * k * count, mr = m;
     auto t = [&](double x, double y, double z) {
       const double compute = flops / (pk * gemm_efficiency(s_, p, x, y, z, share_));
-      const double eb = (low_precision && quantized_) ? 1 : a_;
+      const double eb = (low_precision && quantized_) ? qb_ : a_;
       const double bytes = count * (x * z + z * y) * eb + count * x * y * a_;
       return std::max(compute, bytes / hbm_);
     };
@@ -138,9 +151,12 @@ class SlotBuilder {
     launch(w, 1, 2);
     if (low_precision && quantized_) {
       // Casts: the input row- and column-wise (for wgrad) in forward, the output gradient
-      // both ways in backward; FP8 inputs are what is saved.
-      mem(w, count * m * k * 3, count * m * n * 3, 1, 1, 1);
-      if (save_input) w.act_bytes += count * m * k;
+      // both ways in backward, counted as a read at activation precision and a write of one
+      // operand per element (FP8: 3 bytes, as calibrated); the quantized inputs are what is
+      // saved. (NVFP4's 16-point transform of the wgrad copies is 32 flops per element inside
+      // the cast: memory-bound like it.)
+      mem(w, count * m * k * (a_ + qb_), count * m * n * (a_ + qb_), 1, 1, 1);
+      if (save_input) w.act_bytes += count * m * k * qb_;
     } else if (save_input) {
       w.act_bytes += count * m * k * a_;
     }
@@ -272,7 +288,7 @@ class SlotBuilder {
     // Dispatch: pack per destination (FP8 cast first when quantized), unpack and permute into
     // expert-major order; combine: weight, pack, unpack and sum the k rows of each token.
     const double fanout = fan_.ranks_same_domain + fan_.ranks_other_domains;
-    const double db = quantized_ ? 1 : a_;
+    const double db = db_;
     in_experts_ = true;
     mem(body, (1 + fanout) * h() * tl() * db + 2 * arrivals * h() * db,
         (1 + fanout) * h() * tl() * a_ + 2 * arrivals * h() * a_, 2, 2, 1);
@@ -283,7 +299,7 @@ class SlotBuilder {
     // and keeps no expert output; moet weights at the combine and keeps the outputs for the
     // probs' gradient, so on its stack `moe_act` makes them again with fc2's forward.
     SlotCost act = start("");
-    act.act_bytes += arrivals * fe * (quantized_ ? 1 : a_);
+    act.act_bytes += arrivals * fe * (quantized_ ? qb_ : a_);
     if (s_.compute_shared) {
       gemm(act, per_expert, h(), fe, local, true, false);
       act.act_bytes += arrivals * h() * a_;
@@ -390,7 +406,8 @@ class SlotBuilder {
   // the formats of the recipe's low-precision GEMMs (the decoder linears') and of the others
   // (head, router, attention: bf16 unless fp32)
   ops::Format low_ = ops::Format::F32, high_ = ops::Format::F32;
-  bool quantized_ = false;
+  bool quantized_ = false;   // the decoder GEMMs take FP8 or FP4 operands
+  double qb_ = 1, db_ = 2;   // bytes per element: their operands; the tokens to the experts
   bool inside_moe_ = false;  // building a recomputed MoE layer's parts
 };
 

@@ -140,10 +140,19 @@ std::string assumptions_line(const SimLayout& l) {
                                           : l.recompute + " recompute";
   char imb[64];
   std::snprintf(imb, sizeof imb, "%.2f", l.expert_imbalance);
+  // the FP4 recipes have no published row to check against: say what stands in for one
+  const std::string fp4 =
+      is_fp4_recipe(l.precision)
+          ? str(", ", recipe_name(l.precision),
+                " GEMMs at MXFP8's efficiency of the FP4 peak (no FP4 GEMM shape table is "
+                "published), tokens to the experts in bf16, the quantizers and the Hadamard "
+                "transform as memory-bound casts, bf16 weights gathered (no FP4 parameter "
+                "gather); the error band is the MXFP8 rows'")
+          : std::string();
   return str(graphs_phrase(l.cuda_graphs), ", all-to-all overlap ",
              l.a2a_overlap ? "on (combined 1F1B)" : "off", ", ", r, ", ",
              l.expert_imbalance == 1.0 ? "force-balanced routing" : str("expert imbalance ", imb),
-             ", data-parallel overlap ", l.dp_overlap ? "on" : "off");
+             ", data-parallel overlap ", l.dp_overlap ? "on" : "off", fp4);
 }
 
 std::string band_line(const ErrorBand& b, const std::string& cuda_graphs) {

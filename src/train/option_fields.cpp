@@ -158,11 +158,11 @@ std::vector<OptionField> optim_fields() {
 std::vector<OptionField> precision_fields() {
   return {
       {"precision", "precision", "--precision", FlagStyle::kValueShown,
-       "fp32, bf16, mxfp8, fp8-blockwise, or auto (the faster of bf16 and fp32 on this CPU at "
-       "the model's shapes, measured once and cached)",
+       "fp32, bf16, mxfp8, fp8-blockwise, nvfp4, mxfp4, or auto (the faster of bf16 and fp32 "
+       "on this CPU at the model's shapes, measured once and cached)",
        words(MOET_REF(precision.recipe), precision_choices())},
       MOET_OPTION("precision", "bf16_layers", precision.bf16_layers, "--bf16-layers", kValueShown,
-                  "FP8 recipes: the first and the last N decoder layers run in bf16"),
+                  "FP8 and FP4 recipes: the first and the last N decoder layers run in bf16"),
   };
 }
 

@@ -79,23 +79,25 @@ float fp4_operand(const void* src, DType src_dtype, int64_t r, int64_t C, Format
   const int64_t rows = wgrad ? fp4_wgrad_rows(r) : r;
   const Tensor values(out, gemm_operand_dtype(), {rows, C});
   if (rows == 0 || C == 0) return 0.0f;
-  // the source as fp32 rows, zero-padded for wgrad (a view of src where nothing changes)
+  const Fp4StepState& s = step_state();
+  float signs[16];
+  for (int i = 0; i < 16; ++i) signs[i] = s.signs[size_t(i)].load();
+  const bool transform = wgrad && f == Format::NVFP4;
+  // the source as fp32 rows, zero-padded for wgrad and transformed in place (a view of src where
+  // nothing changes); quantizing the transformed rows is quantizing with the transform
   const float* x = static_cast<const float*>(src);
-  if (src_dtype == DType::BF16 || rows != r) {
+  if (src_dtype == DType::BF16 || rows != r || transform) {
     float* staged = scratch<float>(size_t(rows * C), 10);
     if (src_dtype == DType::BF16)
       bf16_to_f32(static_cast<const uint16_t*>(src), staged, r * C);
     else
       std::memcpy(staged, src, size_t(r * C) * sizeof(float));
     std::fill(staged + r * C, staged + rows * C, 0.0f);
+    Tensor st(staged, DType::F32, {rows, C});
+    if (transform) hadamard16(st, BlockAxis::Cols, signs, st);
     x = staged;
   }
-  const Fp4StepState& s = step_state();
-  float signs[16];
-  for (int i = 0; i < 16; ++i) signs[i] = s.signs[size_t(i)].load();
   Fp4Options o;
-  o.hadamard = wgrad && f == Format::NVFP4;
-  o.signs = signs;
   o.stochastic = grad;
   o.seed = s.seed.load();
   o.stream = stream_id({kRoundTag, uint64_t(s.step.load()), key.weight, key.rows, uint64_t(role)});

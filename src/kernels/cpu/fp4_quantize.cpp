@@ -6,7 +6,9 @@
 // Work is split over rows (Rows) or 16/32-row slabs (Cols, Square); every value is a function of
 // its block (and its position, for stochastic rounding), so any thread count gives the same bits.
 #include <algorithm>
+#include <bit>
 #include <cfloat>
+#include <cstring>
 #include <vector>
 
 #include "core/bf16.h"
@@ -101,7 +103,7 @@ const float* source_rows(const Plan& p, int64_t r0, int64_t r1, float* buf) {
       hadamard_row(x + (r - r0) * p.C, p.C, p.signs, buf + (r - r0) * p.C);
     return buf;
   }
-  std::copy(x, x + (r1 - r0) * p.C, buf);
+  if (buf != x) std::copy(x, x + (r1 - r0) * p.C, buf);  // (in place: hadamard16 with y = x)
   for (int64_t s = 0; s < r1 - r0; s += kH) hadamard_lanes(buf + s * p.C, p.C, p.C, p.signs);
   return buf;
 }
@@ -137,15 +139,15 @@ inline void expand_blocks(const float* v, int64_t nb, int64_t b, int64_t C, floa
   for (int64_t k = 0; k < nb; ++k) std::fill_n(out + k * b, std::min(b, C - k * b), v[k]);
 }
 
-// byte k of out = byte (i0 + k) % 16 of CounterRng block (i0 + k) / 16, k < n.
+// byte k of out = byte (i0 + k) % 16 of CounterRng block (i0 + k) / 16 (its 4 words little-end
+// first), k < n: the blocks made lane-parallel into words, then their bytes copied.
 void random_bytes(const CounterRng& rng, uint64_t i0, int64_t n, uint8_t* out) {
-  for (uint64_t blk = i0 / 16; blk * 16 < i0 + uint64_t(n); ++blk) {
-    const auto w = rng.block(blk);
-    uint8_t bytes[16];
-    for (int k = 0; k < 16; ++k) bytes[k] = uint8_t(w[k / 4] >> (8 * (k % 4)));
-    const uint64_t a = std::max(blk * 16, i0), e = std::min(blk * 16 + 16, i0 + uint64_t(n));
-    for (uint64_t i = a; i < e; ++i) out[i - i0] = bytes[i - blk * 16];
-  }
+  if (n <= 0) return;
+  const uint64_t first = i0 / 16, last = (i0 + uint64_t(n) - 1) / 16;
+  uint32_t* words = scratch<uint32_t>(size_t(4 * (last - first + 1)), 1);
+  philox4x32_10_blocks(rng.seed(), rng.stream(), first, int64_t(last - first + 1), words);
+  static_assert(std::endian::native == std::endian::little, "the words' bytes low byte first");
+  std::memcpy(out, reinterpret_cast<const uint8_t*>(words) + (i0 - first * 16), size_t(n));
 }
 
 // Quantizes row r (its source values xs) with per-column enc/dec, writing values and codes.
@@ -206,8 +208,12 @@ void quantize_slab(const Plan& p, int64_t sb) {
   std::fill_n(amax, C, 0.0f);
   for (int64_t r = r0; r < r1; ++r) {
     const float* __restrict xr = xs + (r - r0) * C;
+    // as maxps: NaN ignored, and the loop vectorises (std::max's compare-and-store did not)
 #pragma omp simd
-    for (int64_t j = 0; j < C; ++j) amax[j] = std::max(amax[j], std::fabs(xr[j]));
+    for (int64_t j = 0; j < C; ++j) {
+      const float a = std::fabs(xr[j]), m = amax[j];
+      amax[j] = a > m ? a : m;
+    }
   }
   if (p.axis == BlockAxis::Square) {
     const int64_t ncb = (C + b - 1) / b;
@@ -231,7 +237,10 @@ void quantize_slab(const Plan& p, int64_t sb) {
 // The amax of the (transformed) tensor: per slab, then the largest (order-free: exact).
 float tensor_amax(const Plan& p) {
   const int64_t h = p.o->hadamard ? p.slab() : 1, ns = (p.R + h - 1) / h;
-  std::vector<float> part(size_t(ns), 0.0f);
+  static thread_local std::vector<float> parts;  // grow-only: no allocation once warm
+  if (parts.size() < size_t(ns)) parts.resize(size_t(ns));
+  float* part = parts.data();
+  std::fill_n(part, ns, 0.0f);
   parallel_ranges_min(ns, std::max<int64_t>(1, kParallelMin / std::max<int64_t>(h * p.C, 1)),
                       [&](int64_t s0, int64_t s1) {
                         float* buf = scratch<float>(size_t(h * p.C), 0);
@@ -241,7 +250,7 @@ float tensor_amax(const Plan& p) {
                         }
                       });
   float m = 0;
-  for (float v : part) m = std::max(m, v);
+  for (int64_t s = 0; s < ns; ++s) m = std::max(m, part[s]);
   return m;
 }
 

@@ -93,28 +93,31 @@ Tensor made(const Operand* q, const Tensor& t, Format f, int64_t numel) {
 // FP4 (fp4_operands.h): each non-empty segment's rows of x_MD (F32 or BF16 bits, C columns)
 // quantized on its own in `role` (a global scale per segment, so an expert's rows from one source
 // are quantized alike under every layout) into out at row `row0[s]`; returns the amaxes.
-std::vector<float> fp4_segments(const Tensor& x, const int32_t* off, int64_t G, Format f,
-                                Fp4Role role, const std::vector<Fp4Key>& keys,
-                                const std::vector<int64_t>& row0, const Tensor& out) {
-  std::vector<float> amax(size_t(G), 0.0f);
+// amax: G entries (scratch of the caller's, as every array of these helpers: no allocation in a
+// step once warm).
+void fp4_segments(const Tensor& x, const int32_t* off, int64_t G, Format f, Fp4Role role,
+                  const Fp4Key* keys, const int64_t* row0, const Tensor& out, float* amax) {
+  std::fill_n(amax, G, 0.0f);
   const int64_t C = x.size(-1);
   const size_t xs = dtype_size(x.dtype), os = dtype_size(out.dtype);
+  // segments over the threads, each quantized on one (the quantizer's bits do not depend on it)
+#pragma omp parallel for schedule(dynamic, 1) if (G > 1)
   for (int64_t g = 0; g < G; ++g) {
     const int64_t r = off[g + 1] - off[g];
     if (r == 0) continue;
-    amax[size_t(g)] = fp4_operand(static_cast<const char*>(x.ptr) + size_t(off[g] * C) * xs,
-                                  x.dtype, r, C, f, role, keys.empty() ? Fp4Key{} : keys[size_t(g)],
-                                  static_cast<char*>(out.ptr) + size_t(row0[size_t(g)] * C) * os);
+    amax[g] = fp4_operand(static_cast<const char*>(x.ptr) + size_t(off[g] * C) * xs, x.dtype, r, C,
+                          f, role, keys ? keys[g] : Fp4Key{},
+                          static_cast<char*>(out.ptr) + size_t(row0[g] * C) * os);
   }
-  return amax;
 }
 
 // The segments' own first rows (offsets), or FP4 wgrad's padded ones.
-std::vector<int64_t> segment_rows0(const int32_t* off, int64_t G, bool padded) {
-  std::vector<int64_t> r0(size_t(G) + 1, 0);
+// (G + 1 entries in scratch slot 12 or, padded, 13.)
+const int64_t* segment_rows0(const int32_t* off, int64_t G, bool padded) {
+  int64_t* r0 = scratch<int64_t>(size_t(G) + 1, padded ? 13 : 12);
+  r0[0] = 0;
   for (int64_t g = 0; g < G; ++g)
-    r0[size_t(g) + 1] =
-        r0[size_t(g)] + (padded ? fp4_wgrad_rows(off[g + 1] - off[g]) : off[g + 1] - off[g]);
+    r0[g + 1] = r0[g] + (padded ? fp4_wgrad_rows(off[g + 1] - off[g]) : off[g + 1] - off[g]);
   return r0;
 }
 
@@ -126,13 +129,13 @@ void fp4_grouped_forward(const Grouped& g, const Tensor& x_MD, const int32_t* of
              "an FP4 grouped linear needs F32 tensors");
   const int64_t D = g.D, O = g.O;
   const Tensor xq = operand_buffer({g.M, D}, kSlotX);
-  const std::vector<float> ax =
-      fp4_segments(x_MD, off, g.G, f, Fp4Role::FpropX, {}, segment_rows0(off, g.G, false), xq);
+  float* ax = scratch<float>(size_t(g.G), 12);
+  fp4_segments(x_MD, off, g.G, f, Fp4Role::FpropX, nullptr, segment_rows0(off, g.G, false), xq, ax);
   const Fp4Weight w = fp4_weight(w_EOD, g.E, O, D, f, false, o.wq);
   for_each_segment(g.G, off, [&](int64_t s) {
     const int64_t r0 = off[s], r = off[s + 1] - off[s], e = s / g.S;
-    gemm_operands(false, true, r, O, D, fp4_alpha(f, ax[size_t(s)], w.amax[e]), xq, r0 * D, D,
-                  w.values, e * O * D, D, 0.0f, y_MO.f32() + r0 * O, O);
+    gemm_operands(false, true, r, O, D, fp4_alpha(f, ax[s], w.amax[e]), xq, r0 * D, D, w.values,
+                  e * O * D, D, 0.0f, y_MO.f32() + r0 * O, O);
     if (o.y_format == Format::BF16) round_bf16_f32(y_MO.f32() + r0 * O, y_MO.f32() + r0 * O, r * O);
   });
 }
@@ -195,7 +198,7 @@ namespace {
 
 // dgrad: dx = dy · w[e] per segment, one GEMM each (overwrite).
 void grouped_dgrad(const Grouped& g, const Tensor& dy_MO, const int32_t* off, const Tensor& w_EOD,
-                   Tensor& dx_MD, const GroupedLinearOptions& o, const std::vector<Fp4Key>& keys) {
+                   Tensor& dx_MD, const GroupedLinearOptions& o, const Fp4Key* keys) {
   const int64_t D = g.D, O = g.O, S = g.S;
   const Format f = o.precision.dgrad;
   if (f == Format::F32) {
@@ -211,13 +214,14 @@ void grouped_dgrad(const Grouped& g, const Tensor& dy_MO, const int32_t* off, co
   }
   if (is_fp4(f)) {
     const Tensor dyq = operand_buffer({g.M, O}, kSlotDy);
-    const std::vector<float> ady = fp4_segments(dy_MO, off, g.G, f, Fp4Role::DgradDy, keys,
-                                                segment_rows0(off, g.G, false), dyq);
+    float* ady = scratch<float>(size_t(g.G), 12);
+    fp4_segments(dy_MO, off, g.G, f, Fp4Role::DgradDy, keys, segment_rows0(off, g.G, false), dyq,
+                 ady);
     const Fp4Weight w = fp4_weight(w_EOD, g.E, O, D, f, true, o.wq);
     for_each_segment(g.G, off, [&](int64_t s) {
       const int64_t r0 = off[s], e = s / S;
-      gemm_operands(false, false, off[s + 1] - r0, D, O, fp4_alpha(f, ady[size_t(s)], w.amax[e]),
-                    dyq, r0 * O, O, w.values, e * O * D, D, 0.0f, dx_MD.f32() + r0 * D, D);
+      gemm_operands(false, false, off[s + 1] - r0, D, O, fp4_alpha(f, ady[s], w.amax[e]), dyq,
+                    r0 * O, O, w.values, e * O * D, D, 0.0f, dx_MD.f32() + r0 * D, D);
     });
     return;
   }
@@ -241,28 +245,27 @@ struct WgradOperands {
   Tensor dy, x;
   // FP4: segment s's rows start at row0[s] of dy and x and run row0[s + 1] - row0[s] (padded to
   // 16), and its GEMM's sum is scaled by alpha[s]; empty: the segments' own rows, alpha 1.
-  std::vector<int64_t> row0;
-  std::vector<float> alpha;
+  const int64_t* row0 = nullptr;
+  const float* alpha = nullptr;
 };
 
 WgradOperands wgrad_operands(const Grouped& g, const Tensor& dy_MO, const Tensor& x_MD,
                              const int32_t* off, const GroupedLinearOptions& o,
-                             const std::vector<Fp4Key>& keys) {
+                             const Fp4Key* keys) {
   const Format f = o.precision.wgrad;
-  if (f == Format::F32) return {dy_MO, x_MD, {}, {}};
+  if (f == Format::F32) return {dy_MO, x_MD, nullptr, nullptr};
   WgradOperands q;
   if (is_fp4(f)) {
     q.row0 = segment_rows0(off, g.G, true);
-    const int64_t P = q.row0.back();
+    const int64_t P = q.row0[g.G];
     q.dy = operand_buffer({P, g.O}, kSlotDy);
     q.x = operand_buffer({P, g.D}, kSlotX);
-    const std::vector<float> ady = fp4_segments(dy_MO, off, g.G, f, Fp4Role::WgradDy, keys, q.row0,
-                                                q.dy),
-                             ax = fp4_segments(x_MD, off, g.G, f, Fp4Role::WgradX, keys, q.row0,
-                                               q.x);
-    q.alpha.resize(size_t(g.G));
-    for (int64_t s = 0; s < g.G; ++s)
-      q.alpha[size_t(s)] = fp4_alpha(f, ady[size_t(s)], ax[size_t(s)]);
+    float* ady = scratch<float>(size_t(g.G), 13);
+    float* ax = scratch<float>(size_t(g.G), 14);
+    fp4_segments(dy_MO, off, g.G, f, Fp4Role::WgradDy, keys, q.row0, q.dy, ady);
+    fp4_segments(x_MD, off, g.G, f, Fp4Role::WgradX, keys, q.row0, q.x, ax);
+    for (int64_t s = 0; s < g.G; ++s) ax[s] = fp4_alpha(f, ady[s], ax[s]);  // now the alphas
+    q.alpha = ax;
     return q;
   }
   q.dy = made(o.dyq, o.dyq ? o.dyq->wgrad() : Tensor{}, f, g.M * g.O);
@@ -296,10 +299,10 @@ void grouped_wgrad(const Grouped& g, const Tensor& dy_MO, const Tensor& x_MD, co
         return;
       }
       if constexpr (std::is_same_v<T, float>) {
-        const bool fp4 = !q.row0.empty();
-        const int64_t k0 = fp4 ? q.row0[size_t(s)] : r0, k = fp4 ? q.row0[size_t(s) + 1] - k0 : r;
-        gemm_operands(true, false, O, D, k, fp4 ? q.alpha[size_t(s)] : 1.0f, q.dy, k0 * O, O, q.x,
-                      k0 * D, D, beta, out, D);
+        const bool fp4 = q.row0 != nullptr;
+        const int64_t k0 = fp4 ? q.row0[s] : r0, k = fp4 ? q.row0[s + 1] - k0 : r;
+        gemm_operands(true, false, O, D, k, fp4 ? q.alpha[s] : 1.0f, q.dy, k0 * O, O, q.x, k0 * D,
+                      D, beta, out, D);
       } else {
         blas_gemm(true, false, O, D, r, T(1), dy_MO.data<T>() + r0 * O, O, x_MD.data<T>() + r0 * D,
                   D, beta, out, D);
@@ -348,11 +351,11 @@ void grouped_linear_backward(const Tensor& dy_MO, const Tensor& x_MD, const Tens
   MOET_CHECK(!low || dy_MO.dtype == DType::F32, "low-precision grouped linear needs F32 tensors");
   const double flops = 2.0 * double(g.M) * double(g.O) * double(g.D);
   // FP4: each segment's random streams keyed by its weight and its rows of x
-  std::vector<Fp4Key> keys;
+  Fp4Key* keys = nullptr;
   if (is_fp4(p.dgrad) || is_fp4(p.wgrad)) {
     MOET_CHECK(p.fprop == p.dgrad && p.dgrad == p.wgrad,
                "an FP4 grouped linear takes one format in all three GEMMs");
-    keys.resize(size_t(g.G));
+    keys = scratch<Fp4Key>(size_t(g.G), 12);
     const size_t row_bytes = size_t(g.D) * dtype_size(x_MD.dtype);
     for (int64_t s = 0; s < g.G; ++s)
       keys[size_t(s)] =
