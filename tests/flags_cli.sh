@@ -89,7 +89,7 @@ refuse --weight-decay "${train[@]}" --lr 0.1 --weight-decay 10  # lr x wd >= 1 f
 
 # integer flags: each value below its least, and text that is no integer
 declare -A least=([--steps]=1 [--micro-batch]=1 [--seq]=2 [--grad-accum]=1 [--warmup]=0
-  [--threads]=0 [--prefetch]=0 [--bf16-layers]=0 [--log-every]=1 [--log-expert-load]=0
+  [--threads]=0 [--prefetch]=0 [--bf16-layers]=0 [--bf16-layers-end]=0 [--log-every]=1 [--log-expert-load]=0
   [--eval-every]=0 [--eval-batches]=0 [--ep]=1 [--ep-ranks-per-node]=0 [--pp]=1 [--vpp]=1
   [--save-every]=0 [--keep-last]=0 [--skip-nonfinite]=0 [--seed]=0)
 for flag in "${!least[@]}"; do
@@ -207,6 +207,7 @@ refuse --seq "${bench[@]}" --seq 1
 refuse --steps "${bench[@]}" --steps 0
 refuse --warmup "${bench[@]}" --warmup -1
 refuse --bf16-layers "${bench[@]}" --bf16-layers -1
+refuse --bf16-layers-end "${bench[@]}" --bf16-layers-end -1
 refuse --precision "${bench[@]}" --precision fp7
 refuse --threads "${bench[@]}" --threads -1
 echo '{}' >"$work/x.json"

@@ -70,6 +70,26 @@ TEST(Recipe, EachRoleRunsInItsRowsFormat) {
   EXPECT_TRUE(same(recipe_traits(Recipe::MXFP4).decoder, LinearPrecision::all(Format::MXFP4)));
 }
 
+// --bf16-layers 2 --bf16-layers-end 8 (NVIDIA's NVFP4 run): bf16 at the start and the end
+// apart; --bf16-layers alone sets both; an MTP block follows the recipe.
+TEST(Recipe, Bf16LayersAtStartAndEndApart) {
+  const int64_t L = 12;
+  const PrecisionPolicy p = resolve_precision("nvfp4", 2, 8);
+  for (int64_t layer = 0; layer <= L; ++layer) {
+    const bool bf16 = layer < 2 || (layer >= L - 8 && layer < L);
+    EXPECT_EQ(p.decoder(layer, L).fprop, bf16 ? Format::BF16 : Format::NVFP4) << layer;
+  }
+  EXPECT_EQ(p.bf16_edge_words(), "first 2 and last 8 layers");
+  const PrecisionPolicy same_both = resolve_precision("mxfp8", 3);
+  EXPECT_EQ(same_both.bf16_layers_end, 3);
+  EXPECT_EQ(same_both.bf16_edge_words(), "first and last 3 layers");
+  EXPECT_EQ(same_both.decoder(L - 3, L).fprop, Format::BF16);
+  EXPECT_EQ(same_both.decoder(L - 4, L).fprop, Format::MXFP8);
+  const PrecisionPolicy none_at_end = resolve_precision("mxfp4", 1, 0);
+  EXPECT_EQ(none_at_end.decoder(0, L).fprop, Format::BF16);
+  EXPECT_EQ(none_at_end.decoder(L - 1, L).fprop, Format::MXFP4);
+}
+
 TEST(Recipe, DocsListTheRecipesInTheTablesOrder) {
   const std::string docs = read_text_file(std::string(MOET_SOURCE_DIR) + "/docs/precision.md");
   const size_t table = docs.find("## The recipes");

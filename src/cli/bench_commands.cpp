@@ -34,8 +34,11 @@ CLI::App* add_bench_command(CLI::App& app, BenchArgs& a) {
   add_choice_option(c, "--precision", a.precision.recipe, precision_choices(),
                     "with --model: the recipe (as moet train takes it)");
   c->add_option("--bf16-layers", a.precision.bf16_layers,
-                "with --model: bf16 layers of FP8 and FP4 recipes")
+                "with --model: the first (and last) bf16 layers of FP8 and FP4 recipes")
       ->capture_default_str();
+  c->add_option("--bf16-layers-end", a.precision.bf16_layers_end,
+                "with --model: the last bf16 layers of FP8 and FP4 recipes (default: as "
+                "--bf16-layers)");
   c->add_option("--micro-batch", a.micro_batch, "with --model")->capture_default_str();
   c->add_option("--seq", a.seq, "with --model")->capture_default_str();
   c->add_option("--steps", a.steps, "with --model: profiled steps")->capture_default_str();
@@ -50,6 +53,8 @@ void run_bench(const BenchArgs& a) {
   check_flag_at_least("--link-gbps", a.link_gbps, 0);
   if (!a.model.empty()) {
     check_flag_at_least("--bf16-layers", a.precision.bf16_layers, 0);
+    if (a.precision.bf16_layers_end)
+      check_flag_at_least("--bf16-layers-end", *a.precision.bf16_layers_end, 0);
     check_flag_positive("--micro-batch", a.micro_batch);
     check_flag_at_least("--seq", a.seq, 2);
     check_flag_positive("--steps", a.steps);

@@ -38,6 +38,15 @@ std::string fmt_fixed(double v, int digits) {
 }
 }  // namespace
 
+namespace {
+// --precision's words: auto and each recipe's name.
+std::vector<std::string> precision_names() {
+  std::vector<std::string> v;
+  for (const auto& [name, recipe] : precision_choices()) v.push_back(name);
+  return v;
+}
+}  // namespace
+
 CLI::App* add_eval_command(CLI::App& app, EvalArgs& a) {
   CLI::App* c =
       app.add_subcommand("eval", "held-out loss, perplexity and bits per byte of a checkpoint");
@@ -65,12 +74,15 @@ CLI::App* add_eval_command(CLI::App& app, EvalArgs& a) {
   c->add_option("--seq", a.seq,
                 "sequence length (default: the run's, else min(256, max_position_embeddings))");
   c->add_option("--precision", a.precision,
-                "the recipe of the forward: auto, fp32, bf16, mxfp8, fp8-blockwise (default: the "
-                "run's, else fp32)")
-      ->check(CLI::IsMember({"auto", "fp32", "bf16", "mxfp8", "fp8-blockwise"}));
+                "the recipe of the forward: auto, fp32, bf16, mxfp8, fp8-blockwise, nvfp4, mxfp4 "
+                "(default: the run's, else fp32)")
+      ->check(CLI::IsMember(precision_names()));
   c->add_option(
       "--bf16-layers", a.bf16_layers,
       "FP8 and FP4 recipes: the first and last layers in bf16 (default: the run's, else 1)");
+  c->add_option("--bf16-layers-end", a.bf16_layers_end,
+                "FP8 and FP4 recipes: the last layers in bf16 (default: the run's, else as "
+                "--bf16-layers)");
   c->add_option("--seed", a.seed, "seed of the data (mock data; default: the run's)")
       ->check(unsigned_integer());
   c->add_option("--threads", a.threads, "threads (default: all cores)");
@@ -100,6 +112,7 @@ EvalArgs checked_args(const EvalArgs& given) {
   }
   check_flag_positive("--micro-batch", given.micro_batch);
   check_flag_at_least("--bf16-layers", given.bf16_layers, 0);
+  if (given.bf16_layers_end) check_flag_at_least("--bf16-layers-end", *given.bf16_layers_end, 0);
   if (given.seq) check_flag_positive("--seq", *given.seq);
   check_flag_threads(given.threads);
   if (!given.split.empty()) parse_data_split(given.split);
@@ -128,6 +141,8 @@ std::vector<std::string> take_run_settings(EvalArgs& a, const RunSettings& rs) {
     if (!rs.precision.empty()) take("--precision", a.precision, rs.precision, rs.precision);
     const int64_t bf16 = rs.options->precision.bf16_layers;
     take("--bf16-layers", a.bf16_layers, bf16, std::to_string(bf16));
+    if (const std::optional<int64_t> end = rs.options->precision.bf16_layers_end; end)
+      take("--bf16-layers-end", a.bf16_layers_end, end, std::to_string(*end));
     take("--micro-batch", a.micro_batch, d.micro_batch, std::to_string(d.micro_batch));
     const int64_t batches = rs.options->logging.eval_batches;
     take("--batches", a.batches, batches, std::to_string(batches));
@@ -201,7 +216,8 @@ void run_eval(const EvalArgs& given) {
   // the recipe (auto: the faster here) and its GEMMs: the run's, else the faster here
   const RecipeChoice recipe = choose_recipe(
       {a.precision == "auto" ? std::nullopt : std::optional<Recipe>(parse_recipe(a.precision)),
-       a.bf16_layers, model_gemm_shapes(cfg, a.micro_batch * T), "", rs.gemm_operands, true});
+       a.bf16_layers, a.bf16_layers_end.value_or(a.bf16_layers),
+       model_gemm_shapes(cfg, a.micro_batch * T), "", rs.gemm_operands, true});
   ops::set_gemm_operand_dtype(recipe.operands, recipe.operands_why);
   if (!from_run.empty() && !a.json) {
     std::string s;

@@ -27,8 +27,9 @@ struct EvalArgs {
   std::string json_key = "text";
   std::string precision;  // = fp32
   int64_t bf16_layers = 1, batches = 4, micro_batch = 8;
-  std::string batches_text;    // --batches as given: N or "all" ("" = not given)
-  std::optional<int64_t> seq;  // = min(256, max_position_embeddings)
+  std::optional<int64_t> bf16_layers_end;  // = the run's, else as --bf16-layers
+  std::string batches_text;                // --batches as given: N or "all" ("" = not given)
+  std::optional<int64_t> seq;              // = min(256, max_position_embeddings)
   uint64_t seed = 1234;
   int threads = 0;
   bool overwrite = false;  // replace an existing --dump file

@@ -83,7 +83,7 @@ constexpr MegatronName kMegatronNames[] = {
      "moet's FP4 recipes (E2M1 elements) are --precision nvfp4 and --precision mxfp4"},
     {"--first-last-layers-bf16", "--bf16-layers", nullptr},
     {"--num-layers-at-start-in-bf16", "--bf16-layers", nullptr},
-    {"--num-layers-at-end-in-bf16", "--bf16-layers", nullptr},
+    {"--num-layers-at-end-in-bf16", "--bf16-layers-end", nullptr},
     {"--expert-model-parallel-size", "--ep", nullptr},
     {"--pipeline-model-parallel-size", "--pp", nullptr},
     {"--virtual-pipeline-model-parallel-size", "--vpp", nullptr},

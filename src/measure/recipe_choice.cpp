@@ -24,10 +24,11 @@ std::string speeds_text(const GemmSpeeds& s) {
 
 }  // namespace
 
-PrecisionPolicy recipe_policy(Recipe recipe, int64_t bf16_layers) {
+PrecisionPolicy recipe_policy(Recipe recipe, int64_t bf16_layers, int64_t bf16_layers_end) {
   PrecisionPolicy p;
   p.recipe = recipe;
   p.bf16_layers = bf16_layers;
+  p.bf16_layers_end = bf16_layers_end < 0 ? bf16_layers : bf16_layers_end;
   return p;
 }
 
@@ -35,7 +36,7 @@ RecipeChoice choose_recipe(const RecipeRequest& r) {
   RecipeChoice c;
   const bool bf16_default = ops::cpu_has_bf16();  // (false under MOET_NO_BF16_GEMM=1)
   auto finish = [&](Recipe recipe) {
-    c.policy = recipe_policy(recipe, r.bf16_layers);
+    c.policy = recipe_policy(recipe, r.bf16_layers, r.bf16_layers_end);
     return c;
   };
   // a resumed auto run: its recipe and store as recorded

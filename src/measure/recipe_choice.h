@@ -19,6 +19,7 @@ namespace moet {
 struct RecipeRequest {
   std::optional<Recipe> asked;    // --precision (nullopt: auto)
   int64_t bf16_layers = 1;        // --bf16-layers
+  int64_t bf16_layers_end = -1;   // --bf16-layers-end (negative: as --bf16-layers)
   std::vector<GemmShape> shapes;  // the model's GEMM shapes (model_gemm_shapes)
   std::string recorded_recipe;    // a resumed run's recipe ("" none): auto keeps it
   std::string recorded_operands;  // its operand store ("bf16", "fp32"; "" none)
@@ -36,7 +37,8 @@ struct RecipeChoice {
 
 RecipeChoice choose_recipe(const RecipeRequest& r);
 
-// The policy of a recipe with its --bf16-layers.
-PrecisionPolicy recipe_policy(Recipe recipe, int64_t bf16_layers);
+// The policy of a recipe with its --bf16-layers and --bf16-layers-end (negative: as
+// --bf16-layers).
+PrecisionPolicy recipe_policy(Recipe recipe, int64_t bf16_layers, int64_t bf16_layers_end = -1);
 
 }  // namespace moet

@@ -25,8 +25,9 @@ struct RecipeTraits {
   // (fprop, dgrad, wgrad); the MoE tokens travel to the experts in their fprop format (bf16
   // under the FP4 recipes, whose experts quantize each source's rows on their own).
   ops::LinearPrecision decoder;
-  // The first and last --bf16-layers decoder layers of the main model run bf16 instead
-  // (Megatron's num_layers_at_start_in_bf16 / _end_in_bf16, for its FP8 and FP4 recipes).
+  // The first --bf16-layers and the last --bf16-layers-end decoder layers of the main model run
+  // bf16 instead (Megatron's num_layers_at_start_in_bf16 / _end_in_bf16, for its FP8 and FP4
+  // recipes).
   bool bf16_edge_layers;
   ops::Format head;       // the output projection (LM head) and the MTP modules' eh_proj
   ops::Format attention;  // core attention's q·kᵀ and p·v operands (statistics fp32)
@@ -63,16 +64,20 @@ inline bool is_fp8_recipe(Recipe r) { return ops::is_fp8(recipe_traits(r).decode
 inline bool is_fp4_recipe(Recipe r) { return ops::is_fp4(recipe_traits(r).decoder.fprop); }
 
 struct PrecisionPolicy;
-// The policy of --precision NAME (or "auto": bf16 where the CPU multiplies bf16, else fp32) and
-// --bf16-layers.
-PrecisionPolicy resolve_precision(const std::string& name, int64_t bf16_layers);
+// The policy of --precision NAME (or "auto": bf16 where the CPU multiplies bf16, else fp32),
+// --bf16-layers and --bf16-layers-end (negative: as many as --bf16-layers).
+PrecisionPolicy resolve_precision(const std::string& name, int64_t bf16_layers,
+                                  int64_t bf16_layers_end = -1);
 
 struct PrecisionPolicy {
   Recipe recipe = Recipe::FP32;
-  // FP8 and FP4 recipes: the first and the last this many decoder layers of the main model run in
-  // bf16
-  // (Megatron's num_layers_at_start_in_bf16 / _end_in_bf16, default 1 each).
+  // FP8 and FP4 recipes: the first bf16_layers and the last bf16_layers_end decoder layers of
+  // the main model run in bf16 (Megatron's num_layers_at_start_in_bf16 / _end_in_bf16, default 1
+  // each; NVIDIA's NVFP4 paper kept the first 2 and the last 8 of 62).
   int64_t bf16_layers = 1;
+  int64_t bf16_layers_end = 1;
+  // "first and last 1 layers", "first 2 and last 8 layers" (for the header and reports).
+  std::string bf16_edge_words() const;
 
   // The linear layers (attention projections, dense MLP, shared and routed experts) of decoder
   // layer `layer` of `num_layers`; layer >= num_layers is an MTP module's block, which follows

@@ -27,7 +27,7 @@ OpProfile profile_training_step(const OpProfileOptions& o) {
   ops::set_num_threads(o.threads > 0 ? o.threads
                                      : std::max(1, int(std::thread::hardware_concurrency())));
   const RecipeChoice recipe =
-      choose_recipe({o.precision.recipe, o.precision.bf16_layers,
+      choose_recipe({o.precision.recipe, o.precision.bf16_layers, o.precision.bf16_end(),
                      model_gemm_shapes(cfg, o.micro_batch * o.seq), "", "", true});
   ops::set_gemm_operand_dtype(recipe.operands, recipe.operands_why);
   const PrecisionPolicy precision = recipe.policy;

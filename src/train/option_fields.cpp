@@ -162,7 +162,12 @@ std::vector<OptionField> precision_fields() {
        "on this CPU at the model's shapes, measured once and cached)",
        words(MOET_REF(precision.recipe), precision_choices())},
       MOET_OPTION("precision", "bf16_layers", precision.bf16_layers, "--bf16-layers", kValueShown,
-                  "FP8 and FP4 recipes: the first and the last N decoder layers run in bf16"),
+                  "FP8 and FP4 recipes: the first N decoder layers (and the last N, unless "
+                  "--bf16-layers-end) run in bf16"),
+      MOET_OPTION("precision", "bf16_layers_end", precision.bf16_layers_end, "--bf16-layers-end",
+                  kValue,
+                  "FP8 and FP4 recipes: the last N decoder layers run in bf16 (default: as "
+                  "--bf16-layers; NVIDIA's NVFP4 run kept the first 2 and the last 8)"),
   };
 }
 

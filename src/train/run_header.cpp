@@ -117,7 +117,7 @@ void print_run_header(const RunHeader& h) {
       precision.decoder(cfg.num_hidden_layers / 2, cfg.num_hidden_layers).fprop;
   std::printf("precision: %s", recipe_name(precision.recipe));
   if (recipe_traits(precision.recipe).bf16_edge_layers)
-    std::printf(" (first and last %lld layers bf16)", (long long)o.precision.bf16_layers);
+    std::printf(" (%s bf16)", precision.bf16_edge_words().c_str());
   if (!h.recipe.auto_why.empty()) std::printf(" | %s", h.recipe.auto_why.c_str());
   // (auto's line gives the measured speeds that also chose where the GEMMs run)
   std::printf(" | %s\n", ops::kernel_description(main, h.recipe.auto_why.empty()).c_str());

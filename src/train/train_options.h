@@ -76,7 +76,10 @@ MomentDtypes moment_dtypes(const OptimizerOptions& o);
 struct PrecisionOptions {
   // unset: --precision auto, the faster recipe on this CPU (measure/recipe_choice.h)
   std::optional<Recipe> recipe;
-  int64_t bf16_layers = 1;  // FP8 recipes: first and last N decoder layers stay bf16
+  int64_t bf16_layers = 1;  // FP8 and FP4 recipes: the first N decoder layers stay bf16
+  // and the last N (unset: as many as bf16_layers)
+  std::optional<int64_t> bf16_layers_end;
+  int64_t bf16_end() const { return bf16_layers_end.value_or(bf16_layers); }
   // "auto" or the recipe's name, as --precision takes it.
   std::string name() const;
 };

@@ -44,6 +44,8 @@ void check_numbers(const TrainOptions& o) {
   check_flag_threads(o.parallel.threads);
   check_flag_in_range("--prefetch", o.data.prefetch, int64_t(0), int64_t(1024));
   check_flag_at_least("--bf16-layers", o.precision.bf16_layers, 0);
+  if (o.precision.bf16_layers_end)
+    check_flag_at_least("--bf16-layers-end", *o.precision.bf16_layers_end, 0);
   if (o.recompute.num_layers)
     check_flag_positive("--recompute-num-layers", *o.recompute.num_layers);
   check_flag_positive("--log-every", o.logging.log_every);

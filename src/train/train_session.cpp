@@ -197,9 +197,9 @@ std::unique_ptr<TrainSession> start_training(const TrainOptions& o, Communicator
   reading.reset();
   // The recipe --precision resolves to here and where its GEMMs run (measured, cached)
   RecipeChoice recipe =
-      choose_recipe({o.precision.recipe, o.precision.bf16_layers, model_gemm_shapes(cfg, B * T),
-                     s->checkpoints->recorded_precision(), s->checkpoints->recorded_gemm_operands(),
-                     !o.parallel.deterministic});
+      choose_recipe({o.precision.recipe, o.precision.bf16_layers, o.precision.bf16_end(),
+                     model_gemm_shapes(cfg, B * T), s->checkpoints->recorded_precision(),
+                     s->checkpoints->recorded_gemm_operands(), !o.parallel.deterministic});
   if (setup) setup->agree();  // every rank's setup succeeded: the collectives may start
   agree_on_recipe(world, recipe);
   ops::set_gemm_operand_dtype(recipe.operands, recipe.operands_why);
