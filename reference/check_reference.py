@@ -798,15 +798,21 @@ def precision_policy():
     want = {("fp32", 1): ["fp32"] * 4, ("bf16", 1): ["bf16"] * 4,
             ("mxfp8", 1): ["bf16", "mxfp8", "bf16", "mxfp8"],
             ("fp8-blockwise", 0): ["fp8-blockwise"] * 4,
-            ("mxfp8", 2): ["bf16", "bf16", "bf16", "mxfp8"]}
-    for (p, n), fmts in want.items():
-        m = DeepseekV3(cfg, torch.float64, precision=p, bf16_layers=n)
+            ("mxfp8", 2): ["bf16", "bf16", "bf16", "mxfp8"],
+            ("nvfp4", 1): ["bf16", "nvfp4", "bf16", "nvfp4"],
+            ("mxfp4", 0): ["mxfp4"] * 4,
+            ("nvfp4", 1, 0): ["bf16", "nvfp4", "nvfp4", "nvfp4"],
+            ("mxfp4", 0, 2): ["mxfp4", "bf16", "bf16", "mxfp4"]}
+    for key, fmts in want.items():
+        p, n, end = (*key, -1) if len(key) == 2 else key
+        m = DeepseekV3(cfg, torch.float64, precision=p, bf16_layers=n, bf16_layers_end=end)
         got = [layer.self_attn.q_a_proj.fmt for layer in m.model.layers]
         assert got == fmts, (p, n, got)
         for layer, f in zip(m.model.layers, fmts):
             mlp = layer.mlp
             if layer.is_moe:
                 assert mlp.fmt == f and mlp.experts[3].down_proj.fmt == f and mlp.shared_experts.fmt == f
+                assert quant.dispatch_format(f) == ("bf16" if f in ("nvfp4", "mxfp4") else f)
                 assert mlp.combine_fmt == ("fp32" if p == "fp32" else "bf16")
             else:
                 assert mlp.fmt == f and mlp.up_proj.fmt == f
@@ -869,6 +875,9 @@ def check_golden(gdir, config):
     print(f"    golden precision {m.precision} (bf16_layers {m.bf16_layers})")
     load_hf_state_dict(m, params)
     assert all(t.dtype == torch.float32 for t in params.values())
+    # the 4-bit recipes' stochastic roundings: the generator as make_golden.py seeded it
+    seed = json.loads(meta["spec"])["seed"] if "spec" in meta else 0
+    quant.fp4_generator(int(meta.get("sr_seed", seed)))
     tok = step["tokens"]
     assert tok.dtype == torch.int32 and tok.dim() == 2
     out = m(tok.long(), return_logits=True)

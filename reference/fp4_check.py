@@ -20,6 +20,8 @@ and common/cast/nvfp4/core_nvfp4.cuh, not from moet's C++), fp32 throughout:
   same transform in float64 from TE's matrix (sign_mat @ H, scaled 1/sqrt(16)) agrees to fp32
   rounding (checked), which pins down the convention.
 - scales.f32: R x ceil(C/b), a square's scale repeated on its 16 rows; values.bf16 = bf16(values).
+The same rules hold reference/quant.py's torch quantizer (the golden files' 4-bit recipes) bit
+for bit on every case.
 torchao (0.18, pure PyTorch, CPU): nvfp4_quantize(x, per_tensor_scale=amax / 2688) on rows and
 on the transformed rows; its codes and scales must equal moet's bit for bit on every block whose
 E4M3 scale is normal (>= 2^-6): it clamps smaller scales up to 2^-6 where TE keeps subnormals.
@@ -272,6 +274,30 @@ def main():
                          10 if args.verbose else 3)
 
 
+def check_torch_reference(fmt, layout, x):
+    """reference/quant.py's torch quantizer (the golden files' recipe) against the rules above,
+    bit for bit: values (e2m1 * dec) and, for NVFP4, the global decode scale; its transform (along
+    the tokens, 16 rows) on the transposed rows."""
+    import torch
+    import quant
+    want = reference(fmt, layout, x)
+    xt = hadamard_rows(x) if layout == "rows-rht" else x
+    if layout == "rows-rht":
+        got_t = quant.hadamard16_rows(torch.from_numpy(np.ascontiguousarray(x.T))).numpy().T
+        if not np.array_equal(bits(got_t), bits(xt)):
+            return ["reference/quant.py's hadamard16_rows differs from the butterflies here"]
+    values, g_dec = quant.fp4_quantize(torch.from_numpy(np.ascontiguousarray(xt)), fmt,
+                                       "square" if layout == "square" else "rows")
+    problems = []
+    if not np.array_equal(bits(values.numpy()), bits(want["values.f32"])):
+        problems.append("reference/quant.py's fp4_quantize values differ from the rules here")
+    if fmt == "nvfp4":
+        amax = want["amax.f32"][0]
+        if float(g_dec) != float(global_scale(amax)[1]):
+            problems.append(f"reference/quant.py's global decode scale {float(g_dec)!r}")
+    return problems
+
+
 def check_all(exe, work, nshow):
     rng = np.random.default_rng(20251201)
     torchao_blocks = [0]
@@ -284,6 +310,7 @@ def check_all(exe, work, nshow):
             if layout == "rows-rht" and x.shape[1] % 16:
                 continue
             p = run_case(exe, work, name, fmt, layout, x, nshow, torchao_blocks)
+            p += check_torch_reference(fmt, layout, x)
             results.append((name, fmt, layout, x.shape, p))
     failed = 0
     for name, fmt, layout, shape, problems in results:

@@ -2,13 +2,17 @@
 """Write the golden files of docs/model.md ("Golden files") for one config.
 
 usage: make_golden.py CONFIG OUTDIR [--spec reference/golden_spec.json]
-                      [--precision fp32|bf16|mxfp8|fp8-blockwise] [--bf16-layers N]
+                      [--precision fp32|bf16|mxfp8|fp8-blockwise|nvfp4|mxfp4]
+                      [--bf16-layers N] [--sr-seed S]
 
 Prints one line per file written on stdout (per-step training losses go to stderr).
 Float64 math throughout, tensors saved as F32 (tokens I32):
   params.safetensors  every parameter + e_score_correction_bias, by HF name (seeded init)
   step.safetensors    tokens [B,T+1], logits [B*T,V], loss, lm_loss, mtp_loss, balance_loss,
-                      z_loss ([1] each; the last three unweighted sums), grad.<name>
+                      z_loss ([1] each; the last three unweighted sums), grad.<name>; under
+                      the 4-bit recipes also grad_mean.<name>, the mean gradient over
+                      FP4_DRAWS backward passes with other stochastic roundings and sign
+                      vectors (generator seeded seed + 1 + k, signs drawn first)
   train.safetensors   tokens [steps,grad_accum,B,T+1], losses [steps], lm_losses [steps],
                       bias.<layer> (final e_score_correction_bias of each MoE layer)
 
@@ -39,9 +43,11 @@ import torch  # noqa: E402
 from config import load_config  # noqa: E402
 from model import (MoE, DeepseekV3, combine_losses, hf_state_dict,  # noqa: E402
                    init_parameters, routing_margin)
-from quant import PRECISIONS  # noqa: E402
+from quant import FP4, PRECISIONS, fp4_generator  # noqa: E402
 from safetensors_io import save_file  # noqa: E402
 from train import TrainHParams, make_optimizer, train_step  # noqa: E402
+
+FP4_DRAWS = 128   # backward passes averaged into grad_mean (the 4-bit recipes)
 
 REQUIRED_SPEC = ["seed", "micro_batch", "seq", "grad_accum", "steps", "lr", "warmup",
                  "beta1", "beta2", "eps", "weight_decay", "grad_clip", "mtp_lambda",
@@ -66,7 +72,14 @@ def main(argv=None) -> int:
     ap.add_argument("--precision", default="fp32", choices=PRECISIONS,
                     help="training recipe of docs/precision.md (default fp32)")
     ap.add_argument("--bf16-layers", type=int, default=1,
-                    help="FP8 recipes: first and last N main decoder layers in bf16 (default 1)")
+                    help="FP8 and FP4 recipes: first and last N main decoder layers in bf16 "
+                         "(default 1)")
+    ap.add_argument("--sr-seed", type=int, default=None,
+                    help="FP4 recipes: seed of the stochastic roundings' generator (default: the "
+                         "spec's seed)")
+    ap.add_argument("--dtype", choices=("float64", "float32"), default="float64",
+                    help="the math (float32: one emulated fp32 implementation, to measure how "
+                         "far such a one lands from the float64 files)")
     args = ap.parse_args(argv)
 
     t0 = time.time()
@@ -90,7 +103,13 @@ def main(argv=None) -> int:
 
     # ---- parameters ------------------------------------------------------------------
     gen = torch.Generator().manual_seed(int(spec["seed"]))
-    model = DeepseekV3(cfg, torch.float64, precision=args.precision, bf16_layers=args.bf16_layers)
+    fp4_generator(int(spec["seed"]) if args.sr_seed is None else args.sr_seed)
+    if args.sr_seed is not None:
+        meta["sr_seed"] = str(args.sr_seed)
+    dtype = torch.float64 if args.dtype == "float64" else torch.float32
+    if dtype != torch.float64:
+        meta["dtype"] = args.dtype
+    model = DeepseekV3(cfg, dtype, precision=args.precision, bf16_layers=args.bf16_layers)
     init_parameters(model, gen, round_to_fp32=True)
     init_state = {n: t.detach().clone() for n, t in hf_state_dict(model).items()}
     path = os.path.join(args.outdir, "params.safetensors")
@@ -128,6 +147,23 @@ def main(argv=None) -> int:
     for n, p in model.named_parameters():   # trainable parameters (router biases excluded)
         g = p.grad if p.grad is not None else torch.zeros_like(p)
         step["grad." + n] = _f32(g)
+    if args.precision in FP4:
+        # the stochastic parts averaged: what moet's mean over as many draws is held against
+        base = int(spec["seed"]) if args.sr_seed is None else args.sr_seed
+        sums = {n: torch.zeros_like(p) for n, p in model.named_parameters()}
+        for k in range(FP4_DRAWS):
+            fp4_generator(base + 1 + k, random_signs=True)
+            model.zero_grad(set_to_none=True)
+            o = model(step_tokens)
+            combine_losses(o, hp.loss_weights(), cfg.num_nextn_predict_layers)[0].backward()
+            for n, p in model.named_parameters():
+                if p.grad is not None:
+                    sums[n] += p.grad
+        for n, t in sums.items():
+            step["grad_mean." + n] = _f32(t / FP4_DRAWS)
+        fp4_generator(base)
+        model.zero_grad(set_to_none=True)
+        meta["fp4_draws"] = str(FP4_DRAWS)
     path = os.path.join(args.outdir, "step.safetensors")
     save_file(step, path, meta)
     print(f"wrote {path}: loss {loss.item():.6f} lm_loss {parts['lm_loss'].item():.6f} "

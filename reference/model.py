@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from config import ModelConfig
 from quant import (Bf16Attention, attention_format, combine_format, decoder_format,
-                   head_format, quantize_ste, quantized_linear)
+                   dispatch_format, head_format, quantize_ste, quantized_linear)
 from rope import apply_rope, rope_tables, softmax_scale
 
 
@@ -270,9 +270,10 @@ class MoE(nn.Module):
         load = torch.bincount(flat, minlength=E)                            # [E]
         tok = order // K                                                    # token of each row
         # Low precision: the rows travel in the experts' fprop format (quantized 1 x b along
-        # D here, straight-through in backward) and the experts use them as they are.
+        # D here, straight-through in backward) and the experts use them as they are; under
+        # the 4-bit recipes they travel in bf16 and each expert quantizes its own rows.
         low = self.fmt != "fp32"
-        x_disp = quantize_ste(xf, self.fmt, "rows") if low else xf
+        x_disp = quantize_ste(xf, dispatch_format(self.fmt), "rows") if low else xf
         x_perm = x_disp.index_select(0, tok)                                # [M, D]
         w_perm = w.reshape(-1).index_select(0, order).to(x.dtype)           # [M]
         outs = []
@@ -389,11 +390,12 @@ class DeepseekV3(nn.Module):
     """Main model + MTP modules + losses.  `forward(seq)` with seq [B, T+1] int64.
 
     precision: the training recipe of docs/precision.md ("fp32", "bf16", "mxfp8",
-    "fp8-blockwise"); bf16_layers: FP8 recipes run the first and the last that many decoder
-    layers of the main model in bf16."""
+    "fp8-blockwise", "nvfp4", "mxfp4"); bf16_layers: FP8 and FP4 recipes run the first and the
+    last that many decoder layers of the main model in bf16 (the last bf16_layers_end when that
+    is >= 0)."""
 
     def __init__(self, cfg: ModelConfig, dtype: torch.dtype = torch.float32,
-                 precision: str = "fp32", bf16_layers: int = 1):
+                 precision: str = "fp32", bf16_layers: int = 1, bf16_layers_end: int = -1):
         super().__init__()
         self.cfg = cfg
         self.dtype = dtype
@@ -403,17 +405,18 @@ class DeepseekV3(nn.Module):
         else:
             self.lm_head = None
         self._rope_cache = {}   # (T, device) -> (cos, sin); deliberately not a buffer
-        self.set_precision(precision, bf16_layers)
+        self.set_precision(precision, bf16_layers, bf16_layers_end)
 
-    def set_precision(self, precision: str, bf16_layers: int = 1):
+    def set_precision(self, precision: str, bf16_layers: int = 1, bf16_layers_end: int = -1):
         """Formats of every GEMM from the recipe (src/model/recipe.h's kRecipes): decoder
         linears by layer, LM head, eh_proj and core attention bf16 unless fp32; the router
         stays in the model's dtype."""
         L = self.cfg.num_hidden_layers
         self.precision, self.bf16_layers = precision, bf16_layers
+        self.bf16_layers_end = bf16_layers if bf16_layers_end < 0 else bf16_layers_end
         self.head_fmt = head_format(precision)
         for i, layer in enumerate(self.model.layers):
-            layer.set_format(decoder_format(precision, i, L, bf16_layers),
+            layer.set_format(decoder_format(precision, i, L, bf16_layers, self.bf16_layers_end),
                              combine_format(precision), attention_format(precision))
             if isinstance(layer, MTPLayer):
                 layer.eh_proj.fmt = self.head_fmt

@@ -41,6 +41,10 @@ exactly as the spec says (fp32 products, fp32 division) and returns float32 valu
   down to a power of two, value = e4m3(x * s) * fp32(1 / s).
 - Blocks tile a dimension from index 0; a last partial block is zero padding (amax ignores NaN).
 
+- nvfp4 / mxfp4 (the 4-bit recipes, FP4 section below): E2M1 elements; NVFP4 with an E4M3 scale
+  per 16 and a global scale per tensor, MXFP4 with an E8M0 scale per 32; stochastic rounding of
+  the gradients and (NVFP4) the 16-point Hadamard transform on the wgrad operands.
+
 Model math may be float64: `qop` quantizes the float32 rounding of an operand and hands the
 quantized values back in the operand's dtype, and `quantized_linear` multiplies those in that
 dtype (the golden files are float64 math on quantized operands).
@@ -48,9 +52,10 @@ dtype (the golden files are float64 math on quantized operands).
 
 import torch
 
-FORMATS = ("fp32", "bf16", "mxfp8", "fp8-blockwise")
+FORMATS = ("fp32", "bf16", "mxfp8", "fp8-blockwise", "nvfp4", "mxfp4")
 PRECISIONS = FORMATS            # the recipes (--precision) carry the same names
 BLOCK = {"mxfp8": 32, "fp8-blockwise": 128}
+FP4 = ("nvfp4", "mxfp4")
 E4M3_MAX = 448.0
 FLT_MAX = 3.4028234663852886e38
 
@@ -204,6 +209,123 @@ def quantize_blocks(x: torch.Tensor, fmt: str, axis: str):
     return v[:R, :C], scale, mult, deq
 
 
+# ------------------------------------------------------------------------------------------
+# The 4-bit formats (docs/precision.md, "NVFP4 and MXFP4"; the rules as reference/fp4_check.py
+# states them from Transformer Engine's reference quantizer), in float32:
+# - NVFP4: tensor amax a (after the transform, if any); g = fp32(2688 / a) (FLT_MAX on overflow;
+#   1 when a is 0 or g is 0), g_dec = fp32(1 / g); per block (1x16, 16x1 or 16x16, zero-padded)
+#   dec = e4m3(min(block_amax * fp32(g * fp32(1/6)), FLT_MAX) clipped to 448), enc =
+#   min(fp32(1 / fp32(dec * g_dec)), FLT_MAX); element e2m1(clip(x * enc, +-6)); the operand's
+#   value is e2m1 * dec * g_dec (moet multiplies the two g_dec into the GEMM's fp32 sum).
+# - MXFP4: per block of 32, dec = 2^ceil(log2(fp32(block_amax / 6))) (exponent in [-127, 127]),
+#   element e2m1(clip(x / dec, +-6)), value e2m1 * dec.
+# - Rounding: nearest-even, or stochastic (gradients): up with probability equal to the distance
+#   from the lower grid point over the spacing.  The draws here come from torch's generator
+#   (`fp4_generator`), not moet's counter-based Philox streams: a stochastic operand agrees with
+#   moet's in distribution, not bit for bit (the golden bounds are measured for that).
+# - Transform (NVFP4 wgrad operands): along the tokens, each 16 consecutive rows x (zero padding
+#   to a multiple of 16) become x . diag(s) . H16 / 4 in fp32 butterflies, s = TE's sign vector
+#   (moet's default, the sign vector of a model not stepped by the trainer) or a random one.
+# ------------------------------------------------------------------------------------------
+TE_SIGNS = (1, 1, 1, -1, 1, -1, -1, -1, -1, -1, -1, 1, -1, 1, -1, -1)
+_fp4_gen = {"gen": torch.Generator().manual_seed(0), "signs": TE_SIGNS}
+
+
+def fp4_generator(seed: int, random_signs: bool = False):
+    """Reseed the generator of the stochastic roundings (make_golden: the spec's seed); with
+    random_signs the transform's sign vector is drawn from it too (16 fair +-1), as moet draws
+    one per (seed, step), else it is TE's."""
+    g = torch.Generator().manual_seed(int(seed))
+    _fp4_gen["gen"] = g
+    _fp4_gen["signs"] = (tuple(int(v) for v in torch.randint(0, 2, (16,), generator=g) * -2 + 1)
+                         if random_signs else TE_SIGNS)
+
+
+def e2m1_round(y: torch.Tensor, stochastic: bool = False) -> torch.Tensor:
+    """float32 -> E2M1 value (0, 0.5, 1, 1.5, 2, 3, 4, 6 and negatives), saturating to +-6;
+    nearest-even or stochastic.  NaN -> +6 (cvt satfinite)."""
+    a = torch.where(torch.isnan(y), torch.full_like(y, 6.0), y.abs()).clamp(max=6.0)
+    sp = torch.where(a < 2, torch.full_like(a, 0.5), torch.where(a < 4, torch.ones_like(a),
+                                                                  torch.full_like(a, 2.0)))
+    t = a / sp                                       # exact: sp is a power of two
+    if stochastic:
+        lo = torch.floor(t)
+        u = torch.rand(t.shape, generator=_fp4_gen["gen"], dtype=torch.float64)
+        q = lo + (u < (t - lo).double()).to(t.dtype)
+    else:
+        q = torch.round(t)                           # half to even
+    q = (q * sp).clamp(max=6.0)
+    return torch.copysign(q, torch.where(torch.isnan(y), torch.ones_like(y), y))
+
+
+def hadamard16_rows(x: torch.Tensor) -> torch.Tensor:
+    """x [R, C] (R % 16 == 0): each 16 consecutive rows mixed, x . diag(s) . H16 / 4 along the
+    rows, in fp32 butterflies (moet's order)."""
+    R, C = x.shape
+    signs = torch.tensor(_fp4_gen["signs"], dtype=x.dtype)
+    v = (x.reshape(R // 16, 16, C) * signs[:, None]).clone()
+    for h in (1, 2, 4, 8):
+        idx = torch.tensor([i for i in range(16) if not i & h])
+        a, b = v[:, idx, :].clone(), v[:, idx + h, :].clone()
+        v[:, idx, :], v[:, idx + h, :] = a + b, a - b
+    return (v * 0.25).reshape(R, C)
+
+
+def fp4_quantize(x: torch.Tensor, fmt: str, axis: str, stochastic: bool = False):
+    """x float32 [R, C] -> (values e2m1 * dec float32 [R, C], g_dec float32 scalar; 1 for MXFP4)."""
+    b = 16 if fmt == "nvfp4" else 32
+    if fmt == "mxfp4" and axis == "square":
+        raise ValueError("MXFP4 blocks are 1x32 or 32x1")
+    R, C = x.shape
+    bam = block_amax(x, b, axis)
+    one = torch.tensor(1.0, dtype=torch.float32)
+    if fmt == "nvfp4":
+        amax = (torch.nan_to_num(x.abs(), nan=0.0, posinf=float("inf")).max() if x.numel()
+                else one * 0)
+        g = torch.tensor(2688.0, dtype=torch.float32) / amax
+        g = torch.where(torch.isinf(g), torch.tensor(FLT_MAX, dtype=torch.float32), g)
+        g = torch.where((amax == 0) | (g == 0), one, g)
+        g_dec = one / g
+        sc = torch.minimum(bam * (g * (one / 6)), torch.tensor(FLT_MAX, dtype=torch.float32))
+        dec = e4m3_round(sc.clamp(0, E4M3_MAX))
+        enc = torch.minimum(one / (dec * g_dec), torch.tensor(FLT_MAX, dtype=torch.float32))
+    else:
+        v = bam / torch.tensor(6.0, dtype=torch.float32)
+        m, e = torch.frexp(v)
+        e = torch.where(m == 0.5, e - 1, e)
+        e = torch.where(v == 0, torch.full_like(e, -127), torch.where(torch.isinf(v), torch.full_like(e, 127), e))
+        e = e.clamp(-127, 127)
+        dec = (2.0 ** e.to(torch.float64)).to(torch.float32)
+        enc, g_dec = one / dec, one
+    p = _blocked(x, b, axis)
+    de, en = dec, enc
+    for d in _BLOCK_DIMS[axis]:
+        de, en = de.unsqueeze(d), en.unsqueeze(d)
+    vals = e2m1_round(p * en, stochastic) * de
+    vals = vals.reshape(R, -1) if axis == "rows" else vals.reshape(p.shape[0] * p.shape[1], -1)
+    return vals[:R, :C], g_dec
+
+
+def fp4_op(t: torch.Tensor, fmt: str, axis: str, stochastic: bool = False) -> torch.Tensor:
+    """The dequantized FP4 operand of t (quantized from its float32 rounding), in t's dtype:
+    values times g_dec, the product in t's dtype."""
+    v, g_dec = fp4_quantize(t.detach().to(torch.float32).contiguous(), fmt, axis, stochastic)
+    return v.to(t.dtype) * g_dec.to(t.dtype)
+
+
+def fp4_wgrad_op(t: torch.Tensor, fmt: str, stochastic: bool) -> torch.Tensor:
+    """A wgrad operand [r, C]: zero rows up to a multiple of 16, NVFP4 transformed along the
+    tokens, then 16x1 (32x1) blocks along the tokens."""
+    x = t.detach().to(torch.float32).contiguous()
+    pad = (-x.shape[0]) % 16
+    if pad:
+        x = torch.nn.functional.pad(x, (0, 0, 0, pad))
+    if fmt == "nvfp4":
+        x = hadamard16_rows(x)
+    v, g_dec = fp4_quantize(x, fmt, "cols", stochastic)
+    return v.to(t.dtype) * g_dec.to(t.dtype)
+
+
 def quantize(x: torch.Tensor, fmt: str, axis: str = "rows") -> torch.Tensor:
     """Quantized values (float32) of a float32 tensor in `fmt`; FP8 formats need 2-D x
     (axis "rows": 1 x b blocks, "cols": b x 1, "square": b x b).  fp32 is the identity."""
@@ -212,6 +334,9 @@ def quantize(x: torch.Tensor, fmt: str, axis: str = "rows") -> torch.Tensor:
         return x
     if fmt == "bf16":
         return bf16_round(x)
+    if fmt in FP4:
+        v, g_dec = fp4_quantize(x, fmt, axis)
+        return v * g_dec
     if fmt not in BLOCK:
         raise ValueError(f"format {fmt!r} is not one of {FORMATS}")
     assert x.dim() == 2, x.shape
@@ -222,6 +347,14 @@ def weight_axis(fmt: str, dgrad: bool) -> str:
     """Blocks of a weight [O, D]: MXFP8 1x32 along D for fprop, 32x1 along O for dgrad;
     blockwise 128x128 for both."""
     if fmt == "fp8-blockwise":
+        return "square"
+    return "cols" if dgrad else "rows"
+
+
+def fp4_weight_axis(fmt: str, dgrad: bool) -> str:
+    """Blocks of a weight [O, D]: NVFP4 16x16 (one copy for fprop and dgrad); MXFP4 1x32 along
+    D for fprop, 32x1 along O for dgrad."""
+    if fmt == "nvfp4":
         return "square"
     return "cols" if dgrad else "rows"
 
@@ -248,8 +381,12 @@ class QuantizedLinear(torch.autograd.Function):
     def forward(ctx, x, w, fmt, x_in_format):
         O, D = w.shape
         x2 = x.reshape(-1, D)
-        xq = x2 if x_in_format else qop(x2, fmt, "rows")
-        y = xq.matmul(qop(w, fmt, weight_axis(fmt, False)).t())
+        if fmt in FP4:       # the 4-bit operands (fp4_linear_forward): x rows, nearest-even
+            xq = fp4_op(x2, fmt, "rows")
+            y = xq.matmul(fp4_op(w, fmt, fp4_weight_axis(fmt, False)).t())
+        else:
+            xq = x2 if x_in_format else qop(x2, fmt, "rows")
+            y = xq.matmul(qop(w, fmt, weight_axis(fmt, False)).t())
         ctx.save_for_backward(x2, w)
         ctx.fmt, ctx.x_shape = fmt, x.shape
         return y.reshape(*x.shape[:-1], O)
@@ -260,6 +397,13 @@ class QuantizedLinear(torch.autograd.Function):
         fmt = ctx.fmt
         dy2 = dy.reshape(-1, w.shape[0])
         dx = dw = None
+        if fmt in FP4:       # dy stochastic; wgrad operands padded and (NVFP4) transformed
+            if ctx.needs_input_grad[0]:
+                dx = fp4_op(dy2, fmt, "rows", True).matmul(
+                    fp4_op(w, fmt, fp4_weight_axis(fmt, True))).reshape(ctx.x_shape)
+            if ctx.needs_input_grad[1]:
+                dw = fp4_wgrad_op(dy2, fmt, True).t().matmul(fp4_wgrad_op(x2, fmt, False))
+            return dx, dw, None, None
         if ctx.needs_input_grad[0]:
             dx = qop(dy2, fmt, "rows").matmul(qop(w, fmt, weight_axis(fmt, True)))
             dx = dx.reshape(ctx.x_shape)
@@ -338,16 +482,25 @@ def grouped_quantized_linear(x_MD, counts, weights, fmt: str, x_in_format: bool 
 # ------------------------------------------------------------------------------------------
 # The recipes' policy (src/model/recipe.h's kRecipes: the contract)
 # ------------------------------------------------------------------------------------------
-def decoder_format(precision: str, layer: int, num_layers: int, bf16_layers: int = 1) -> str:
-    """Format of the linears of decoder layer `layer` (>= num_layers: an MTP block)."""
+def decoder_format(precision: str, layer: int, num_layers: int, bf16_layers: int = 1,
+                   bf16_layers_end: int = -1) -> str:
+    """Format of the linears of decoder layer `layer` (>= num_layers: an MTP block); the first
+    bf16_layers and the last bf16_layers_end (negative: bf16_layers) main layers run bf16."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision {precision!r} is not one of {PRECISIONS}")
     if precision in ("fp32", "bf16"):
         return precision
     main = layer < num_layers
-    if main and (layer < bf16_layers or layer >= num_layers - bf16_layers):
+    end = bf16_layers if bf16_layers_end < 0 else bf16_layers_end
+    if main and (layer < bf16_layers or layer >= num_layers - end):
         return "bf16"
     return precision
+
+
+def dispatch_format(fmt: str) -> str:
+    """The format the MoE tokens travel to the experts in: the experts' fprop format, but bf16
+    under the 4-bit recipes (whose experts quantize the rows they receive)."""
+    return "bf16" if fmt in FP4 else fmt
 
 
 def head_format(precision: str) -> str:

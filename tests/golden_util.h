@@ -111,18 +111,20 @@ struct GradientReport {
 };
 
 // Every trainable parameter's gradient of m (after backward) against the step file; the file's
-// grad.* names must be exactly the model's trainable parameters.
-inline GradientReport compare_gradients(Model& m, const SafetensorsReader& step) {
+// grad.* names (or `prefix`'s, e.g. "grad_mean.") must be exactly the model's trainable
+// parameters.
+inline GradientReport compare_gradients(Model& m, const SafetensorsReader& step,
+                                        const std::string& prefix = "grad.") {
   GradientReport r;
   std::set<std::string> file_grads;
   for (const std::string& n : step.names())
-    if (n.rfind("grad.", 0) == 0) file_grads.insert(n.substr(5));
+    if (n.rfind(prefix, 0) == 0) file_grads.insert(n.substr(prefix.size()));
   double num = 0, den = 0;
   for (const auto& [name, slice] : m.params().names()) {
     if (!slice.weight->trainable) continue;
-    EXPECT_TRUE(file_grads.erase(name)) << "golden step lacks grad." << name;
-    if (!step.contains("grad." + name)) continue;
-    std::vector<float> g = step.read_f32("grad." + name);
+    EXPECT_TRUE(file_grads.erase(name)) << "golden step lacks " << prefix << name;
+    if (!step.contains(prefix + name)) continue;
+    std::vector<float> g = step.read_f32(prefix + name);
     Tensor mine = slice.grad();
     EXPECT_EQ(int64_t(g.size()), mine.numel()) << name;
     if (int64_t(g.size()) != mine.numel()) continue;
