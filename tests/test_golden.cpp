@@ -39,6 +39,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 
 #include "golden_util.h"
 
@@ -88,15 +89,22 @@ class Golden : public ::testing::TestWithParam<std::string> {
   std::string dir;
   PrecisionPolicy precision;
   Tolerance tol;
+  // tiny.json in the recipe, with the golden parameters
+  std::unique_ptr<Model> golden_model(const SafetensorsReader& params) const {
+    auto m = std::make_unique<Model>(cfg, ModelSpec{.micro_batch = B,
+                                                    .seq_len = T,
+                                                    .loss_weights = loss_weights(spec),
+                                                    .precision = precision});
+    golden::load_parameters(*m, params);
+    return m;
+  }
 };
 
 TEST_P(Golden, LogitsLossesAndEveryGradient) {
   SafetensorsReader params(dir + "/params.safetensors");
   SafetensorsReader step(dir + "/step.safetensors");
-  Model m(
-      cfg,
-      {.micro_batch = B, .seq_len = T, .loss_weights = loss_weights(spec), .precision = precision});
-  golden::load_parameters(m, params);
+  std::unique_ptr<Model> model = golden_model(params);
+  Model& m = *model;
   std::vector<int32_t> tokens = step.read_i32("tokens");
   ASSERT_EQ(int64_t(tokens.size()), B * (T + 1));
 
@@ -138,10 +146,8 @@ TEST_P(GoldenFp4, MeanGradientOverDraws) {
   ASSERT_GT(tol.mean_grads, 0) << GetParam();
   SafetensorsReader params(dir + "/params.safetensors");
   SafetensorsReader step(dir + "/step.safetensors");
-  Model m(
-      cfg,
-      {.micro_batch = B, .seq_len = T, .loss_weights = loss_weights(spec), .precision = precision});
-  golden::load_parameters(m, params);
+  std::unique_ptr<Model> model = golden_model(params);
+  Model& m = *model;
   std::vector<int32_t> tokens = step.read_i32("tokens");
   m.params().zero_grads();
   for (int k = 0; k < kFp4Draws; ++k) {
@@ -164,10 +170,8 @@ TEST_P(GoldenFp4, MeanGradientOverDraws) {
 TEST_P(Golden, TenAdamWStepsWithAccumulationAndBiasUpdate) {
   SafetensorsReader params(dir + "/params.safetensors");
   SafetensorsReader train(dir + "/train.safetensors");
-  Model m(
-      cfg,
-      {.micro_batch = B, .seq_len = T, .loss_weights = loss_weights(spec), .precision = precision});
-  golden::load_parameters(m, params);
+  std::unique_ptr<Model> model = golden_model(params);
+  Model& m = *model;
   const golden::TrainReport r = golden::replay_training(m, spec, train, B, T);
   for (size_t s = 0; s < r.loss_error.size(); ++s) {
     EXPECT_LT(r.loss_error[s], tol.train_loss) << "step " << s;
