@@ -21,7 +21,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from config import ModelConfig
-from quant import (Bf16Attention, attention_format, combine_format, decoder_format,
+from quant import (FP4, Bf16Attention, attention_format, combine_format, decoder_format,
                    dispatch_format, head_format, quantize_ste, quantized_linear)
 from rope import apply_rope, rope_tables, softmax_scale
 
@@ -279,6 +279,8 @@ class MoE(nn.Module):
         outs = []
         for e, xe in enumerate(x_perm.split(load.tolist())):
             if xe.shape[0] > 0:
+                if self.fmt in FP4:    # the dispatch quantizes each expert's rows on their own
+                    xe = quantize_ste(xe, self.fmt, "rows")
                 outs.append(self.experts[e](xe, x_in_format=True) if low else self.experts[e](xe))
         yp = torch.cat(outs, dim=0)
         if self.combine_fmt != "fp32":     # outputs come back rounded (straight-through)

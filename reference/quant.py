@@ -382,7 +382,7 @@ class QuantizedLinear(torch.autograd.Function):
         O, D = w.shape
         x2 = x.reshape(-1, D)
         if fmt in FP4:       # the 4-bit operands (fp4_linear_forward): x rows, nearest-even
-            xq = fp4_op(x2, fmt, "rows")
+            xq = x2 if x_in_format else fp4_op(x2, fmt, "rows")
             y = xq.matmul(fp4_op(w, fmt, fp4_weight_axis(fmt, False)).t())
         else:
             xq = x2 if x_in_format else qop(x2, fmt, "rows")
@@ -498,8 +498,9 @@ def decoder_format(precision: str, layer: int, num_layers: int, bf16_layers: int
 
 
 def dispatch_format(fmt: str) -> str:
-    """The format the MoE tokens travel to the experts in: the experts' fprop format, but bf16
-    under the 4-bit recipes (whose experts quantize the rows they receive)."""
+    """The format the MoE layer hands its tokens to the dispatch in: the experts' fprop format,
+    but bf16 under the 4-bit recipes, whose dispatch quantizes each expert's rows (from one
+    source) on their own, NVFP4 under that segment's amax (model.py's MoE)."""
     return "bf16" if fmt in FP4 else fmt
 
 

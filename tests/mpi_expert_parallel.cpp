@@ -6,8 +6,10 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <vector>
 
+#include "core/bf16.h"
 #include "data/dataset.h"
 #include "kernels/ops.h"
 #include "model/local_dispatcher.h"
@@ -15,6 +17,7 @@
 #include "mpi_dispatch_check.h"
 #include "mpi_test_util.h"
 #include "mpi_train_util.h"
+#include "parallel/allgather_dispatcher.h"
 #include "parallel/alltoall_dispatcher.h"
 #include "parallel/data_parallel.h"
 #include "train/train_step.h"
@@ -161,6 +164,70 @@ TEST(ExpertParallel, PayloadFormatsTravelPackedAndLossless) {
             ++m;
           }
       }
+  }
+}
+
+// The FP4 recipes' tokens: each (expert, source) segment quantized on its own — NVFP4 under the
+// segment's amax — by the source and sent as E2M1 codes with their scales (all-to-all), or
+// quantized on arrival (all-gather): either way the expert rows and amaxes are those of the
+// segment quantized alone, and the all-to-all sends D/2 + D/b bytes a row.
+TEST(ExpertParallel, Fp4SegmentsTravelAsCodesQuantizedAlone) {
+  Communicator& world = test::world();
+  const int64_t P = world.size(), N = 12, K = 2, D = 96, E = 2 * P, r = world.rank();
+  auto token = [&](int64_t p, int64_t n, float* row) {  // rank p's token n, bf16 values
+    for (int64_t j = 0; j < D; ++j)
+      row[j] = round_bf16(std::sin(float(n * D + j + 7 * p)) *
+                          std::exp2(float((n * D + j) % 29) - 14.0f + float(p)));
+  };
+  for (ops::Format f : {ops::Format::NVFP4, ops::Format::MXFP4}) {
+    for (bool gather : {false, true}) {
+      Arena act(8 << 20), scratch(8 << 20);
+      Workspace ws{act, scratch, 1, N};
+      std::unique_ptr<ExpertExchangeDispatcher> d;
+      if (gather)
+        d = std::make_unique<AllGatherDispatcher>(world, E);
+      else
+        d = std::make_unique<AllToAllDispatcher>(world, E);
+      d->set_payload_formats(f, ops::Format::BF16);
+      d->plan(ws, D, K);
+      Tensor x = act.alloc_f32({N, D}), idx = act.alloc_i32({N, K});
+      for (int64_t n = 0; n < N; ++n) {
+        token(r, n, x.f32() + n * D);
+        for (int64_t k = 0; k < K; ++k) idx.i32()[n * K + k] = int32_t((n * n + r + 3 * k) % E);
+      }
+      d->dispatch(x, idx);
+      const std::string what = std::string(ops::format_name(f)) + (gather ? " all-gather" : "");
+      if (!gather) {
+        int64_t rows_to_others = 0;
+        for (int64_t n = 0; n < N; ++n)
+          for (int64_t k = 0; k < K; ++k)
+            rows_to_others += ((n * n + r + 3 * k) % E) / (E / P) != r;
+        EXPECT_EQ(d->bytes_sent(), rows_to_others * ops::wire_row_bytes(D, f)) << what;
+      }
+      const Tensor xp = d->expert_rows(), off = d->expert_offsets();
+      ASSERT_NE(d->segment_amax(), nullptr) << what;
+      for (int64_t l = 0; l < d->num_local_experts(); ++l)
+        for (int64_t p = 0; p < P; ++p) {
+          const int64_t g = l * P + p, e = d->first_local_expert() + l;
+          std::vector<float> seg;  // source p's rows to expert e, in token order
+          for (int64_t n = 0; n < N; ++n)
+            for (int64_t k = 0; k < K; ++k)
+              if ((n * n + p + 3 * k) % E == e) {
+                seg.resize(seg.size() + size_t(D));
+                token(p, n, seg.data() + seg.size() - size_t(D));
+              }
+          const int64_t rows = int64_t(seg.size()) / D;
+          ASSERT_EQ(off.i32()[g + 1] - off.i32()[g], rows) << what;
+          if (rows == 0) continue;
+          std::vector<float> want(seg.size());
+          const ops::Fp4Result res = ops::quantize_fp4(
+              Tensor(seg.data(), DType::F32, {rows, D}), f, ops::BlockAxis::Rows,
+              {.values = Tensor(want.data(), DType::F32, {rows, D}), .codes = {}, .scales = {}});
+          EXPECT_EQ(d->segment_amax()[g], f == ops::Format::NVFP4 ? res.amax : 0.0f) << what;
+          ASSERT_EQ(std::memcmp(xp.f32() + off.i32()[g] * D, want.data(), want.size() * 4), 0)
+              << what << " expert " << e << " source " << p;
+        }
+    }
   }
 }
 

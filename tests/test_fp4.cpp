@@ -305,15 +305,54 @@ TEST(FP4, GemmOfTwoOperandsWithAlphaIsTheDequantizedProduct) {
     }
 }
 
-TEST(FP4, QuantizeAndTheWireRefuseTheFormats) {
+TEST(FP4, QuantizeRefusesTheFormats) {
   std::vector<float> x(64, 1.0f), q(64);
   Tensor xt(x.data(), DType::F32, {4, 16}), qt(q.data(), DType::F32, {4, 16});
   EXPECT_THROW(ops::quantize(xt, Format::NVFP4, BlockAxis::Rows, qt), Error);
-  EXPECT_THROW(ops::wire_row_bytes(16, Format::MXFP4), Error);
   EXPECT_THROW(quant(x, 4, 16, Format::MXFP4, BlockAxis::Square), Error);
   EXPECT_TRUE(ops::is_fp4(Format::NVFP4) && !ops::is_fp8(Format::NVFP4));
   EXPECT_EQ(ops::format_block(Format::NVFP4), 16);
   EXPECT_EQ(ops::format_block(Format::MXFP4), 32);
+}
+
+// The experts' FP4 tokens: quantize_fp4_segments quantizes each segment under its own amax, as
+// quantize_fp4 does the segment alone; on the wire (encode_fp4_rows under that amax, then
+// decode_rows) the rows come back as those values bit for bit, in D/2 + D/b bytes a row (an odd
+// D and a partial block included).
+TEST(FP4, ExpertSegmentsAndTheirWireRows) {
+  for (Format f : {Format::NVFP4, Format::MXFP4}) {
+    for (int64_t D : {int64_t(64), int64_t(45)}) {
+      const int64_t M = 23, b = ops::format_block(f);
+      const std::vector<int32_t> off = {0, 5, 5, 17, 23};  // an empty segment too
+      std::vector<float> x = randn(M * D, 51, 24);
+      for (int64_t i = 0; i < 5 * D; ++i) x[size_t(i)] *= 1e-3f;  // a segment far below the rest
+      std::vector<float> q = x, amax(4, -1.0f);
+      Tensor qt(q.data(), DType::F32, {M, D});
+      ops::quantize_fp4_segments(qt, off.data(), 4, f, amax.data());
+      EXPECT_EQ(ops::wire_row_bytes(D, f), (D + 1) / 2 + (D + b - 1) / b);
+      std::vector<unsigned char> wire(size_t(M * ops::wire_row_bytes(D, f)));
+      for (int64_t g = 0; g < 4; ++g) {
+        const int64_t r0 = off[size_t(g)], r = off[size_t(g) + 1] - r0;
+        std::vector<float> want(size_t(r * D));
+        const ops::Fp4Result res = ops::quantize_fp4(
+            Tensor(x.data() + r0 * D, DType::F32, {r, D}), f, BlockAxis::Rows,
+            {.values = Tensor(want.data(), DType::F32, {r, D}), .codes = {}, .scales = {}});
+        EXPECT_EQ(amax[size_t(g)], f == Format::NVFP4 && r > 0 ? res.amax : 0.0f);
+        for (int64_t i = 0; i < r * D; ++i)
+          ASSERT_EQ(std::bit_cast<uint32_t>(q[size_t(r0 * D + i)]),
+                    std::bit_cast<uint32_t>(want[size_t(i)]))
+              << ops::format_name(f) << " segment " << g << " element " << i;
+        ops::encode_fp4_rows(Tensor(x.data() + r0 * D, DType::F32, {r, D}), f, amax[size_t(g)],
+                             wire.data() + r0 * ops::wire_row_bytes(D, f));
+      }
+      std::vector<float> back(size_t(M * D), -7.0f);
+      Tensor bt(back.data(), DType::F32, {M, D});
+      ops::decode_rows(wire.data(), f, bt);
+      for (int64_t i = 0; i < M * D; ++i)
+        ASSERT_EQ(std::bit_cast<uint32_t>(back[size_t(i)]), std::bit_cast<uint32_t>(q[size_t(i)]))
+            << ops::format_name(f) << " D " << D << " element " << i;
+    }
+  }
 }
 
 // The lane-parallel Philox that draws the stochastic rounding's bytes gives CounterRng's blocks,

@@ -26,7 +26,7 @@
 //   loss (rel)      3.3e-5 / 1.3e-3         9e-8 / 1.7e-3
 //   all gradients   1.6e-1 / 1.9e-1         1.9e-1 / 2.1e-1    (one draw: noise ~ effect)
 //   one gradient    4.2e-1 / 2.0            4.5e-1 / 1.6
-//   train loss      1.8e-2 / 1.5e-2         1.7e-2 / 8.8e-3
+//   train loss      1.8e-2 / 1.7e-2         1.5e-2 / 1.1e-2
 //   mean gradients  1.3e-2 / 1.4e-1         1.4e-2 / 1.6e-1    (128 draws averaged)
 // So the forward is held as tightly as FP8's, one backward pass only grossly (a bound of twice
 // the noise catches a wrong scale, transform or role, not a subtle bias), and the gradient's

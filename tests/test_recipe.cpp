@@ -58,9 +58,8 @@ TEST(Recipe, EachRoleRunsInItsRowsFormat) {
       const bool edge = t.bf16_edge_layers && (layer == 0 || layer == L - 1);
       const LinearPrecision want = edge ? LinearPrecision::all(Format::BF16) : t.decoder;
       EXPECT_TRUE(same(p.decoder(layer, L), want)) << t.name << " layer " << layer;
-      // the tokens travel in the experts' fprop format; FP4 experts take them in bf16
-      EXPECT_EQ(p.dispatch(layer, L), ops::is_fp4(want.fprop) ? Format::BF16 : want.fprop)
-          << t.name << " layer " << layer;
+      // the tokens travel in the experts' fprop format (FP4: codes, a segment at a time)
+      EXPECT_EQ(p.dispatch(layer, L), want.fprop) << t.name << " layer " << layer;
     }
   }
   EXPECT_TRUE(same(recipe_traits(Recipe::MXFP8).decoder, LinearPrecision::all(Format::MXFP8)));

@@ -146,6 +146,10 @@ struct GroupedLinearOptions {
   // Forward: x already holds precision.fprop's values (quantized along D before the dispatch;
   // F32, or BF16 bits), so it is used as it is.
   bool x_in_format = false;
+  // FP4: x holds each segment's fprop values as the dispatch quantized them
+  // (quantize_fp4_segments), with these amaxes (G entries): forward multiplies them as they are,
+  // and the wgrad operand of x is made from them dequantized (× nvfp4_global_decode(amax)).
+  const float* x_fp4_amax = nullptr;
   // Forward: BF16 rounds each segment's output to bf16 as its GEMM ends (the epilogue of the
   // experts' down projection, whose outputs travel back in bf16).
   Format y_format = Format::F32;
@@ -258,13 +262,27 @@ void hadamard16(const Tensor& x_RC, BlockAxis axis, const float* signs, Tensor& 
 // The factor a GEMM of two NVFP4 operands multiplies its fp32 sum of value products by, from
 // their amaxes, as Transformer Engine forms it: fp32(fp32(amax_a·amax_b) / (6·6·448·448)).
 float nvfp4_gemm_alpha(float amax_a, float amax_b);
+// NVFP4's global decode scale 1/g of a tensor with this amax: its values (e2m1 × block scale)
+// times it are the dequantized tensor.
+float nvfp4_global_decode(float amax);
+
+// The experts' tokens under the FP4 recipes (the MoE dispatch): each non-empty segment
+// [off[g], off[g+1]) of x_MD (F32, or BF16 bits) quantized in place as the experts' fprop operand
+// — 1×b blocks along D, nearest-even; NVFP4 under the segment's own amax (amax[g]; 0 under MXFP4
+// and for an empty segment). The values (e2m1 × block scale) are exact in both dtypes.
+void quantize_fp4_segments(Tensor& x_MD, const int32_t* off, int64_t G, Format fmt, float* amax);
 
 // Rows on the wire (the experts' token exchange): each row of x_RD, which must already hold
 // `fmt`'s values along D (quantize with BlockAxis::Rows), packed losslessly into
 // wire_row_bytes(D, fmt) bytes — fp32: 4·D; bf16: 2·D; FP8: D E4M3 codes, then the row's ⌈D/b⌉
-// scales (E8M0 bytes for MXFP8, fp32 for FP8Block) — and unpacked back to F32 values.
+// scales (E8M0 bytes for MXFP8, fp32 for FP8Block) — and unpacked back to F32 values. FP4:
+// encode_fp4_rows quantizes rows of F32 values as quantize_fp4_segments does, for a segment
+// whose amax is `amax` (NVFP4), and packs ⌈D/2⌉ bytes of E2M1 codes (two a byte, the even
+// element in the low nibble), then the row's ⌈D/b⌉ scale bytes (E4M3 for NVFP4, E8M0 for MXFP4);
+// decode_rows unpacks them to the values (e2m1 × block scale). The amax travels apart.
 int64_t wire_row_bytes(int64_t D, Format fmt);
 void encode_rows(const Tensor& x_RD, Format fmt, void* out);
+void encode_fp4_rows(const Tensor& x_RD, Format fmt, float amax, void* out);
 void decode_rows(const void* in, Format fmt, Tensor& x_RD);
 
 // ---------------------------------------------------------------- normalisation / activation

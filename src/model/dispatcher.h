@@ -30,6 +30,12 @@ class TokenDispatcher {
   // layer hands over rows that already hold values of these formats (quantized along D), so a
   // dispatcher that communicates sends them packed — FP8 codes with their scales, or bf16 —
   // losslessly; the single-process dispatcher has nothing to send. Backward exchanges stay fp32.
+  // An FP4 dispatch format (the recipes nvfp4 and mxfp4) differs: the layer hands over bf16
+  // values, and the dispatcher quantizes each (expert, source) segment of expert_rows() on its
+  // own (ops::quantize_fp4_segments: NVFP4's global scale is the segment's) — at the source
+  // where segments travel apart (all-to-all: E2M1 codes, block scales and each segment's amax on
+  // the wire), on arrival where they do not (all-gather, one process) — so every dispatcher
+  // hands the experts the same values; segment_amax() has the amaxes.
   void set_payload_formats(ops::Format dispatch, ops::Format combine) {
     dispatch_format_ = dispatch;
     combine_format_ = combine;
@@ -53,6 +59,8 @@ class TokenDispatcher {
   virtual void dispatch(const Tensor& x_ND, const Tensor& idx_NK) = 0;
   virtual Tensor expert_rows() const = 0;
   virtual Tensor expert_offsets() const = 0;
+  // FP4 dispatch: the amax each expert_offsets() segment was quantized under (nullptr otherwise).
+  virtual const float* segment_amax() const { return nullptr; }
   // y_ND (= or +=) Σ_k gates[n,k] · yp[row of (n,k)], k in order.
   virtual void combine(const Tensor& yp_MD, const Tensor& gates_NK, Tensor& y_ND,
                        bool accumulate) = 0;

@@ -14,11 +14,14 @@ void LocalDispatcher::plan(Workspace& ws, int64_t D, int64_t K) {
   const bool bits =
       dispatch_format_ != ops::Format::F32 && ops::gemm_operand_dtype() == DType::BF16;
   xp_MD_ = ws.act.alloc(bits ? DType::BF16 : DType::F32, {M, D});
+  amax_E_ = ops::is_fp4(dispatch_format_) ? ws.act.alloc_f32({E_}) : Tensor{};
 }
 
 void LocalDispatcher::dispatch(const Tensor& x_ND, const Tensor& idx_NK) {
   ops::moe_permute_plan(idx_NK, E_, offsets_E1_, slot_NK_, token_M_);
   ops::gather_rows(x_ND, token_M_, xp_MD_, xp_operand_);
+  if (ops::is_fp4(dispatch_format_))
+    ops::quantize_fp4_segments(xp_MD_, offsets_E1_.i32(), E_, dispatch_format_, amax_E_.f32());
 }
 
 void LocalDispatcher::combine(const Tensor& yp_MD, const Tensor& gates_NK, Tensor& y_ND,

@@ -18,6 +18,7 @@ class LocalDispatcher final : public TokenDispatcher {
   void dispatch(const Tensor& x_ND, const Tensor& idx_NK) override;
   Tensor expert_rows() const override { return xp_MD_; }
   Tensor expert_offsets() const override { return offsets_E1_; }
+  const float* segment_amax() const override { return amax_E_.empty() ? nullptr : amax_E_.f32(); }
   void combine(const Tensor& yp_MD, const Tensor& gates_NK, Tensor& y_ND, bool accumulate) override;
   void combine_backward(const Tensor& dy_ND, const Tensor& yp_MD, const Tensor& gates_NK,
                         Tensor& dyp_MD, Tensor& dgates_NK) override;
@@ -26,6 +27,7 @@ class LocalDispatcher final : public TokenDispatcher {
  private:
   int64_t E_;
   Tensor offsets_E1_, slot_NK_, token_M_, xp_MD_;  // the layout (the "handle") and the rows
+  Tensor amax_E_;                                  // FP4 dispatch: each expert's segment amax
 };
 
 }  // namespace moet

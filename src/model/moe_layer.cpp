@@ -13,6 +13,7 @@ MoeLayer::MoeLayer(const ModelConfig& c, ParamStore& ps, const std::string& p,
       F_(c.moe_intermediate_size),
       lin_(experts),
       dispatch_(PrecisionPolicy::dispatch_format(experts)),
+      handover_(ops::is_fp4(dispatch_) ? ops::Format::BF16 : dispatch_),
       combine_(combine),
       dispatcher_(std::move(dispatcher)) {
   if (c.n_shared_experts > 0)
@@ -76,7 +77,7 @@ void MoeLayer::plan(Workspace& ws) {
     shared_->plan(shared);
   }
   Arena& s = ws.scratch;
-  if (dispatch_ != ops::Format::F32) xq_ND_ = s.alloc_f32({N, D_});
+  if (handover_ != ops::Format::F32) xq_ND_ = s.alloc_f32({N, D_});
   dgates_NK_ = s.alloc_f32({N, K});
   dh_MF_ = s.alloc_f32({M, F_});
   dlogits_NE_ = s.alloc_f32({N, E});
@@ -131,13 +132,14 @@ void MoeLayer::forward_stage(MoeStage stage, const Tensor& x_ND, Tensor& y_ND,
   if (stage == MoeStage::kSend) {
     // route, dispatch (the shared expert computes while the tokens travel)
     route(x_ND);
-    // The tokens travel in the dispatch format (the experts' fprop format, or bf16 under FP4):
-    // quantized along D by x's producer (xq's rows) or here, so every dispatcher (and every
-    // expert-parallel layout) hands the experts the same values.
-    if (dispatch_ == ops::Format::F32) {
+    // The tokens travel in the dispatch format (the experts' fprop format): quantized along D by
+    // x's producer (xq's rows) or here, so every dispatcher (and every expert-parallel layout)
+    // hands the experts the same values; under FP4, handed over as bf16 values, each expert's
+    // segment quantized by the dispatcher.
+    if (handover_ == ops::Format::F32) {
       dispatcher_->dispatch_start(x_ND, idx_NK_);
-    } else if (xq.rows.empty() || xq.fmt != dispatch_) {
-      ops::quantize(x_ND, dispatch_, ops::BlockAxis::Rows, xq_ND_);
+    } else if (xq.rows.empty() || xq.fmt != handover_) {
+      ops::quantize(x_ND, handover_, ops::BlockAxis::Rows, xq_ND_);
       dispatcher_->dispatch_start(xq_ND_, idx_NK_);
     } else if (xq.rows.dtype == DType::BF16 && !dispatcher_->takes_bf16_rows()) {
       ops::copy(xq.rows, xq_ND_);  // widened for a dispatcher that sends fp32 values
@@ -165,7 +167,8 @@ void MoeLayer::forward_stage(MoeStage stage, const Tensor& x_ND, Tensor& y_ND,
                                 {.segments_per_expert = S,
                                  .precision = lin_,
                                  .wq = w_gate_up_->operands(),
-                                 .x_in_format = true});
+                                 .x_in_format = true,
+                                 .x_fp4_amax = dispatcher_->segment_amax()});
     down_project(M);
     span.end();
     dispatcher_->combine_start(yp_MD_.rows(0, M));
@@ -253,7 +256,8 @@ void MoeLayer::backward_stage(MoeStage stage, const Tensor& dy_ND, const Tensor&
                                   .precision = lin_,
                                   .wq = w_gate_up_->operands(),
                                   .xq = &xpq,
-                                  .dyq = &dguq});
+                                  .dyq = &dguq,
+                                  .x_fp4_amax = dispatcher_->segment_amax()});
     experts.end();
     // input gradients travel back while the router's backward runs: gates, then the auxiliary
     // losses, then the gate projection

@@ -103,6 +103,9 @@ class MoeLayer {
   int64_t D_, F_;
   ops::LinearPrecision lin_;
   ops::Format dispatch_;  // the tokens' format on their way to the experts (PrecisionPolicy)
+  // the format the layer hands them to the dispatcher in: dispatch_, but bf16 values under FP4
+  // (whose dispatcher quantizes each expert's segment)
+  ops::Format handover_;
   ops::Format combine_;
   Weight *gate_, *bias_, *w_gate_up_, *w_down_;
   std::unique_ptr<SwiGluMlp> shared_;  // null when n_shared_experts == 0

@@ -22,8 +22,8 @@ struct RecipeTraits {
   Recipe recipe;
   const char* name;  // as --precision (and the simulator's --precision) takes it
   // The decoder layers' linears: attention projections, dense MLP, shared and routed experts
-  // (fprop, dgrad, wgrad); the MoE tokens travel to the experts in their fprop format (bf16
-  // under the FP4 recipes, whose experts quantize each source's rows on their own).
+  // (fprop, dgrad, wgrad); the MoE tokens travel to the experts in their fprop format (under the
+  // FP4 recipes each (expert, source) segment quantized on its own, TokenDispatcher).
   ops::LinearPrecision decoder;
   // The first --bf16-layers and the last --bf16-layers-end decoder layers of the main model run
   // bf16 instead (Megatron's num_layers_at_start_in_bf16 / _end_in_bf16, for its FP8 and FP4
@@ -93,14 +93,13 @@ struct PrecisionPolicy {
   // accumulation fp32), as Megatron runs attention in bf16 under its FP8 recipes.
   ops::Format attention() const { return recipe_traits(recipe).attention; }
   // The format the MoE tokens travel to the experts in: that of the experts' fprop (FP8 rows
-  // with their scales under an FP8 recipe, bf16 rows under bf16 and the FP4 recipes); expert
-  // outputs come back in bf16 unless fp32.
+  // with their scales under an FP8 recipe, bf16 rows under bf16, FP4 codes with their scales
+  // under the FP4 recipes, each (expert, source) segment quantized on its own); expert outputs
+  // come back in bf16 unless fp32.
   ops::Format dispatch(int64_t layer, int64_t num_layers) const {
     return dispatch_format(decoder(layer, num_layers));
   }
-  static ops::Format dispatch_format(const ops::LinearPrecision& experts) {
-    return ops::is_fp4(experts.fprop) ? ops::Format::BF16 : experts.fprop;
-  }
+  static ops::Format dispatch_format(const ops::LinearPrecision& experts) { return experts.fprop; }
   ops::Format combine() const { return recipe_traits(recipe).combine; }
 };
 

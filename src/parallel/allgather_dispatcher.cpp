@@ -27,8 +27,10 @@ void AllGatherDispatcher::plan(Workspace& ws, int64_t D, int64_t K) {
 void AllGatherDispatcher::dispatch_start(const Tensor& x_ND, const Tensor& idx_NK) {
   MOET_ASSERT(x_ND.size(0) == N_ && x_ND.size(1) == D_);
   MOET_ASSERT(idx_NK.size(0) == N_ && idx_NK.size(1) == K_);
-  // Gather: the group's routing and tokens (packed in the dispatch format), in rank order.
-  const ops::Format f = dispatch_format_;
+  // Gather: the group's routing and tokens (packed in the dispatch format), in rank order. Under
+  // an FP4 dispatch a token is quantized under a different segment's amax for each expert it
+  // reaches: it travels once in bf16, and the segments are quantized on arrival.
+  const ops::Format f = ops::is_fp4(dispatch_format_) ? ops::Format::BF16 : dispatch_format_;
   if (f != ops::Format::F32) ops::encode_rows(x_ND, f, wire_send_.ptr);
   xch_.issue(
       [this, x_ND, idx_NK, f] {
@@ -50,8 +52,9 @@ void AllGatherDispatcher::dispatch_start(const Tensor& x_ND, const Tensor& idx_N
 
 void AllGatherDispatcher::dispatch_finish() {
   xch_.complete();
+  const bool fp4 = ops::is_fp4(dispatch_format_);
   if (dispatch_format_ != ops::Format::F32)
-    ops::decode_rows(wire_recv_.ptr, dispatch_format_, x_all_PND_);
+    ops::decode_rows(wire_recv_.ptr, fp4 ? ops::Format::BF16 : dispatch_format_, x_all_PND_);
   // Expert side: the rows of the group routed to this rank's experts, per (expert, source).
   const int32_t* idx_all = idx_all_PNK_.i32();
   std::fill(seg_counts_.begin(), seg_counts_.end(), 0);
@@ -91,6 +94,7 @@ void AllGatherDispatcher::dispatch_finish() {
     }
   Tensor xp = xp_MD_.rows(0, M_);
   ops::gather_rows(x_all_PND_, row_M_.rows(0, M_), xp);
+  if (fp4) ops::quantize_fp4_segments(xp, off, local_ * P_, dispatch_format_, amax_G_.f32());
 
   // The alltoallv layout between sources and experts, for the return path.
   layout_exchange([this](int64_t p, int64_t l) { return seg_counts_[l * P_ + p]; });

@@ -5,6 +5,8 @@
 // Rows reach the experts grouped by local expert, then by source rank, then in token order, and
 // each (expert, source) segment is multiplied on its own, so every row sees exactly the GEMM it
 // would see with all experts local: the numbers do not depend on the expert-parallel size.
+// Under an FP4 dispatch format the source quantizes each segment it sends (the rows to one
+// expert) and sends E2M1 codes and block scales, with the segment's amax beside the counts.
 #pragma once
 #include "parallel/expert_exchange_dispatcher.h"
 
@@ -19,7 +21,9 @@ class AllToAllDispatcher final : public ExpertExchangeDispatcher {
 
  private:
   std::vector<int64_t> recv_counts_;  // [P * local]: rows per (source rank, local expert)
-  Tensor send_token_A_;               // source token of each send row
+  // FP4 dispatch: the amax of each segment sent ([E], by global expert) and received ([P * local])
+  std::vector<float> send_amax_, recv_amax_;
+  Tensor send_token_A_;  // source token of each send row
 };
 
 }  // namespace moet

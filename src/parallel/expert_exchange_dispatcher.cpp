@@ -46,7 +46,11 @@ void ExpertExchangeDispatcher::plan_common(Workspace& ws, int64_t D, int64_t K) 
   returned_AD_ = a.alloc_f32({A_, D});
   send_AD_ = ws.scratch.alloc_f32({A_, D});
   recv_MD_ = ws.scratch.alloc_f32({max_rows, D});
-  const int64_t wire = std::max(row_bytes(dispatch_format_), row_bytes(combine_format_));
+  // (an FP4 dispatch sends bf16 rows where it quantizes them on arrival)
+  const int64_t wire =
+      std::max({row_bytes(dispatch_format_), row_bytes(combine_format_),
+                ops::is_fp4(dispatch_format_) ? row_bytes(ops::Format::BF16) : int64_t(0)});
+  amax_G_ = ops::is_fp4(dispatch_format_) ? a.alloc_f32({local_ * P_}) : Tensor{};
   if (dispatch_format_ != ops::Format::F32 || combine_format_ != ops::Format::F32) {
     wire_send_ = ws.scratch.alloc(DType::U8, {A_ * wire});
     wire_recv_ = ws.scratch.alloc(DType::U8, {max_rows * wire});

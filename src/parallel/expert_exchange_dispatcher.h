@@ -28,6 +28,7 @@ class ExpertExchangeDispatcher : public TokenDispatcher {
   int64_t segments_per_expert() const override { return P_; }
   Tensor expert_rows() const override { return xp_MD_.rows(0, M_); }
   Tensor expert_offsets() const override { return offsets_G1_; }
+  const float* segment_amax() const override { return amax_G_.empty() ? nullptr : amax_G_.f32(); }
 
   void dispatch(const Tensor& x_ND, const Tensor& idx_NK) override;
   void combine(const Tensor& yp_MD, const Tensor& gates_NK, Tensor& y_ND, bool accumulate) override;
@@ -109,6 +110,7 @@ class ExpertExchangeDispatcher : public TokenDispatcher {
   Tensor returned_AD_;                      // expert outputs back at the source, source order
   Tensor send_AD_, recv_MD_;                // exchange buffers: source order, receive order
   Tensor wire_send_, wire_recv_;            // packed rows (U8) when a payload format is not fp32
+  Tensor amax_G_;                           // FP4 dispatch: each segment's amax, expert order
   int64_t bytes_sent_ = 0, bytes_sent_other_nodes_ = 0, routing_bytes_sent_ = 0;
   int64_t rows_received_ = 0;
   std::vector<int64_t> rows_of_rank_;  // rows_received_max_mean's gather buffer

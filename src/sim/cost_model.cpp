@@ -45,9 +45,9 @@ class SlotBuilder {
     high_ = recipe_traits(l.precision).head;
     quantized_ = is_fp8_recipe(l.precision) || is_fp4_recipe(l.precision);
     qb_ = operand_bytes(low_);
-    // the tokens to the experts: FP8 rows under FP8 recipes, bf16 under the others (moet's FP4
-    // recipes, as Megatron's)
-    db_ = is_fp8_recipe(l.precision) ? 1 : a_;
+    // the tokens to the experts: FP8 rows under FP8 recipes, E2M1 codes (half a byte) under the
+    // FP4 recipes (moet's dispatch sends them so), the activations' bf16 under the others
+    db_ = is_fp8_recipe(l.precision) ? 1 : is_fp4_recipe(l.precision) ? 0.5 : a_;
     // The ranks may share one machine's compute and memory (the `local` CPU system, and the
     // emulated cluster, whose nodes are namespaces of that one machine).
     share_ = s.compute_shared ? static_cast<int>(l.gpus) : 1;
@@ -327,7 +327,12 @@ class SlotBuilder {
   // for the EP size's ranks per domain, dispatch and combine apart (a2a_eff_).
   void a2a(SlotCost& w, double db) {
     if (l_.ep == 1) return;
-    const double h_ = h(), scale = db < a_ ? h_ / 128 * 4 : 0;  // FP8 scales per 128
+    // the block scales: FP8 (fp32 per 128, as blockwise, the larger), FP4 (a byte per block of
+    // 16 or 32) and a segment's amax (negligible)
+    const double h_ = h();
+    const double scale = is_fp4_recipe(l_.precision) ? h_ / double(ops::format_block(low_))
+                         : db < a_                   ? h_ / 128 * 4
+                                                     : 0;
     const double dispatch = h_ * db + scale + c_.num_experts_per_tok * 8.0;
     const double combine = h_ * a_;
     const double nvl_rows = tl() * (fan_.ranks_same_domain + fan_.ranks_other_domains);
@@ -337,6 +342,7 @@ class SlotBuilder {
       const double nvl_bw = s_.nvlink_gbps * 1e9 * nvl_eff / share_;
       return std::max(nvl_rows * bytes_per_row / nvl_bw, nic_rows * bytes_per_row / nic_bw);
     };
+    // (FP4 codes at the FP8 dispatch's efficiency: no FP4 dispatch is measured)
     const double send = db < 2 ? a2a_eff_.dispatch_fp8 : a2a_eff_.dispatch_bf16;
     const double lat = 2 * s_.eff.op_overhead_us * 1e-6;
     w.a2a_f += t(dispatch, send) + t(combine, a2a_eff_.combine) + lat;

@@ -145,7 +145,8 @@ std::string assumptions_line(const SimLayout& l) {
       is_fp4_recipe(l.precision)
           ? str(", ", recipe_name(l.precision),
                 " GEMMs at MXFP8's efficiency of the FP4 peak (no FP4 GEMM shape table is "
-                "published), tokens to the experts in bf16, the quantizers and the Hadamard "
+                "published), tokens to the experts as E2M1 codes with their block scales at the "
+                "FP8 dispatch's all-to-all efficiency, the quantizers and the Hadamard "
                 "transform as memory-bound casts, bf16 weights gathered (no FP4 parameter "
                 "gather); the error band is the MXFP8 rows'")
           : std::string();

@@ -83,7 +83,8 @@ inline int64_t rows_of(const Tensor& t) {
 
 // Grow-only scratch, one per thread and element type: no allocation once warmed up. Slots 0..3
 // belong to the kernels, 4..7 to the GEMM operand temporaries (operands.h), 8..9 to blas.cpp,
-// 10..14 to the FP4 operands (fp4_operands.cpp, grouped_gemm.cpp).
+// 10..14 to the FP4 operands (fp4_operands.cpp, grouped_gemm.cpp), 15 to the experts' FP4
+// tokens (quantize_fp4_segments, encode_fp4_rows).
 template <typename T>
 T* scratch(size_t n, int slot = 0) {
   static thread_local std::vector<T> buf[16];

@@ -2,6 +2,7 @@
 // step context of their stochastic rounding and random Hadamard transform.
 #include "kernels/cpu/fp4_operands.h"
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstring>
@@ -50,6 +51,45 @@ void set_fp4_step(uint64_t seed, int64_t step) {
   s.step.store(step);
 }
 
+void quantize_fp4_segments(Tensor& x_MD, const int32_t* off, int64_t G, Format f, float* amax) {
+  MOET_CHECK(is_fp4(f) && (x_MD.dtype == DType::F32 || x_MD.dtype == DType::BF16),
+             "quantize_fp4_segments: F32 or BF16 rows to an FP4 format");
+  std::fill_n(amax, G, 0.0f);
+  const int64_t C = x_MD.size(-1);
+  const size_t xs = dtype_size(x_MD.dtype);
+  constexpr int64_t kRows = 32;  // staged at a time: a scratch of one size (nothing grows)
+  // segments over the threads, each quantized on one, exactly as the experts' fprop operand of a
+  // segment (cpu::fp4_operand, FpropX): rows blocks need only the segment's amax beside the row
+#pragma omp parallel for schedule(dynamic, 1) if (G > 1)
+  for (int64_t g = 0; g < G; ++g) {
+    const int64_t r = off[g + 1] - off[g];
+    if (r == 0) continue;
+    char* rows = static_cast<char*>(x_MD.ptr) + size_t(off[g] * C) * xs;
+    float* staged = cpu::scratch<float>(size_t(kRows * C), 15);
+    auto stage = [&](int64_t i0, int64_t n) {  // rows [i0, i0 + n) as fp32 (the values overwrite)
+      if (x_MD.dtype == DType::BF16)
+        cpu::bf16_to_f32(reinterpret_cast<const uint16_t*>(rows) + i0 * C, staged, n * C);
+      else
+        std::memcpy(staged, reinterpret_cast<const float*>(rows) + i0 * C,
+                    size_t(n * C) * sizeof(float));
+      return Tensor(staged, DType::F32, {n, C});
+    };
+    Fp4Options o;
+    if (f == Format::NVFP4) {
+      float a = 0.0f;
+      for (int64_t i0 = 0; i0 < r; i0 += kRows)
+        a = std::max(a, fp4_amax(stage(i0, std::min(kRows, r - i0)), BlockAxis::Rows));
+      o.global_amax = amax[g] = a;
+    }
+    for (int64_t i0 = 0; i0 < r; i0 += kRows) {
+      const int64_t n = std::min(kRows, r - i0);
+      const Tensor values(rows + size_t(i0 * C) * xs, x_MD.dtype, {n, C});
+      quantize_fp4(stage(i0, n), f, BlockAxis::Rows, {.values = values, .codes = {}, .scales = {}},
+                   o);
+    }
+  }
+}
+
 namespace cpu {
 
 Fp4Key fp4_key(const WeightOperands* wq, const void* x, DType dtype, int64_t n) {
@@ -72,7 +112,7 @@ Fp4Key fp4_key(const WeightOperands* wq, const void* x, DType dtype, int64_t n) 
 }
 
 float fp4_operand(const void* src, DType src_dtype, int64_t r, int64_t C, Format f, Fp4Role role,
-                  const Fp4Key& key, void* out) {
+                  const Fp4Key& key, void* out, float prescale) {
   MOET_ASSERT(is_fp4(f) && (src_dtype == DType::F32 || src_dtype == DType::BF16));
   const bool wgrad = role == Fp4Role::WgradDy || role == Fp4Role::WgradX;
   const bool grad = role == Fp4Role::DgradDy || role == Fp4Role::WgradDy;
@@ -86,12 +126,14 @@ float fp4_operand(const void* src, DType src_dtype, int64_t r, int64_t C, Format
   // the source as fp32 rows, zero-padded for wgrad and transformed in place (a view of src where
   // nothing changes); quantizing the transformed rows is quantizing with the transform
   const float* x = static_cast<const float*>(src);
-  if (src_dtype == DType::BF16 || rows != r || transform) {
+  if (src_dtype == DType::BF16 || rows != r || transform || prescale != 1.0f) {
     float* staged = scratch<float>(size_t(rows * C), 10);
     if (src_dtype == DType::BF16)
       bf16_to_f32(static_cast<const uint16_t*>(src), staged, r * C);
     else
       std::memcpy(staged, src, size_t(r * C) * sizeof(float));
+    if (prescale != 1.0f)
+      for (int64_t i = 0; i < r * C; ++i) staged[i] *= prescale;
     std::fill(staged + r * C, staged + rows * C, 0.0f);
     Tensor st(staged, DType::F32, {rows, C});
     if (transform) hadamard16(st, BlockAxis::Cols, signs, st);

@@ -31,9 +31,10 @@ inline int64_t fp4_wgrad_rows(int64_t r) { return (r + 15) / 16 * 16; }
 
 // The operand of `role` from r rows of src (F32, or BF16 bits, C columns) into out (the operand
 // dtype): r rows for FpropX and DgradDy, fp4_wgrad_rows(r) for the wgrad roles. Returns the amax
-// its NVFP4 global scale came from (0 under MXFP4, which has none).
+// its NVFP4 global scale came from (0 under MXFP4, which has none). prescale multiplies the rows
+// first (a dispatched FP4 segment's global decode scale: its values dequantized).
 float fp4_operand(const void* src, DType src_dtype, int64_t r, int64_t C, Format f, Fp4Role role,
-                  const Fp4Key& key, void* out);
+                  const Fp4Key& key, void* out, float prescale = 1.0f);
 
 // The factor a GEMM of two operands in f multiplies its fp32 sum by: NVFP4's
 // nvfp4_gemm_alpha(amax_a, amax_b), 1 under MXFP4.

@@ -290,6 +290,12 @@ float nvfp4_gemm_alpha(float amax_a, float amax_b) {
   return (amax_a * amax_b) / kFactor;
 }
 
+float nvfp4_global_decode(float amax) {
+  Plan p{};
+  set_global(p, amax);
+  return p.gdec;
+}
+
 float fp4_amax(const Tensor& x_RC, BlockAxis axis, const Fp4Options& o) {
   const Plan p = make_plan(x_RC, Format::NVFP4, axis, o);
   return p.R * p.C == 0 ? 0.0f : tensor_amax(p);

@@ -94,9 +94,11 @@ Tensor made(const Operand* q, const Tensor& t, Format f, int64_t numel) {
 // quantized on its own in `role` (a global scale per segment, so an expert's rows from one source
 // are quantized alike under every layout) into out at row `row0[s]`; returns the amaxes.
 // amax: G entries (scratch of the caller's, as every array of these helpers: no allocation in a
-// step once warm).
+// step once warm). dequant_amax (G entries, or null): x holds dispatched FP4 values, each
+// segment's dequantized first with the global decode scale of its amax.
 void fp4_segments(const Tensor& x, const int32_t* off, int64_t G, Format f, Fp4Role role,
-                  const Fp4Key* keys, const int64_t* row0, const Tensor& out, float* amax) {
+                  const Fp4Key* keys, const int64_t* row0, const Tensor& out, float* amax,
+                  const float* dequant_amax = nullptr) {
   std::fill_n(amax, G, 0.0f);
   const int64_t C = x.size(-1);
   const size_t xs = dtype_size(x.dtype), os = dtype_size(out.dtype);
@@ -105,9 +107,11 @@ void fp4_segments(const Tensor& x, const int32_t* off, int64_t G, Format f, Fp4R
   for (int64_t g = 0; g < G; ++g) {
     const int64_t r = off[g + 1] - off[g];
     if (r == 0) continue;
+    const float prescale =
+        dequant_amax && f == Format::NVFP4 ? nvfp4_global_decode(dequant_amax[g]) : 1.0f;
     amax[g] = fp4_operand(static_cast<const char*>(x.ptr) + size_t(off[g] * C) * xs, x.dtype, r, C,
                           f, role, keys ? keys[g] : Fp4Key{},
-                          static_cast<char*>(out.ptr) + size_t(row0[g] * C) * os);
+                          static_cast<char*>(out.ptr) + size_t(row0[g] * C) * os, prescale);
   }
 }
 
@@ -121,16 +125,29 @@ const int64_t* segment_rows0(const int32_t* off, int64_t G, bool padded) {
   return r0;
 }
 
-// The FP4 grouped forward: x's segments quantized, one GEMM per segment scaled by its alpha.
+// The FP4 grouped forward: x's segments quantized (or as the dispatch quantized them), one GEMM
+// per segment scaled by its alpha.
 void fp4_grouped_forward(const Grouped& g, const Tensor& x_MD, const int32_t* off,
                          const Tensor& w_EOD, Tensor& y_MO, const GroupedLinearOptions& o) {
   const Format f = o.precision.fprop;
   MOET_CHECK(y_MO.dtype == DType::F32 && (x_MD.dtype == DType::F32 || x_MD.dtype == DType::BF16),
              "an FP4 grouped linear needs F32 tensors");
   const int64_t D = g.D, O = g.O;
-  const Tensor xq = operand_buffer({g.M, D}, kSlotX);
-  float* ax = scratch<float>(size_t(g.G), 12);
-  fp4_segments(x_MD, off, g.G, f, Fp4Role::FpropX, nullptr, segment_rows0(off, g.G, false), xq, ax);
+  Tensor xq = x_MD;
+  const float* ax = o.x_fp4_amax;
+  if (!ax) {
+    xq = operand_buffer({g.M, D}, kSlotX);
+    float* a = scratch<float>(size_t(g.G), 12);
+    fp4_segments(x_MD, off, g.G, f, Fp4Role::FpropX, nullptr, segment_rows0(off, g.G, false), xq,
+                 a);
+    ax = a;
+  } else if (x_MD.dtype != gemm_operand_dtype()) {  // the values, exact in either dtype
+    xq = operand_buffer({g.M, D}, kSlotX);
+    if (x_MD.dtype == DType::F32)
+      f32_to_bf16(x_MD.f32(), static_cast<uint16_t*>(xq.ptr), g.M * D);
+    else
+      bf16_to_f32(static_cast<const uint16_t*>(x_MD.ptr), xq.f32(), g.M * D);
+  }
   const Fp4Weight w = fp4_weight(w_EOD, g.E, O, D, f, false, o.wq);
   for_each_segment(g.G, off, [&](int64_t s) {
     const int64_t r0 = off[s], r = off[s + 1] - off[s], e = s / g.S;
@@ -263,7 +280,7 @@ WgradOperands wgrad_operands(const Grouped& g, const Tensor& dy_MO, const Tensor
     float* ady = scratch<float>(size_t(g.G), 13);
     float* ax = scratch<float>(size_t(g.G), 14);
     fp4_segments(dy_MO, off, g.G, f, Fp4Role::WgradDy, keys, q.row0, q.dy, ady);
-    fp4_segments(x_MD, off, g.G, f, Fp4Role::WgradX, keys, q.row0, q.x, ax);
+    fp4_segments(x_MD, off, g.G, f, Fp4Role::WgradX, keys, q.row0, q.x, ax, o.x_fp4_amax);
     for (int64_t s = 0; s < g.G; ++s) ax[s] = fp4_alpha(f, ady[s], ax[s]);  // now the alphas
     q.alpha = ax;
     return q;

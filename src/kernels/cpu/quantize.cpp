@@ -2,11 +2,13 @@
 // docs/precision.md). Scales follow Transformer Engine: MXFP8's E8M0 exponent is amax·(1/448)
 // rounded up to a power of two; FP8Block's scale is 448/amax rounded down to a power of two.
 // Amax ignores NaN (as fmaxf does); a NaN element stays NaN.
+#include <bit>
 #include <cfloat>
 #include <cstring>
 #include <type_traits>
 
 #include "core/bf16.h"
+#include "core/float4.h"
 #include "core/float8.h"
 #include "kernels/cpu/common.h"
 #include "kernels/cpu/convert.h"
@@ -392,12 +394,46 @@ int64_t wire_row_bytes(int64_t D, Format fmt) {
     case Format::FP8Block:
       return D + 4 * ((D + 127) / 128);
     case Format::NVFP4:
+      return (D + 1) / 2 + (D + 15) / 16;
     case Format::MXFP4:
-      break;
+      return (D + 1) / 2 + (D + 31) / 32;
   }
-  MOET_FAIL("no wire format for ", format_name(fmt),
-            " rows yet (the FP4 recipes send the experts' tokens in bf16)");
   return 0;
+}
+
+void encode_fp4_rows(const Tensor& x_RD, Format fmt, float amax, void* out) {
+  OpScope op_scope("wire pack", 0, double(x_RD.bytes()) * 1.15);
+  MOET_CHECK(is_fp4(fmt) && x_RD.dtype == DType::F32, "encode_fp4_rows: F32 rows to an FP4 format");
+  const int64_t R = rows_of(x_RD), D = x_RD.size(-1), rb = wire_row_bytes(D, fmt);
+  const int64_t b = format_block(fmt), nb = (D + b - 1) / b, half = (D + 1) / 2;
+  auto* o = static_cast<unsigned char*>(out);
+  parallel_ranges_min(
+      R, std::max<int64_t>(1, kParallelMin / std::max<int64_t>(D, 1)), [&](int64_t r0, int64_t r1) {
+        // one row at a time through the quantizer (its rows blocks are within a row; the global
+        // scale is the segment's), codes and scales into per-thread scratch
+        float* codes = scratch<float>(size_t(D + nb), 15);
+        float* scales = codes + D;
+        Fp4Options opt;
+        opt.global_amax = amax;
+        for (int64_t r = r0; r < r1; ++r) {
+          const Tensor row(x_RD.f32() + r * D, DType::F32, {1, D});
+          quantize_fp4(row, fmt, BlockAxis::Rows,
+                       {.values = {},
+                        .codes = Tensor(codes, DType::F32, {1, D}),
+                        .scales = Tensor(scales, DType::F32, {nb})},
+                       opt);
+          unsigned char* w = o + r * rb;
+          for (int64_t j = 0; j < half; ++j) {
+            const uint8_t lo = e2m1_code(codes[2 * j]);
+            const uint8_t hi = 2 * j + 1 < D ? e2m1_code(codes[2 * j + 1]) : 0;
+            w[j] = uint8_t(lo | (hi << 4));
+          }
+          for (int64_t k = 0; k < nb; ++k)  // E4M3 values, or powers of two (E8M0: the exponent)
+            w[half + k] = fmt == Format::NVFP4
+                              ? e4m3_bits(scales[k])
+                              : uint8_t((std::bit_cast<uint32_t>(scales[k]) >> 23) & 0xFFu);
+        }
+      });
 }
 
 void encode_rows(const Tensor& x_RD, Format fmt, void* out) {
@@ -438,26 +474,36 @@ void decode_rows(const void* in, Format fmt, Tensor& x_RD) {
   float* x = x_RD.f32();
   const auto* w0 = static_cast<const unsigned char*>(in);
   if (fmt == Format::F32) return void(std::memcpy(x, in, size_t(R * D) * 4));
-  parallel_ranges_min(R, std::max<int64_t>(1, kParallelMin / std::max<int64_t>(D, 1)),
-                      [&](int64_t r0, int64_t r1) {
-                        for (int64_t r = r0; r < r1; ++r) {
-                          const unsigned char* w = w0 + r * rb;
-                          float* xr = x + r * D;
-                          if (fmt == Format::BF16) {
-                            bf16_to_f32(reinterpret_cast<const uint16_t*>(w), xr, D);
-                            continue;
-                          }
-                          const int64_t b = format_block(fmt);
-                          for (int64_t j = 0; j < D; ++j) {
-                            float scale;
-                            if (fmt == Format::MXFP8)
-                              scale = e8m0_to_float(w[D + j / b]);
-                            else
-                              std::memcpy(&scale, w + D + 4 * (j / b), 4);
-                            xr[j] = e4m3_to_float(w[j]) * scale;
-                          }
-                        }
-                      });
+  parallel_ranges_min(
+      R, std::max<int64_t>(1, kParallelMin / std::max<int64_t>(D, 1)), [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          const unsigned char* w = w0 + r * rb;
+          float* xr = x + r * D;
+          if (fmt == Format::BF16) {
+            bf16_to_f32(reinterpret_cast<const uint16_t*>(w), xr, D);
+            continue;
+          }
+          const int64_t b = format_block(fmt);
+          if (is_fp4(fmt)) {
+            const int64_t half = (D + 1) / 2;
+            for (int64_t j = 0; j < D; ++j) {
+              const uint8_t c = (w[j / 2] >> (4 * (j & 1))) & 0xFu;
+              const uint8_t sc = w[half + j / b];
+              xr[j] =
+                  e2m1_to_float(c) * (fmt == Format::NVFP4 ? e4m3_to_float(sc) : e8m0_to_float(sc));
+            }
+            continue;
+          }
+          for (int64_t j = 0; j < D; ++j) {
+            float scale;
+            if (fmt == Format::MXFP8)
+              scale = e8m0_to_float(w[D + j / b]);
+            else
+              std::memcpy(&scale, w + D + 4 * (j / b), 4);
+            xr[j] = e4m3_to_float(w[j]) * scale;
+          }
+        }
+      });
 }
 
 }  // namespace moet::ops
