@@ -123,20 +123,32 @@ float fp4_operand(const void* src, DType src_dtype, int64_t r, int64_t C, Format
   float signs[16];
   for (int i = 0; i < 16; ++i) signs[i] = s.signs[size_t(i)].load();
   const bool transform = wgrad && f == Format::NVFP4;
-  // the source as fp32 rows, zero-padded for wgrad and transformed in place (a view of src where
-  // nothing changes); quantizing the transformed rows is quantizing with the transform
+  // the source as fp32 rows, zero-padded for wgrad and transformed (a view of src where nothing
+  // changes); quantizing the transformed rows is quantizing with the transform. An fp32 source's
+  // whole 16-row groups are transformed as they are copied (one pass); the rest is copied, then
+  // padded and transformed in place.
   const float* x = static_cast<const float*>(src);
   if (src_dtype == DType::BF16 || rows != r || transform || prescale != 1.0f) {
     float* staged = scratch<float>(size_t(rows * C), 10);
+    const bool fused = transform && src_dtype == DType::F32 && prescale == 1.0f;
+    const int64_t done = fused ? r / 16 * 16 : 0;  // rows already transformed into staged
+    if (done > 0) {
+      Tensor into(staged, DType::F32, {done, C});
+      hadamard16(Tensor(const_cast<void*>(src), DType::F32, {done, C}), BlockAxis::Cols, signs,
+                 into);
+    }
     if (src_dtype == DType::BF16)
       bf16_to_f32(static_cast<const uint16_t*>(src), staged, r * C);
-    else
-      std::memcpy(staged, src, size_t(r * C) * sizeof(float));
+    else if (done < r)
+      std::memcpy(staged + done * C, static_cast<const float*>(src) + done * C,
+                  size_t((r - done) * C) * sizeof(float));
     if (prescale != 1.0f)
       for (int64_t i = 0; i < r * C; ++i) staged[i] *= prescale;
     std::fill(staged + r * C, staged + rows * C, 0.0f);
-    Tensor st(staged, DType::F32, {rows, C});
-    if (transform) hadamard16(st, BlockAxis::Cols, signs, st);
+    if (transform && done < rows) {
+      Tensor rest(staged + done * C, DType::F32, {rows - done, C});
+      hadamard16(rest, BlockAxis::Cols, signs, rest);
+    }
     x = staged;
   }
   Fp4Options o;
