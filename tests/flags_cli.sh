@@ -110,6 +110,15 @@ refuse --schedule "${train[@]}" --schedule linear
 refuse --overlap "${train[@]}" --overlap maybe
 refuse --dispatcher "${train[@]}" --dispatcher ring
 refuse --precision "${train[@]}" --precision fp7
+# Megatron's FP4 spelling (megatron_precision_flags.h): what Megatron would not run, or what
+# contradicts moet's own flags
+refuse --fp4-format "${train[@]}" --fp4-recipe nvfp4
+refuse --fp4-format "${train[@]}" --fp4-format e4m3 --fp4-recipe nvfp4
+refuse --fp4-recipe "${train[@]}" --fp4-format e2m1
+refuse --fp4-recipe "${train[@]}" --fp4-format e2m1 --fp4-recipe fp4
+refuse --fp4-recipe "${train[@]}" --precision mxfp8 --fp4-format e2m1 --fp4-recipe nvfp4
+refuse --first-last-layers-bf16 "${train[@]}" --fp4-format e2m1 --fp4-recipe nvfp4 \
+  --num-layers-at-end-in-bf16 2
 refuse --doc-boundary "${train[@]}" --doc-boundary never
 refuse --stpes "${train[@]}" --stpes 3  # a mistyped flag: the line names it (and --steps)
 for v in nan,5 -1,5 95 x 0,5; do refuse --split "${train[@]}" --split "$v"; done

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "cli/suggest.h"
@@ -86,6 +87,32 @@ TEST(Cli, TrainsInEveryPrecision) {
     EXPECT_NE(out.find(std::string("precision: ") + p), std::string::npos) << out;
     EXPECT_NE(out.find("GEMMs"), std::string::npos) << out;
   }
+}
+
+// Megatron's spelling of the 4-bit recipes trains what moet's own flags train, with Megatron's
+// meaning: every layer in FP4 unless --first-last-layers-bf16 (then the given edges, default 1).
+TEST(Cli, MegatronFp4FlagsMeanMoetsOwn) {
+  moet::test::TempDir dir("moet_cli");
+  int runs = 0;
+  auto run = [&](const std::string& flags) {  // the metrics' last line: losses, gradient norm
+    const std::string metrics = dir.path("m" + std::to_string(runs++) + ".jsonl");
+    const CliResult r =
+        moet("train" + tiny + "--data mock --steps 2 --threads 1 --eval-batches 0 " + "--metrics " +
+             metrics + " " + flags);
+    EXPECT_EQ(r.code, 0) << flags << ": " << r.err;
+    std::ifstream in(metrics);
+    std::string line, last;
+    while (std::getline(in, line))
+      if (line.find("\"loss\"") != std::string::npos) last = line;
+    const auto j = nlohmann::json::parse(last);
+    return std::vector<double>{j["loss"].get<double>(), j["grad_norm"].get<double>()};
+  };
+  EXPECT_EQ(run("--fp4-format e2m1 --fp4-recipe nvfp4"),
+            run("--precision nvfp4 --bf16-layers 0 --bf16-layers-end 0"));
+  EXPECT_EQ(run("--fp4-format=e2m1 --fp4-recipe mxfp4 --first-last-layers-bf16 "
+                "--num-layers-at-end-in-bf16 2"),
+            run("--precision mxfp4 --bf16-layers 1 --bf16-layers-end 2"));
+  EXPECT_NE(run("--fp4-format e2m1 --fp4-recipe nvfp4"), run("--precision nvfp4"));
 }
 
 // Peak resident memory stays within 1.3x of what parameters, gradients, optimizer state, weight

@@ -16,6 +16,7 @@
 #include "cli/flag_validators.h"
 #include "cli/generate_commands.h"
 #include "cli/hf_commands.h"
+#include "cli/megatron_precision_flags.h"
 #include "cli/report_commands.h"
 #include "cli/sim_commands.h"
 #include "cli/suggest.h"
@@ -46,6 +47,7 @@ int main(int argc_given, char** argv_given) {
   std::string config_path;
   try {
     args = moet::cli::expand_config_file(args, &config_path);
+    args = moet::cli::translate_megatron_precision_flags(args);
   } catch (const std::exception& e) {
     if (moet::launcher_rank() == 0)
       std::fprintf(stderr, "moet: %s\n", moet::failure_line(e).c_str());

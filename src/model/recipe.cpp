@@ -25,6 +25,7 @@ PrecisionPolicy resolve_precision(const std::string& name, int64_t bf16_layers,
 }
 
 std::string PrecisionPolicy::bf16_edge_words() const {
+  if (bf16_layers == 0 && bf16_layers_end == 0) return "no layers";
   if (bf16_layers == bf16_layers_end)
     return "first and last " + std::to_string(bf16_layers) + " layers";
   return "first " + std::to_string(bf16_layers) + " and last " + std::to_string(bf16_layers_end) +
