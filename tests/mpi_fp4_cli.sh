@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The FP4 recipes under --deterministic (docs/precision.md, "Training in NVFP4"): with every
 # decoder layer in FP4 (--bf16-layers 0), nvfp4 and mxfp4 runs on 2 ranks — expert parallel
-# (--ep 2), data parallel, and pipeline parallel (--pp 2) — write checkpoints that
+# (--ep 2, all-to-all and all-gather), data parallel, and pipeline parallel (--pp 2, and --vpp 2)
+# — write checkpoints that
 # `moet checkpoint diff` finds bitwise equal to one process's; an nvfp4 run resumed from its
 # step-2 checkpoint ends bitwise where the straight run ends; and the FP4 recipes do not
 # compute what bf16 computes (so a recipe that silently fell back could not pass).
@@ -33,6 +34,14 @@ for p in nvfp4 mxfp4; do
     --pp-layout "Et|ttmL" --out "$dir/$p-pp"
   same "$dir/$p-one" "$dir/$p-pp" "$p, --pp 2"
 done
+# nvfp4 under the interleaved schedule (--vpp 2) and with the all-gather dispatcher (whose
+# expert segments are quantized on arrival rather than at the source)
+"${mpi[@]}" -np 2 "$moet" "${common[@]}" --steps 3 --precision nvfp4 --micro-batch 4 --pp 2 \
+  --vpp 2 --pp-layout "Et|t|t|mL" --out "$dir/nvfp4-vpp"
+same "$dir/nvfp4-one" "$dir/nvfp4-vpp" "nvfp4, --pp 2 --vpp 2"
+"${mpi[@]}" -np 2 "$moet" "${common[@]}" --steps 3 --precision nvfp4 --micro-batch 2 --ep 2 \
+  --dispatcher allgather --out "$dir/nvfp4-ag"
+same "$dir/nvfp4-one" "$dir/nvfp4-ag" "nvfp4, --ep 2 --dispatcher allgather"
 # the recipes compute something of their own
 "$moet" "${common[@]}" --steps 3 --precision bf16 --micro-batch 4 --out "$dir/bf16-one"
 for pair in "nvfp4 bf16" "mxfp4 bf16" "nvfp4 mxfp4"; do
