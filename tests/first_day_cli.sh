@@ -101,6 +101,12 @@ out=$("$moet" eval --checkpoint "$dir/run" --batches 500 --precision fp32)
 [[ "$out" == *"(500 asked: the held-out part holds only "*" batches of 8 x 64)"* ]] ||
   fail "fewer batches than asked, silently: $out"
 [[ "$out" == *", fp32; "* ]] || fail "--precision fp32 not taken: $out"
+# the same for a 4-bit run (its forward rounds to nearest-even: nothing random to replay)
+"$moet" train --model "$config" --data "$dir/c.txt" --steps 2 --precision nvfp4 --out "$dir/run4" \
+  --metrics "$dir/run4.jsonl" --quiet >/dev/null
+logged=$(python3 -c "import json,sys; print(repr([json.loads(l) for l in open(sys.argv[1])][-1]['eval_loss']))" "$dir/run4.jsonl")
+got=$("$moet" eval --checkpoint "$dir/run4" --json | python3 -c "import json,sys; print(repr(json.load(sys.stdin)['loss']))")
+[ "$logged" = "$got" ] || fail "moet eval of an nvfp4 run gives $got, the run logged $logged"
 echo "moet eval --checkpoint RUN: the run's data and recipe, its logged held-out loss bit for bit"
 
 # ---- resuming under another learning-rate schedule is refused unless asked for
