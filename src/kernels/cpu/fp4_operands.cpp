@@ -57,7 +57,7 @@ void quantize_fp4_segments(Tensor& x_MD, const int32_t* off, int64_t G, Format f
   std::fill_n(amax, G, 0.0f);
   const int64_t C = x_MD.size(-1);
   const size_t xs = dtype_size(x_MD.dtype);
-  constexpr int64_t kRows = 32;  // staged at a time: a scratch of one size (nothing grows)
+  constexpr int64_t kRows = 256;  // staged at a time: a scratch of one size (nothing grows)
   // segments over the threads, each quantized on one, exactly as the experts' fprop operand of a
   // segment (cpu::fp4_operand, FpropX): rows blocks need only the segment's amax beside the row
 #pragma omp parallel for schedule(dynamic, 1) if (G > 1)
