@@ -261,7 +261,7 @@ void grouped_dgrad(const Grouped& g, const Tensor& dy_MO, const int32_t* off, co
 struct WgradOperands {
   Tensor dy, x;
   // FP4: segment s's rows start at row0[s] of dy and x and run row0[s + 1] - row0[s] (padded to
-  // 16), and its GEMM's sum is scaled by alpha[s]; empty: the segments' own rows, alpha 1.
+  // 16), and its GEMM's sum is scaled by alpha[s]; null: the segments' own rows, alpha 1.
   const int64_t* row0 = nullptr;
   const float* alpha = nullptr;
 };
