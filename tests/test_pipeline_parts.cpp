@@ -81,7 +81,7 @@ TEST(PipelineSlots, FollowTheSchedule) {
     // together at least the schedule's (micro-batch, chunk) pairs in flight at once
     int64_t most = 0, now = 0;
     for (const PipelinePass& p : pipeline_schedule(s, r)) {
-      now += p.forward ? 1 : -1;
+      now += p.forward() ? 1 : -1;
       most = std::max(most, now);
     }
     EXPECT_GE(slots[0] + slots[1], most) << r;

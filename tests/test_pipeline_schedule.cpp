@@ -16,7 +16,7 @@ namespace {
 std::vector<std::pair<int64_t, int64_t>> forwards(const std::vector<PipelinePass>& l) {
   std::vector<std::pair<int64_t, int64_t>> f;
   for (const PipelinePass& p : l)
-    if (p.forward) f.emplace_back(p.microbatch, p.chunk);
+    if (p.forward()) f.emplace_back(p.microbatch, p.chunk);
   return f;
 }
 
@@ -46,7 +46,7 @@ TEST(PipelineSchedule, WarmupCounts) {
   EXPECT_EQ(pipeline_warmup_passes({2, 8, 2}, 0), 16);  // everything is warm-up: M·V
   // The 1F1B list of the last rank alternates from the start.
   const auto l = pipeline_schedule({4, 1, 3}, 3);
-  for (size_t i = 0; i < l.size(); ++i) EXPECT_EQ(l[i].forward, i % 2 == 0) << i;
+  for (size_t i = 0; i < l.size(); ++i) EXPECT_EQ(l[i].forward(), i % 2 == 0) << i;
 }
 
 TEST(PipelineSchedule, EveryPassOnceAndEachBackwardAfterItsForward) {
@@ -58,8 +58,8 @@ TEST(PipelineSchedule, EveryPassOnceAndEachBackwardAfterItsForward) {
         for (int64_t r = 0; r < P; ++r) {
           std::set<std::tuple<bool, int64_t, int64_t>> seen;
           for (const PipelinePass& p : pipeline_schedule(s, r)) {
-            ASSERT_TRUE(seen.insert({p.forward, p.microbatch, p.chunk}).second);
-            if (!p.forward) {
+            ASSERT_TRUE(seen.insert({p.forward(), p.microbatch, p.chunk}).second);
+            if (!p.forward()) {
               ASSERT_TRUE(seen.count({true, p.microbatch, p.chunk}));
             }
           }
@@ -154,6 +154,184 @@ TEST(PipelineSimulation, PerStageTimes) {
   EXPECT_DOUBLE_EQ(heavy.ideal_s, 4 * (1.0 + 2.0 + 2.0 + 4.0));  // rank 1's compute
   EXPECT_GT(heavy.step_s, uniform.step_s);
   EXPECT_GE(heavy.step_s, heavy.ideal_s + 1.0 + 0.1 - 1e-12);
+}
+
+}  // namespace
+}  // namespace moet
+
+namespace moet {
+namespace {
+
+// The zero-bubble and V schedules (zb1p, zbv, dualpipev): every pass once, in an order whose
+// gradients add up as one process's do, their bubble and memory as their authors give them.
+
+constexpr PipelineScheduleKind kNewKinds[] = {
+    PipelineScheduleKind::kZB1P, PipelineScheduleKind::kZBV, PipelineScheduleKind::kDualPipeV};
+
+PipelineScheduleSpec spec_of(PipelineScheduleKind k, int64_t P, int64_t M) {
+  PipelineScheduleSpec s;
+  s.stages = P, s.microbatches = M, s.kind = k, s.chunks = is_v_schedule(k) ? 2 : 1;
+  return s;
+}
+
+std::string list_of(const std::vector<PipelinePass>& l) {
+  std::string out;
+  for (const PipelinePass& p : l)
+    out += (out.empty() ? "" : " ") + to_string(p) + (p.overlapped ? "&" : "");
+  return out;
+}
+
+TEST(PipelineSchedule, ZeroBubbleListsHoldEveryPassOnceInGradientOrder) {
+  for (PipelineScheduleKind k : kNewKinds)
+    for (int64_t P : {1, 2, 3, 4})
+      for (int64_t M : {1, 2, 3, 4, 5, 8, 9, 12}) {
+        const PipelineScheduleSpec s = spec_of(k, P, M);
+        if (k == PipelineScheduleKind::kDualPipeV && M < 2 * P) continue;  // refused below
+        for (int64_t r = 0; r < P; ++r) {
+          const std::vector<PipelinePass> l = pipeline_schedule(s, r);
+          SCOPED_TRACE(std::string(pipeline_schedule_name(k)) + " P" + std::to_string(P) + " M" +
+                       std::to_string(M) + " rank " + std::to_string(r) + ": " + list_of(l));
+          // (op, micro-batch, chunk) once each; F before its B or I, I before its W
+          std::set<std::tuple<int, int64_t, int64_t>> seen;
+          // per chunk: the micro-batch of the last F and of the last pass writing weight
+          // gradients (B or W), which must rise one by one — the order one process adds them in
+          std::vector<int64_t> last_f(2, -1), last_grad(2, -1);
+          for (size_t i = 0; i < l.size(); ++i) {
+            const PipelinePass& p = l[i];
+            ASSERT_TRUE(seen.insert({int(p.op), p.microbatch, p.chunk}).second);
+            if (p.forward()) {
+              ASSERT_EQ(p.microbatch, last_f[size_t(p.chunk)] + 1);
+              last_f[size_t(p.chunk)] = p.microbatch;
+            } else {
+              ASSERT_TRUE(seen.count({int(PassOp::kForward), p.microbatch, p.chunk}));
+            }
+            if (p.op == PassOp::kWeightGrad) {
+              ASSERT_TRUE(seen.count({int(PassOp::kInputGrad), p.microbatch, p.chunk}));
+            }
+            if (p.releases()) {
+              ASSERT_EQ(p.microbatch, last_grad[size_t(p.chunk)] + 1);
+              last_grad[size_t(p.chunk)] = p.microbatch;
+            }
+            if (p.overlapped) {  // a forward paired with another micro-batch's whole backward
+              ASSERT_TRUE(p.forward());
+              ASSERT_LT(i + 1, l.size());
+              ASSERT_EQ(l[i + 1].op, PassOp::kBackward);
+            }
+          }
+          for (int64_t c = 0; c < s.chunks; ++c) {
+            ASSERT_EQ(last_f[size_t(c)], M - 1);
+            ASSERT_EQ(last_grad[size_t(c)], M - 1);
+          }
+        }
+        // the lists run to the end against each other, with transfer time and any W share
+        EXPECT_NO_THROW(simulate_pipeline(s, 1.0, 2.0, 0.3, 0.4));
+      }
+}
+
+TEST(PipelineSchedule, TheVPutsTheFirstAndLastStageOnRankZero) {
+  for (PipelineScheduleKind k : {PipelineScheduleKind::kZBV, PipelineScheduleKind::kDualPipeV}) {
+    const PipelineScheduleSpec s = spec_of(k, 4, 8);
+    EXPECT_EQ(pipeline_stage(s, 0, 0), 0);
+    EXPECT_EQ(pipeline_stage(s, 0, 1), 7);
+    EXPECT_EQ(pipeline_stage(s, 3, 0), 3);
+    EXPECT_EQ(pipeline_stage(s, 3, 1), 4);
+    for (int64_t k2 = 0; k2 < 8; ++k2) {
+      const StagePlace at = pipeline_place(s, k2);
+      EXPECT_EQ(pipeline_stage(s, at.rank, at.chunk), k2);
+    }
+  }
+  const PipelineScheduleSpec i{4, 2, 8};
+  EXPECT_EQ(pipeline_stage(i, 1, 1), 5);
+  EXPECT_EQ(pipeline_place(i, 5).rank, 1);
+}
+
+TEST(PipelineSchedule, DualPipeVIsDeepSeeksEightSteps) {
+  // P2 M4, rank 0 (dualpipev.py): step 1 two F0; step 2 (F0 F1); step 3 (I1 W1 F1); step 4 two
+  // rounds of (F0&B1, F1&B0); step 5 (B1, F1&B0); step 6 (B1 B0) with I from the middle on:
+  // rank 0 switches after B1; step 7 (W, I0); step 8 one W.
+  const PipelineScheduleSpec s = spec_of(PipelineScheduleKind::kDualPipeV, 2, 5);
+  EXPECT_EQ(list_of(pipeline_schedule(s, 0)),
+            "F0.0 F1.0 F2.0 F0.1 I0.1 W0.1 F1.1 F3.0& B1.1 F2.1& B0.0 F4.0& B2.1 F3.1& B1.0 "
+            "B3.1 F4.1& B2.0 B4.1 I3.0 W3.0 I4.0 W4.0");
+  // the last rank: its first F0 and B1 of the main step not overlapped
+  EXPECT_EQ(list_of(pipeline_schedule(s, 1)),
+            "F0.0 F0.1 F1.0 F1.1 F2.0 B0.1 F2.1& B0.0 F3.0& B1.1 F3.1& B1.0 F4.0& B2.1 F4.1& B2.0 "
+            "B3.1 B3.0 I4.1 I4.0 W4.1 W4.0");
+}
+
+TEST(PipelineSchedule, TheBubbleIsTheAuthorsFormula) {
+  // Equal stages, no transfer time: each rank's layers F = 2, B = 4 (W half of it), halved per
+  // chunk on the V schedules. Every rank's idle time (its bubble) equals the formula: 1F1B
+  // (P−1)(F+B); ZB-H1 (P−1)(F+B−2W); DualPipeV (P−1)(F&B+B−3W) per chunk (DeepSeek's
+  // (PP/2 − 1)(…) with PP = 2P stages). ZB-V leaves P − 1 chunk forwards.
+  for (int64_t P : {2, 3, 4})
+    for (int64_t M : {2 * P, 4 * P, 4 * P + 1}) {
+      for (PipelineScheduleKind k :
+           {PipelineScheduleKind::k1F1B, PipelineScheduleKind::kZB1P, PipelineScheduleKind::kZBV,
+            PipelineScheduleKind::kDualPipeV}) {
+        const PipelineScheduleSpec s = spec_of(k, P, M);
+        const double F = 2.0 / double(s.chunks), B = 4.0 / double(s.chunks), W = B / 2;
+        const PipelineTiming t = simulate_pipeline(s, F, B, 0.0, 0.5);
+        const double want = k == PipelineScheduleKind::kZBV ? double(P - 1) * F
+                                                            : pipeline_bubble_formula_s(s, F, B, W);
+        for (int64_t r = 0; r < P; ++r)
+          EXPECT_NEAR(t.idle_s[size_t(r)], want, 1e-9)
+              << pipeline_schedule_name(k) << " P" << P << " M" << M << " rank " << r;
+        EXPECT_NEAR(t.ideal_s, double(M) * (F + B) * double(s.chunks), 1e-9);
+      }
+    }
+  // zb1p and dualpipev below 1F1B's bubble; equal-stage formulas ordered as FACTS §8 says
+  const PipelineScheduleSpec one = spec_of(PipelineScheduleKind::k1F1B, 4, 16);
+  const PipelineScheduleSpec zb = spec_of(PipelineScheduleKind::kZB1P, 4, 16);
+  EXPECT_LT(simulate_pipeline(zb, 2, 4).step_s, simulate_pipeline(one, 2, 4).step_s);
+}
+
+TEST(PipelineSchedule, ZeroBubbleMemoryIsTheAuthors) {
+  // Activations held (forwards whose W is not done): ZB-H1 no rank above 1F1B's first rank (P
+  // micro-batches); ZB-V 2P chunks (P micro-batches of a rank's layers); DualPipeV 2P + 1 chunks
+  // (DeepSeek's PP + 1).
+  for (int64_t P : {2, 3, 4}) {
+    const int64_t M = 4 * P;
+    for (int64_t r = 0; r < P; ++r) {
+      EXPECT_LE(simulate_pipeline(spec_of(PipelineScheduleKind::kZB1P, P, M), 1, 2)
+                    .max_in_flight[size_t(r)],
+                P);
+      EXPECT_EQ(simulate_pipeline(spec_of(PipelineScheduleKind::kZBV, P, M), 1, 2)
+                    .max_in_flight[size_t(r)],
+                2 * P);
+      EXPECT_EQ(simulate_pipeline(spec_of(PipelineScheduleKind::kDualPipeV, P, M), 1, 2)
+                    .max_in_flight[size_t(r)],
+                2 * P + 1);
+    }
+  }
+}
+
+TEST(PipelineSchedule, ScheduleNamesAndRefusals) {
+  EXPECT_EQ(parse_pipeline_schedule("dualpipev"), PipelineScheduleKind::kDualPipeV);
+  EXPECT_EQ(parse_pipeline_schedule("DualPipeV"), PipelineScheduleKind::kDualPipeV);
+  EXPECT_EQ(parse_pipeline_schedule("ZBVZeroBubble"), PipelineScheduleKind::kZBV);
+  EXPECT_EQ(parse_pipeline_schedule("Interleaved1F1B"), PipelineScheduleKind::kInterleaved);
+  EXPECT_EQ(parse_pipeline_schedule("1F1B"), PipelineScheduleKind::k1F1B);
+  EXPECT_EQ(parse_pipeline_schedule("zb1p"), PipelineScheduleKind::kZB1P);
+  try {
+    parse_pipeline_schedule("gpipe");
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("use 1f1b, interleaved, zb1p, zbv or dualpipev"),
+              std::string::npos);
+  }
+  PipelineScheduleSpec s = spec_of(PipelineScheduleKind::kDualPipeV, 4, 7);
+  EXPECT_NE(error_of(s).find("at least 2 x --pp = 8 micro-batches"), std::string::npos);
+  s.microbatches = 8;
+  EXPECT_EQ(error_of(s), "");
+  s.chunks = 4;
+  EXPECT_NE(error_of(s).find("--vpp must be 2 or left out"), std::string::npos);
+  s = spec_of(PipelineScheduleKind::kZB1P, 2, 4);
+  s.chunks = 2;
+  EXPECT_NE(error_of(s).find("drop --vpp 2"), std::string::npos);
+  s = spec_of(PipelineScheduleKind::kZBV, 2, 4);
+  s.ep_overlap = true;
+  EXPECT_NE(error_of(s).find("use dualpipev"), std::string::npos);
 }
 
 }  // namespace

@@ -255,7 +255,7 @@ TEST(Simulator, FanoutFollowsGroupLimitedRouting) {
 }
 
 TEST(Simulator, CatalogHasTheSystemsAndASourceForEveryNumber) {
-  for (const char* name : {"h100-sxm", "h200", "b200", "gb200-nvl72", "gb300-nvl72"}) {
+  for (const char* name : {"h100-sxm", "h800", "h200", "b200", "gb200-nvl72", "gb300-nvl72"}) {
     const SystemSpec s = load_system(name);
     EXPECT_EQ(s.name, name);
     std::vector<std::string> keys = {"peak_tflops",
@@ -617,3 +617,39 @@ TEST(Simulator, TimelineWithoutExchangeIsTheEnginesSchedule) {
   EXPECT_NEAR(t.step_s, simulate_pipeline(s, fs, bs, 0.01).step_s, 1e-9);
   for (const RankTimeline& r : t.ranks) EXPECT_EQ(r.exposed, 0);
 }
+
+namespace moet::sim {
+namespace {
+
+// The zero-bubble and V schedules in the step model: the same lists the engine's schedule code
+// gives (parallel/pipeline_schedule.h), each rank's chains placed as the schedule places stages.
+TEST(Simulator, PipelineSchedulesMoveTheStepAsTheirDesignSays) {
+  const ModelConfig c = dsv3();
+  const SystemSpec s = load_system("gb300-nvl72");
+  auto run = [&](PipelineScheduleKind k, int64_t vpp, bool overlap) {
+    SimLayout l = gb300_record();
+    l.schedule = k, l.vpp = vpp, l.a2a_overlap = overlap, l.pp_layout = "balanced";
+    return simulate(c, l, s);
+  };
+  // Without the all-to-all overlap: ZB-H1's W fills 1F1B's bubble at the same memory bound.
+  const Prediction one = run(PipelineScheduleKind::kInterleaved, 1, false);
+  const Prediction zb = run(PipelineScheduleKind::kZB1P, 1, false);
+  EXPECT_LT(zb.breakdown.pp_bubble, 0.7 * one.breakdown.pp_bubble);
+  EXPECT_LT(zb.step_time_s, one.step_time_s);
+  // ZB-V has no overlapped passes; DualPipeV's F&B pairs hide most of the exchange.
+  const Prediction zbv = run(PipelineScheduleKind::kZBV, 2, true);
+  const Prediction dpv = run(PipelineScheduleKind::kDualPipeV, 2, true);
+  EXPECT_NEAR(zbv.breakdown.a2a_exposed, zbv.breakdown.a2a_total, 0.02 * zbv.breakdown.a2a_total);
+  EXPECT_LT(dpv.breakdown.a2a_exposed, 0.4 * dpv.breakdown.a2a_total);
+  EXPECT_LT(dpv.step_time_s, zbv.step_time_s);
+  // The V holds 2P + 1 chunks of activations (DeepSeek's PP + 1): more than ZB-V's 2P.
+  EXPECT_GT(dpv.memory.activations, zbv.memory.activations);
+  // The layout line names the schedule; a V schedule with another VPP is refused in one line.
+  EXPECT_NE(describe(dpv.layout).find("VPP2 dualpipev"), std::string::npos);
+  SimLayout bad = gb300_record();
+  bad.schedule = PipelineScheduleKind::kDualPipeV;
+  EXPECT_NE(error_of(c, bad).find("--vpp must be 2 or left out"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace moet::sim

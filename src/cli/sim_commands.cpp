@@ -112,6 +112,9 @@ CLI::App* add_simulate_command(CLI::App& app, SimulateArgs& a) {
   c->add_option("--pp-layout", a.pp_layout,
                 "pipeline layout: Megatron syntax (e.g. 'Et*4|(t*4|)*14tmL'), 'balanced', or "
                 "empty for Megatron's even split");
+  c->add_option("--pipeline-schedule", a.pipeline_schedule,
+                "1f1b, interleaved (the default), zb1p, zbv or dualpipev (TorchTitan's names too); "
+                "zbv and dualpipev put --vpp 2 chunks on each rank in a V");
   c->add_option("--expert-imbalance", a.expert_imbalance,
                 "expert rows of the busiest EP rank over the mean (moet train reports it as "
                 "ep_load_imbalance; 1 = balanced)")
@@ -184,6 +187,10 @@ void run_simulate(const SimulateArgs& a) {
   l.expert_imbalance = a.expert_imbalance;
   l.pp_layout = a.pp_layout;
   l.cuda_graphs = a.cuda_graphs;
+  if (!a.pipeline_schedule.empty()) {
+    l.schedule = parse_pipeline_schedule(a.pipeline_schedule);
+    if (is_v_schedule(l.schedule) && a.vpp == 1) l.vpp = 2;  // the V's two chunks
+  }
   const auto ps = sim::simulate_scaling(c, l, s, a.gpus);
   if (a.json) {
     std::fprintf(stderr, "moet simulate: %s\n", sim::flops_line(ps.front()).c_str());

@@ -17,6 +17,7 @@ struct SimulateArgs {
   int64_t tp = 1, pp = 1, vpp = 1, ep = 1, etp = 1, mbs = 1, gbs = 0, seq = 4096;
   std::optional<int64_t> mtp;  // unset: the model config's
   std::string precision = "bf16", recompute = "none", pp_layout, cuda_graphs = "full";
+  std::string pipeline_schedule;  // empty: interleaved 1F1B (1F1B with --vpp 1)
   std::vector<RecomputeModule> recompute_modules;
   double expert_imbalance = 1.0;
   bool no_a2a_overlap = false, no_dp_overlap = false, no_distributed_optimizer = false;

@@ -17,7 +17,7 @@ std::vector<int64_t> PipelineExecutor::slots_per_chunk(const PipelineScheduleSpe
   std::vector<int64_t> in_flight(size_t(spec.chunks), 0), most(size_t(spec.chunks), 0);
   for (const PipelinePass& p : pipeline_schedule(spec, rank)) {
     int64_t& n = in_flight[size_t(p.chunk)];
-    n += p.forward ? 1 : -1;
+    n += p.forward() ? 1 : -1;
     most[size_t(p.chunk)] = std::max(most[size_t(p.chunk)], n);
   }
   return most;
@@ -32,6 +32,9 @@ PipelineExecutor::PipelineExecutor(Communicator& pp, const PipelineScheduleSpec&
       S_(spec.stages * spec.chunks),
       rank_(pp.rank()) {
   check_pipeline_schedule(spec_);
+  MOET_CHECK(!splits_backward(spec_.kind), "--pipeline-schedule ",
+             pipeline_schedule_name(spec_.kind),
+             " is not run by the engine yet (moet simulate models it): use 1f1b or interleaved");
   MOET_ASSERT(pp.size() == P_ && int64_t(chunks.size()) == V_);
   passes_ = pipeline_schedule(spec_, rank_);
   // With the EP overlap, the steady state's forward and backward of other micro-batches run
@@ -43,7 +46,7 @@ PipelineExecutor::PipelineExecutor(Communicator& pp, const PipelineScheduleSpec&
   const size_t warmup = size_t(pipeline_warmup_passes(spec_, rank_));
   for (size_t i = warmup; spec_.ep_overlap && i + 1 < passes_.size(); i += 2) {
     const PipelinePass &f = passes_[i], &b = passes_[i + 1];
-    if (!f.forward || b.forward) break;  // the cool-down: backwards only
+    if (!f.forward() || b.forward()) break;  // the cool-down: backwards only
     if (b.microbatch == f.microbatch && b.chunk == f.chunk) continue;
     combine_[i] = true;
     ++combined_pairs_;
@@ -316,13 +319,13 @@ LossBreakdown PipelineExecutor::run_step(const std::function<const int32_t*(int6
     if (both) {
       combined(p, passes_[i + 1], micro_batch(p.microbatch), grad_scale, &losses);
       ++i;
-    } else if (p.forward) {
+    } else if (p.forward()) {
       forward(p.chunk, p.microbatch, micro_batch(p.microbatch), grad_scale, &losses);
     } else {
       backward(p.chunk, p.microbatch, grad_scale);
     }
     const double busy = seconds(t0, clock::now()) - (times_.wait_s - waited);
-    (p.forward && !both ? times_.forward_s : times_.backward_s)[size_t(p.chunk)] += busy;
+    (p.forward() && !both ? times_.forward_s : times_.backward_s)[size_t(p.chunk)] += busy;
   }
   times_.run_s = seconds(start, clock::now());
   for (auto& row : slots_)

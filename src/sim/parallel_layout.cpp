@@ -39,7 +39,8 @@ void validate(const ModelConfig& c, const SimLayout& l) {
   if (!(l.expert_imbalance >= 1.0))
     throw Error(str("--expert-imbalance ", l.expert_imbalance,
                     " must be at least 1 (the busiest rank's expert rows over the mean)"));
-  if (l.vpp > 1 && l.pp == 1) throw Error("--vpp > 1 needs --pp > 1");
+  if (l.vpp > 1 && l.pp == 1 && l.schedule == PipelineScheduleKind::kInterleaved)
+    throw Error("--vpp > 1 needs --pp > 1");
   if (l.gpus % (l.tp * l.pp) != 0)
     throw Error(str("--gpus ", l.gpus, " does not divide by TP×PP = ", l.tp, "×", l.pp, " = ",
                     l.tp * l.pp));
@@ -73,6 +74,8 @@ void validate(const ModelConfig& c, const SimLayout& l) {
   if (l.gbs % (l.mbs * l.dp()) != 0)
     throw Error(str("--gbs ", l.gbs, " does not divide by MBS×DP = ", l.mbs, "×", l.dp(), " = ",
                     l.mbs * l.dp()));
+  if (l.schedule != PipelineScheduleKind::kInterleaved)
+    check_pipeline_schedule(l.schedule_spec(l.micro_batches()));
 }
 
 std::vector<size_t> stages_of_slots(const ModelConfig& c, const SimLayout& l) {
@@ -141,14 +144,25 @@ RecomputeModules SimLayout::selective_modules() const {
   return recompute == "selective" ? m : RecomputeModules{};
 }
 
+PipelineScheduleSpec SimLayout::schedule_spec(int64_t m) const {
+  PipelineScheduleSpec s;
+  s.stages = pp, s.chunks = vpp, s.microbatches = m, s.kind = schedule;
+  // combined 1F1B's one more warm-up forward; DualPipeV's pairs are in its own list
+  s.ep_overlap = a2a_overlap && schedule == PipelineScheduleKind::kInterleaved;
+  return s;
+}
+
 std::string describe(const SimLayout& l) {
   std::string rc;
   if (l.recompute == "selective")
     rc = " recompute=selective(" + l.selective_modules().names() + ")";
   else if (l.recompute != "none")
     rc = " recompute=" + l.recompute;
-  return str("TP", l.tp, " PP", l.pp, " VPP", l.vpp, " EP", l.ep, " ETP", l.etp, " DP", l.dp(),
-             " MBS", l.mbs, " GBS", l.gbs, rc);
+  const std::string sched = l.schedule == PipelineScheduleKind::kInterleaved
+                                ? ""
+                                : std::string(" ") + pipeline_schedule_name(l.schedule);
+  return str("TP", l.tp, " PP", l.pp, " VPP", l.vpp, sched, " EP", l.ep, " ETP", l.etp, " DP",
+             l.dp(), " MBS", l.mbs, " GBS", l.gbs, rc);
 }
 
 }  // namespace moet::sim

@@ -9,6 +9,7 @@
 #include "model/config.h"
 #include "model/recipe.h"
 #include "model/recompute.h"
+#include "parallel/pipeline_schedule.h"
 
 namespace moet::sim {
 
@@ -36,6 +37,10 @@ struct SimLayout {
   // Megatron pipeline layout such as "Et*4|(t*4|)*14tmL" (E embedding, t decoder layer, m MTP
   // layer, L loss, | stage boundary, *N repeat, parentheses group).
   std::string pp_layout;
+  // The pipeline schedule (parallel/pipeline_schedule.h): interleaved 1F1B (1F1B with VPP 1,
+  // combined 1F1B with the all-to-all overlap), zb1p, zbv or dualpipev (VPP 2, a V; its
+  // overlapped pairs hide the all-to-all when a2a_overlap is on).
+  PipelineScheduleKind schedule = PipelineScheduleKind::kInterleaved;
   // Kernels captured in CUDA graphs: "full" (the whole iteration, as the GB300 record ran:
   // launches cost nothing), "partial" (Megatron's attention/router/dense scopes: the MoE
   // dispatch, experts and combine launch kernel by kernel), "none" (every kernel launched).
@@ -45,6 +50,8 @@ struct SimLayout {
   int64_t edp() const { return gpus / (etp * ep * pp); }        // expert-data-parallel size
   int64_t micro_batches() const { return gbs / (mbs * dp()); }  // per rank per step
   int64_t stages() const { return pp * vpp; }                   // virtual pipeline stages
+  // The schedule's spec for this layout (m micro-batches per rank).
+  PipelineScheduleSpec schedule_spec(int64_t m) const;
 };
 
 // The format of a recipe's decoder GEMMs: the peak its GEMMs and its MFU are measured against.

@@ -39,6 +39,21 @@ int64_t warmup_chunks(int64_t P, int64_t V, int64_t r) {
   return pipeline_warmup_passes(spec, r);
 }
 
+// The most micro-batch chunks rank r holds activations of at once under the layout's schedule:
+// interleaved 1F1B's warm-up plus one, at most m·V; the other schedules count their own list
+// (a chunk's activations held from its forward until its weight gradient).
+int64_t chunks_in_flight(const SimLayout& l, int64_t m, int64_t r) {
+  const int64_t V = l.vpp;
+  if (l.schedule == PipelineScheduleKind::kInterleaved)
+    return std::min<int64_t>(m * V, warmup_chunks(l.pp, V, r) + 1);
+  int64_t n = 0, most = 0;
+  for (const PipelinePass& p : pipeline_schedule(l.schedule_spec(m), r)) {
+    n += p.forward() ? 1 : p.releases() ? -1 : 0;
+    most = std::max(most, n);
+  }
+  return most;
+}
+
 // Cuts the slots into `n` contiguous non-empty stages whose largest work (forward + backward +
 // all-to-all) is smallest, as a hand-written Megatron pipeline layout does (the GB300 record's
 // `Et*4|(t*4|)*14tmL` gives the first stage a layer more and the stage with MTP and loss fewer).
@@ -103,14 +118,11 @@ void backward_chain(Chain& c, const SlotCost& w) {
 // The step's timeline: the engine's schedule over the virtual stages' chains, or, for a
 // micro-batch count Megatron refuses, each rank's chunks as one stage of its own plus the closed
 // form of the interleaved bubble, (P − 1)/V micro-batches and the fill and drain hops.
-StepTimeline step_events(int64_t P, int64_t V, int64_t m, bool ep_overlap,
-                         const std::vector<Chain>& fwd, const std::vector<Chain>& bwd,
-                         const TimelineOptions& opt) {
-  PipelineScheduleSpec spec;
-  spec.stages = P;
-  spec.chunks = V;
-  spec.microbatches = m;
-  spec.ep_overlap = ep_overlap;  // combined 1F1B: one more warm-up forward
+StepTimeline step_events(const PipelineScheduleSpec& spec, const std::vector<Chain>& fwd,
+                         const std::vector<Chain>& bwd, const TimelineOptions& opt) {
+  const int64_t P = spec.stages, V = spec.chunks, m = spec.microbatches;
+  if (spec.kind != PipelineScheduleKind::kInterleaved)  // validate() checked it
+    return run_step_timeline(spec, fwd, bwd, opt);
   bool megatron_valid = true;
   try {
     check_pipeline_schedule(spec);
@@ -140,7 +152,7 @@ StepTimeline step_events(int64_t P, int64_t V, int64_t m, bool ep_overlap,
 // first forward when overlapped.
 void data_parallel(Breakdown& b, const SimLayout& l, const SystemSpec& s, const RankWork& slow,
                    int64_t m, double act_b) {
-  const int64_t P = l.pp, V = l.vpp;
+  const int64_t V = l.vpp;
   const int rpd = s.ranks_per_domain(int(l.gpus));
   const int share = s.compute_shared ? int(l.gpus) : 1;
   const bool quant = is_fp8_recipe(l.precision);
@@ -160,7 +172,9 @@ void data_parallel(Breakdown& b, const SimLayout& l, const SystemSpec& s, const 
     // Gradients are final during the last micro-batch's backward (the cooldown of the
     // interleaved schedule); parameters are gathered under the first forward. The last
     // bucket (one layer's worth) cannot hide.
-    const double cool = double(std::min<int64_t>(m * V, warmup_chunks(P, V, 0)));
+    const double cool = l.schedule == PipelineScheduleKind::kInterleaved
+                            ? double(std::min<int64_t>(m * V, warmup_chunks(l.pp, V, 0)))
+                            : double(std::max<int64_t>(1, chunks_in_flight(l, m, 0) - 1));
     const double widen = std::max(1.0, cool / double(V));
     const double buckets = std::max(1, slow.layers);
     auto exposed = [&](double t, double window) {
@@ -170,16 +184,17 @@ void data_parallel(Breakdown& b, const SimLayout& l, const SystemSpec& s, const 
   }
 }
 
-// Each slot's work onto the rank of its virtual stage (stage j on rank j % P), and its passes
-// onto that stage's forward and backward chains; `timed` is the time of one micro-batch, lane by
-// lane (`lanes` of them), `slots` its bytes and parameters.
+// Each slot's work onto the rank of its virtual stage (the schedule's placement: stage j on rank
+// j % P, or the V's), and its passes onto that stage's forward and backward chains; `timed` is
+// the time of one micro-batch, lane by lane (`lanes` of them), `slots` its bytes and parameters.
 void place_slots(const std::vector<SlotCost>& slots, const std::vector<SlotCost>& timed,
-                 double lanes, const std::vector<size_t>& stage_of, std::vector<RankWork>& ranks,
+                 double lanes, const std::vector<size_t>& stage_of,
+                 const PipelineScheduleSpec& spec, std::vector<RankWork>& ranks,
                  std::vector<Chain>& fwd, std::vector<Chain>& bwd) {
   for (size_t i = 0; i < slots.size(); ++i) {
     const SlotCost& w = slots[i];
     const SlotCost& t = timed[i];
-    RankWork& r = ranks[stage_of[i] % ranks.size()];
+    RankWork& r = ranks[size_t(pipeline_place(spec, int64_t(stage_of[i])).rank)];
     r.f += lanes * t.fwd(), r.b += lanes * t.bwd();
     r.gemm += lanes * (t.gemm_f + t.gemm_b), r.attn += lanes * (t.attn_f + t.attn_b);
     r.mem += lanes * (t.mem_f + t.mem_b), r.tp += lanes * (t.tp_f + t.tp_b);
@@ -210,7 +225,7 @@ MemoryUse memory_use(const SimLayout& l, const SystemSpec& s, const std::vector<
   mu.optimizer = 12 * shard / 1e9;
   double act_max = 0;
   for (int64_t r = 0; r < P; ++r) {
-    const double in_flight = double(std::min<int64_t>(m * V, warmup_chunks(P, V, r) + 1));
+    const double in_flight = double(chunks_in_flight(l, m, r));
     const RankWork& w = ranks[size_t(r)];
     act_max = std::max(act_max, w.act / double(V) * in_flight + w.redo);
   }
@@ -247,7 +262,8 @@ Prediction simulate(const ModelConfig& c, const SimLayout& l, const SystemSpec& 
                                            ? balanced_stages(slots, size_t(l.stages()))
                                            : stages_of_slots(c, l);
   if (l.pp > 1) p.pp_layout = format_pp_layout(c, l, stage_of);
-  place_slots(slots, timed, lanes, stage_of, ranks, fwd, bwd);
+  const PipelineScheduleSpec spec = l.schedule_spec(m);
+  place_slots(slots, timed, lanes, stage_of, spec, ranks, fwd, bwd);
 
   // The step as events (step_timeline.h): the engine's own schedule (pipeline_schedule) orders
   // each rank's passes; with the all-to-all overlap, combined 1F1B runs a forward and the
@@ -262,13 +278,18 @@ Prediction simulate(const ModelConfig& c, const SimLayout& l, const SystemSpec& 
   opt.sm_fraction = s.eff.a2a_sm_fraction;
   opt.pair_passes = l.a2a_overlap && !two_lanes;
   opt.two_lanes = two_lanes;
+  // W of the zero-bubble schedules: half of the backward GEMMs' time (the weight-gradient GEMMs;
+  // core attention, the memory-bound kernels and the recomputed forward stay in I)
+  double gemm_b = 0, all_b = 0;
+  for (const SlotCost& t : timed) gemm_b += std::max(0.0, t.gemm_b - t.recompute), all_b += t.bwd();
+  opt.weight_share = all_b > 0 ? 0.5 * gemm_b / all_b : 0.0;
   if (P > 1) {
     const bool neighbour_in_domain = l.gpus / P < rpd;
     const double link = neighbour_in_domain ? s.nvlink_gbps * 1e9 * s.eff.collective_nvlink
                                             : s.scaleout_gbps * 1e9 * s.eff.collective_scaleout;
     opt.p2p_s = double(l.mbs * l.seq) * double(c.hidden_size) * act_b / double(l.tp) / link;
   }
-  const StepTimeline tl = step_events(P, V, m, l.a2a_overlap, fwd, bwd, opt);
+  const StepTimeline tl = step_events(spec, fwd, bwd, opt);
   // The breakdown is the busiest rank's: what it computes, the SMs the exchange took from it,
   // its exchange with no compute beside it, and its waiting (the bubble).
   size_t busiest = 0;

@@ -101,14 +101,48 @@ double overlap(const std::vector<Span>& x, const std::vector<Span>& y) {
 // passes, one more warm-up forward (as Megatron's combined 1F1B without interleaving does), so
 // that a steady-state forward and the backward after it belong to different micro-batches.
 std::vector<PipelinePass> rank_passes(const PipelineScheduleSpec& s, int64_t r, bool pair) {
-  if (s.chunks > 1 || !pair) return pipeline_schedule(s, r);
+  if (s.chunks > 1 || !pair || s.kind != PipelineScheduleKind::kInterleaved)
+    return pipeline_schedule(s, r);
   const int64_t M = s.microbatches, w = std::min(s.stages - r, M);
+  constexpr PassOp F = PassOp::kForward, B = PassOp::kBackward;
   std::vector<PipelinePass> out;
-  for (int64_t k = 0; k < w; ++k) out.push_back({true, k, 0});
-  for (int64_t k = 0; k < M - w; ++k) out.push_back({true, k + w, 0}), out.push_back({false, k, 0});
-  for (int64_t k = M - w; k < M; ++k) out.push_back({false, k, 0});
+  for (int64_t k = 0; k < w; ++k) out.push_back({F, k, 0});
+  for (int64_t k = 0; k < M - w; ++k) out.push_back({F, k + w, 0}), out.push_back({B, k, 0});
+  for (int64_t k = M - w; k < M; ++k) out.push_back({B, k, 0});
   return out;
 }
+
+// Each virtual stage's chains by pass: forward, the whole backward, and the backward split for
+// the zero-bubble schedules — the input gradient keeps every exchange and (1 − share) of each
+// compute interval, the weight gradient is share of its compute.
+struct StageChains {
+  const std::vector<Chain>&fwd, &bwd;
+  std::vector<Chain> input, weight;
+  StageChains(const std::vector<Chain>& f, const std::vector<Chain>& b, double share)
+      : fwd(f), bwd(b), input(b.size()), weight(b.size()) {
+    for (size_t k = 0; k < b.size(); ++k) {
+      double w = 0;
+      for (const Interval& x : b[k]) {
+        input[k].push_back({x.exchange, x.exchange ? x.s : x.s * (1 - share)});
+        if (!x.exchange) w += x.s * share;
+      }
+      weight[k] = {{false, w}};
+    }
+  }
+  const Chain* of(PassOp op, int64_t k) const {
+    switch (op) {
+      case PassOp::kForward:
+        return &fwd[size_t(k)];
+      case PassOp::kBackward:
+        return &bwd[size_t(k)];
+      case PassOp::kInputGrad:
+        return &input[size_t(k)];
+      case PassOp::kWeightGrad:
+        break;
+    }
+    return &weight[size_t(k)];
+  }
+};
 
 }  // namespace
 
@@ -119,24 +153,28 @@ StepTimeline run_step_timeline(const PipelineScheduleSpec& spec, const std::vect
   std::vector<std::vector<PipelinePass>> lists;
   for (int64_t r = 0; r < P; ++r) lists.push_back(rank_passes(spec, r, opt.pair_passes));
   constexpr double kNotYet = std::numeric_limits<double>::infinity();
+  const StageChains chains(fwd, bwd, opt.weight_share);
   std::vector<double> fwd_end(size_t(M * K), kNotYet), bwd_end(size_t(M * K), kNotYet);
   auto at = [&](int64_t m, int64_t stage) { return size_t(m * K + stage); };
-  auto stage_of = [&](const PipelinePass& p, int64_t r) { return p.chunk * P + r; };
+  auto stage_of = [&](const PipelinePass& p, int64_t r) {
+    return pipeline_stage(spec, r, p.chunk);
+  };
   auto ready = [&](const PipelinePass& p, int64_t r) {
     const int64_t k = stage_of(p, r);
-    if (p.forward) return k == 0 ? 0.0 : fwd_end[at(p.microbatch, k - 1)] + opt.p2p_s;
-    return k == K - 1 ? fwd_end[at(p.microbatch, k)] : bwd_end[at(p.microbatch, k + 1)] + opt.p2p_s;
+    if (p.forward()) return k == 0 ? 0.0 : fwd_end[at(p.microbatch, k - 1)] + opt.p2p_s;
+    if (p.op == PassOp::kWeightGrad) return bwd_end[at(p.microbatch, k)];
+    const double hop = k < K - 1 && pipeline_place(spec, k + 1).rank == r ? 0.0 : opt.p2p_s;
+    return k == K - 1 ? fwd_end[at(p.microbatch, k)] : bwd_end[at(p.microbatch, k + 1)] + hop;
   };
-  auto chain = [&](const PipelinePass& p, int64_t r) {
-    return &(p.forward ? fwd : bwd)[size_t(stage_of(p, r))];
-  };
+  auto chain = [&](const PipelinePass& p, int64_t r) { return chains.of(p.op, stage_of(p, r)); };
   auto finish = [&](const PipelinePass& p, int64_t r, double end) {
-    (p.forward ? fwd_end : bwd_end)[at(p.microbatch, stage_of(p, r))] = end;
+    if (p.forward()) fwd_end[at(p.microbatch, stage_of(p, r))] = end;
+    if (p.input_grad()) bwd_end[at(p.microbatch, stage_of(p, r))] = end;
   };
   std::vector<RankState> state(static_cast<size_t>(P));
   std::vector<size_t> next(size_t(P), 0);
-  size_t done = 0;
-  const size_t all = size_t(2 * M * K);
+  size_t done = 0, all = 0;
+  for (const auto& l : lists) all += l.size();
   bool unpair = false;  // set when only running a paired forward alone lets the step go on
   while (done < all) {
     bool progressed = false;
@@ -148,8 +186,13 @@ StepTimeline run_step_timeline(const PipelineScheduleSpec& spec, const std::vect
         const PipelinePass& p = list[i];
         const double rp = ready(p, r);
         if (rp == kNotYet) break;  // waits for another rank
-        const bool pairable = opt.pair_passes && p.forward && i + 1 < list.size() &&
-                              !list[i + 1].forward && list[i + 1].microbatch != p.microbatch;
+        // combined 1F1B pairs a steady-state forward with the backward after it; DualPipeV's
+        // list names its overlapped pairs
+        const bool pairable = opt.pair_passes &&
+                              (spec.kind == PipelineScheduleKind::kInterleaved
+                                   ? p.forward() && i + 1 < list.size() && !list[i + 1].forward() &&
+                                         list[i + 1].microbatch != p.microbatch
+                                   : p.overlapped);
         double end_a = 0, end_b = 0;
         if (pairable) {
           const PipelinePass& q = list[i + 1];

@@ -28,6 +28,9 @@ struct TimelineOptions {
   // moet's --a2a-overlap without a pipeline: each micro-batch split in two lanes whose passes
   // (the chains given, for half a micro-batch) run side by side
   bool two_lanes = false;
+  // The share of a backward's compute that is its weight gradient (a W of the zero-bubble
+  // schedules; its I keeps the rest and every exchange).
+  double weight_share = 0.5;
 };
 
 // Per pipeline rank, over the step: compute (as given, and what the exchange's SMs added),
@@ -41,8 +44,9 @@ struct StepTimeline {
   std::vector<RankTimeline> ranks;
 };
 
-// The step of `spec` (its ep_overlap adds the warm-up forward that combined 1F1B needs) with
-// virtual stage k's forward and backward chains fwd[k] and bwd[k].
+// The step of `spec` (its ep_overlap adds the warm-up forward that combined 1F1B needs; its kind
+// picks the schedule, whose overlapped pairs run as combined passes) with virtual stage k's
+// forward and backward chains fwd[k] and bwd[k] (stage k as pipeline_place numbers it).
 StepTimeline run_step_timeline(const PipelineScheduleSpec& spec, const std::vector<Chain>& fwd,
                                const std::vector<Chain>& bwd, const TimelineOptions& opt);
 
