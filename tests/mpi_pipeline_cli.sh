@@ -10,8 +10,11 @@
 #   - 2 stages x 2 data-parallel ranks with --ep 2 and ZeRO-1, interleaved, against 2 ranks
 #     with --ep 2 (no pipeline); the same with combined 1F1B (--a2a-overlap), whose passes are
 #     checked to run combined;
+#   - zero-bubble ZB-H1 (--pipeline-schedule zb1p, weight gradients deferred) on 2 and 4
+#     stages, with --ep 2 --zero1, selective and full recomputation, fp32 and NVFP4;
 #   - a checkpoint saved by a pipeline run, resumed by one process, continues exactly as a run
-#     never interrupted (the stages' pieces make up the whole model);
+#     never interrupted (the stages' pieces make up the whole model); one saved under zb1p
+#     resumed under interleaved 1F1B likewise;
 #   - with --deterministic, a pipeline (with --vpp, --ep, --zero1) gives bitwise one process's
 #     losses (the total included) and parameters;
 # and bad pipeline flags get one line and a non-zero exit.
@@ -65,6 +68,25 @@ run 4 "$dir/pp4.jsonl" --pp 4 --pp-layout "E|tt|t|mL"
 same "$dir/one.jsonl" "$dir/pp4.jsonl" "1F1B, 4 stages (one with the embedding only)"
 run 2 "$dir/vpp.jsonl" --pp 2 --vpp 2 --pp-layout "Et|t|t|mL"
 same "$dir/one.jsonl" "$dir/vpp.jsonl" "interleaved 1F1B, 2 stages x 2 chunks"
+# zero-bubble ZB-H1 (--pipeline-schedule zb1p): each backward as its input gradient, the weight
+# gradients later, where the stage would wait: the same bits, on 2 and 4 stages, with --ep and
+# ZeRO-1, with selective and full recomputation, in fp32 and NVFP4 (TorchTitan's name accepted)
+run 2 "$dir/zb.jsonl" --pp 2 --pp-layout "Et|ttmL" --pipeline-schedule zb1p
+same "$dir/one.jsonl" "$dir/zb.jsonl" "zb1p, 2 stages"
+run 4 "$dir/zb4.jsonl" --pp 4 --pp-layout "E|tt|t|mL" --pipeline-schedule InterleavedZeroBubble
+same "$dir/one.jsonl" "$dir/zb4.jsonl" "zb1p, 4 stages"
+for flags in "--precision fp32 --recompute-granularity selective --recompute-modules mla_up_proj moe_act layernorm" \
+  "--precision nvfp4 --recompute-granularity full"; do
+  read -ra f <<<"$flags"
+  "$moet" "${common[@]}" "${f[@]}" --metrics "$dir/zb_ref.jsonl" --overwrite-metrics
+  run 2 "$dir/zb_f.jsonl" --pp 2 --pp-layout "Et|ttmL" --pipeline-schedule zb1p "${f[@]}" \
+    --overwrite-metrics
+  same "$dir/zb_ref.jsonl" "$dir/zb_f.jsonl" "zb1p $flags"
+done
+"${mpi[@]}" -np 2 "$moet" train --model "$config" --data mock --steps 1 --seq 32 --micro-batch 2 \
+  --grad-accum 4 --peak-tflops 1 --threads 1 --pp 2 --pp-layout "Et|ttmL" \
+  --pipeline-schedule zb1p >"$dir/zb_header.txt"
+grep -q "pipeline: zb1p, 2 stages" "$dir/zb_header.txt" || fail "the header does not name zb1p"
 # every step reports the pipeline's time, its bubble and the schedule's prediction
 /usr/bin/python3 - "$dir/vpp.jsonl" <<'PY' || fail "pipeline metrics missing or not positive"
 import json, sys
@@ -83,6 +105,8 @@ run 2 "$dir/ep.jsonl" --ep 2
 run 4 "$dir/pp_ep.jsonl" --pp 2 --vpp 2 --pp-layout "Et|t|t|mL" --ep 2 --zero1
 # (the mock data's one held-out batch is too few for 2 data-parallel ranks: no eval loss)
 same "$dir/ep.jsonl" "$dir/pp_ep.jsonl" "2 stages x 2 data-parallel ranks, --ep 2 --zero1" 9
+run 4 "$dir/zb_ep.jsonl" --pp 2 --pp-layout "Et|ttmL" --ep 2 --zero1 --pipeline-schedule zb1p
+same "$dir/ep.jsonl" "$dir/zb_ep.jsonl" "zb1p, 2 stages x 2 data-parallel ranks, --ep 2 --zero1" 9
 # combined 1F1B: forwards and backwards of other micro-batches interleaved stage by stage
 run 4 "$dir/combined.jsonl" --pp 2 --vpp 2 --pp-layout "Et|t|t|mL" --ep 2 --a2a-overlap
 same "$dir/ep.jsonl" "$dir/combined.jsonl" "combined 1F1B (--a2a-overlap), --ep 2" 9
@@ -112,6 +136,16 @@ exact "$dir/straight.jsonl" >"$dir/a.txt"
 exact "$dir/cut.jsonl" >"$dir/b.txt"
 diff "$dir/a.txt" "$dir/b.txt" >/dev/null || fail "resumed from a pipeline checkpoint, one process differs"
 echo "ok: a --pp 2 --vpp 2 checkpoint resumed by one process"
+# saved under zb1p, resumed under interleaved 1F1B
+rm -rf "$dir/run"
+run 2 "$dir/cut.jsonl" "${long[@]}" --pp 2 --pp-layout "Et|ttmL" --pipeline-schedule zb1p \
+  --out "$dir/run" --save-every 2 --overwrite-metrics
+rm -r "$dir/run/step-0000004"
+run 2 "$dir/cut.jsonl" "${long[@]}" --pp 2 --vpp 2 --pp-layout "Et|t|t|mL" --out "$dir/run" \
+  --resume auto --overwrite-metrics
+exact "$dir/cut.jsonl" >"$dir/b.txt"
+diff "$dir/a.txt" "$dir/b.txt" >/dev/null || fail "saved under zb1p, resumed interleaved, differs"
+echo "ok: a zb1p checkpoint resumed under interleaved 1F1B"
 
 # --deterministic: any pipeline layout gives one process's bits, the total loss and every
 # parameter included (a sequence per pipeline micro-batch, each chunk's own gradient tree)
@@ -163,4 +197,13 @@ grep -qF "moet: warning: the pipeline bubble (P-1)/(V*M) = (2-1)/(1*1) = 1.000: 
 refuse "--vpp and --pp-layout need --pp > 1" 2 --vpp 2
 refuse "moet runs the MTP layers on the loss's stage" 2 --pp 2 --pp-layout "Etttm|L"
 refuse "--pp must be positive, got 0" 2 --pp 0
+refuse "--pipeline-schedule zb1p runs one model chunk per rank: drop --vpp 2" 2 --pp 2 --vpp 2 \
+  --pp-layout "Et|t|t|mL" --pipeline-schedule zb1p
+refuse "--pipeline-schedule zb1p does not combine with --deterministic yet" 2 --pp 2 \
+  --pp-layout "Et|ttmL" --pipeline-schedule zb1p --deterministic
+refuse "--pipeline-schedule zb1p has no combined 1F1B passes" 2 --pp 2 --pp-layout "Et|ttmL" \
+  --pipeline-schedule zb1p --a2a-overlap
+refuse "--pipeline-schedule dualpipev is not run by moet train yet" 2 --pp 2 \
+  --pipeline-schedule dualpipev
+refuse "--pipeline-schedule needs --pp > 1" 1 --pipeline-schedule zb1p
 echo "ok: bad pipeline flags refused"

@@ -6,6 +6,7 @@
 #include "kernels/ops.h"
 #include "model/kv_cache.h"
 #include "model/operands.h"
+#include "model/weight_grads.h"
 
 namespace moet {
 
@@ -32,6 +33,7 @@ MlaAttention::MlaAttention(const ModelConfig& c, ParamStore& ps, const std::stri
 }
 
 void MlaAttention::plan(Workspace& ws) {
+  wgrad_ = ws.wgrad;
   B_ = ws.B;
   T_ = ws.T;
   const int64_t N = ws.N(), K = P_ + R_, W = P_ + U_;
@@ -202,8 +204,8 @@ void MlaAttention::backward(const Tensor& dy_ND, const Tensor& x_ND, Tensor& dx_
                             const ops::Operand& xq) {
   const int64_t N = x_ND.size(0), K = P_ + R_;
   Tensor do2 = do_NHU_.view({N, H_ * U_});
-  ops::linear_backward(dy_ND, o_NHU_.view({N, H_ * U_}), o_->value, do2, o_->grad,
-                       {.precision = lin_, .wq = o_->operands(), .xq = &o_q_, .dyq = &dyq});
+  linear_backward(wgrad_, dy_ND, o_NHU_.view({N, H_ * U_}), o_->value, do2, o_->grad,
+                  {.precision = lin_, .wq = o_->operands(), .xq = &o_q_, .dyq = &dyq});
   Tensor dq4 = dq_NHK_.view({B_, T_, H_, K}), dk4 = dk_NHK_.view({B_, T_, H_, K}),
          dv4 = dv_NHU_.view({B_, T_, H_, U_});
   ops::attention_backward(do_NHU_.view({B_, T_, H_, U_}), q_NHK_.view({B_, T_, H_, K}),
@@ -212,28 +214,28 @@ void MlaAttention::backward(const Tensor& dy_ND, const Tensor& x_ND, Tensor& dx_
                           dv4, attn_);
   // keys/values path
   ops::mla_split_kv_backward(dk_NHK_, dv_NHU_, dkv_NHW_, dkr_NR_, dkv_q_);
-  ops::linear_backward(
-      dkv_NHW_.view({N, H_ * (P_ + U_)}), ckvn_NC_, kv_b_->value, dckvn_NC_, kv_b_->grad,
-      {.precision = lin_, .wq = kv_b_->operands(), .xq = &ckvn_q_, .dyq = &dkv_q_});
+  linear_backward(wgrad_, dkv_NHW_.view({N, H_ * (P_ + U_)}), ckvn_NC_, kv_b_->value, dckvn_NC_,
+                  kv_b_->grad,
+                  {.precision = lin_, .wq = kv_b_->operands(), .xq = &ckvn_q_, .dyq = &dkv_q_});
   ops::rmsnorm_backward(dckvn_NC_, ckv_NC_, kv_a_norm_->value, ckv_rstd_N_, dckv_NC_, false,
                         kv_a_norm_->grad);
   Tensor dkr = dkr_NR_.view({N, 1, R_});
   ops::rope_backward(dkr, 0, rope.cos_TR2, rope.sin_TR2);
   ops::concat_cols(dckv_NC_, dkr_NR_, dkva_NA_, dkva_q_);
-  ops::linear_backward(dkva_NA_, x_ND, kv_a_->value, dx_ND, kv_a_->grad,
-                       {.precision = lin_, .wq = kv_a_->operands(), .xq = &xq, .dyq = &dkva_q_});
+  linear_backward(wgrad_, dkva_NA_, x_ND, kv_a_->value, dx_ND, kv_a_->grad,
+                  {.precision = lin_, .wq = kv_a_->operands(), .xq = &xq, .dyq = &dkva_q_});
   // query path
   ops::rope_backward(dq_NHK_, P_, rope.cos_TR2, rope.sin_TR2, dq_q_);
-  ops::linear_backward(dq_NHK_.view({N, H_ * K}), cq_NQ_, q_b_->value, dcq_NQ_, q_b_->grad,
-                       {.precision = lin_, .wq = q_b_->operands(), .xq = &cq_q_, .dyq = &dq_q_});
+  linear_backward(wgrad_, dq_NHK_.view({N, H_ * K}), cq_NQ_, q_b_->value, dcq_NQ_, q_b_->grad,
+                  {.precision = lin_, .wq = q_b_->operands(), .xq = &cq_q_, .dyq = &dq_q_});
   ops::rmsnorm_backward(dcq_NQ_, cq_raw_NQ_, q_a_norm_->value, cq_rstd_N_, dcq_raw_NQ_, false,
                         q_a_norm_->grad, dcq_raw_q_);
-  ops::linear_backward(dcq_raw_NQ_, x_ND, q_a_->value, dx_ND, q_a_->grad,
-                       {.precision = lin_,
-                        .wq = q_a_->operands(),
-                        .xq = &xq,
-                        .dyq = &dcq_raw_q_,
-                        .accumulate = true});
+  linear_backward(wgrad_, dcq_raw_NQ_, x_ND, q_a_->value, dx_ND, q_a_->grad,
+                  {.precision = lin_,
+                   .wq = q_a_->operands(),
+                   .xq = &xq,
+                   .dyq = &dcq_raw_q_,
+                   .accumulate = true});
 }
 
 }  // namespace moet

@@ -9,6 +9,8 @@
 
 namespace moet {
 
+class WeightGrads;
+
 // Per-shape constants shared by every attention layer: RoPE tables and the softmax scale.
 struct RopeCache {
   Tensor cos_TR2, sin_TR2;
@@ -69,6 +71,7 @@ class MlaAttention {
   ops::Operand cq_q_, ckvn_q_, o_q_;
   ops::Operand dkv_q_, dkva_q_, dq_q_, dcq_raw_q_;
   int64_t B_ = 0, T_ = 0;
+  WeightGrads* wgrad_ = nullptr;  // where backward sends its weight gradients (plan)
 };
 
 }  // namespace moet

@@ -4,6 +4,7 @@
 
 #include "kernels/ops.h"
 #include "model/operands.h"
+#include "model/weight_grads.h"
 
 namespace moet {
 
@@ -19,6 +20,7 @@ int64_t LmHead::chunk_rows(int64_t N, int64_t V) {
 }
 
 void LmHead::plan(Workspace& ws) {
+  wgrad_ = ws.wgrad;
   const int64_t N = ws.N(), D = norm_->value.size(0), V = proj_->value.size(0);
   chunk_ = std::min(N, chunk_rows(N, V));
   fn_ND_ = ws.act.alloc_f32({N, D});
@@ -73,8 +75,8 @@ void LmHead::backward(const Tensor& h_ND, const Tensor& targets_N, double grad_s
     // the fused form, as forward takes it (the lse it rewrites is the one forward saved)
     Tensor lse = lse_N_.rows(r0, r1);
     ops::cross_entropy_fused(lg, targets_N.rows(r0, r1), lse, scale, dlq);
-    ops::linear_backward(lg, fn, proj_->value, dfn, proj_->grad,
-                         {.precision = lin_, .wq = proj_->operands(), .xq = &fnq, .dyq = &dlq});
+    linear_backward(wgrad_, lg, fn, proj_->value, dfn, proj_->grad,
+                    {.precision = lin_, .wq = proj_->operands(), .xq = &fnq, .dyq = &dlq});
   }
   ops::rmsnorm_backward(dfn_ND_, h_ND, norm_->value, rstd_N_, dh_ND, accumulate, norm_->grad);
   fused_scale_ = 0;

@@ -15,6 +15,8 @@
 
 namespace moet {
 
+class WeightGrads;
+
 class LmHead {
  public:
   // lin: the formats of the projection's GEMMs (PrecisionPolicy::head).
@@ -46,6 +48,7 @@ class LmHead {
   ops::Operand fn_q_;                       // fn as the projection reads it (kept)
   Tensor logits_CV_;                        // temporaries
   ops::Operand dlogits_q_;                  // a chunk's logit gradient as the projection reads it
+  WeightGrads* wgrad_ = nullptr;            // where backward sends its weight gradients (plan)
 };
 
 }  // namespace moet

@@ -2,6 +2,7 @@
 
 #include "kernels/ops.h"
 #include "model/operands.h"
+#include "model/weight_grads.h"
 
 namespace moet {
 
@@ -17,6 +18,7 @@ SwiGluMlp::SwiGluMlp(int64_t D, int64_t F, ParamStore& ps, const std::string& p,
 }
 
 void SwiGluMlp::plan(Workspace& ws) {
+  wgrad_ = ws.wgrad;
   const int64_t N = ws.N();
   gu_N2F_ = ws.act.alloc_f32({N, 2 * F_});
   // h and dgu are read only by the projections
@@ -42,15 +44,15 @@ void SwiGluMlp::forward_activation(const Tensor& x_ND, const ops::Operand& xq) {
 
 void SwiGluMlp::backward(const Tensor& dy_ND, const Tensor& x_ND, Tensor& dx_ND, bool accumulate_dx,
                          const ops::Operand& xq) {
-  ops::linear_backward(dy_ND, h_NF_, down_->value, dh_NF_, down_->grad,
-                       {.precision = lin_, .wq = down_->operands(), .xq = &h_q_});
+  linear_backward(wgrad_, dy_ND, h_NF_, down_->value, dh_NF_, down_->grad,
+                  {.precision = lin_, .wq = down_->operands(), .xq = &h_q_});
   ops::swiglu_backward(dh_NF_, gu_N2F_, dgu_N2F_, dgu_q_);
-  ops::linear_backward(dgu_N2F_, x_ND, gate_up_->value, dx_ND, gate_up_->grad,
-                       {.precision = lin_,
-                        .wq = gate_up_->operands(),
-                        .xq = &xq,
-                        .dyq = &dgu_q_,
-                        .accumulate = accumulate_dx});
+  linear_backward(wgrad_, dgu_N2F_, x_ND, gate_up_->value, dx_ND, gate_up_->grad,
+                  {.precision = lin_,
+                   .wq = gate_up_->operands(),
+                   .xq = &xq,
+                   .dyq = &dgu_q_,
+                   .accumulate = accumulate_dx});
 }
 
 }  // namespace moet

@@ -10,6 +10,8 @@
 
 namespace moet {
 
+class WeightGrads;
+
 class SwiGluMlp {
  public:
   // lin: the formats of its GEMMs (PrecisionPolicy).
@@ -36,6 +38,7 @@ class SwiGluMlp {
   ops::Operand h_q_;
   Tensor dh_NF_, dgu_N2F_;  // temporaries
   ops::Operand dgu_q_;
+  WeightGrads* wgrad_ = nullptr;  // where backward sends its weight gradients (plan)
 };
 
 }  // namespace moet

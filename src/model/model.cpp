@@ -7,6 +7,7 @@
 #include "model/kv_cache.h"
 #include "model/local_dispatcher.h"
 #include "model/rope.h"
+#include "model/weight_grads.h"
 
 namespace moet {
 
@@ -112,6 +113,7 @@ void Model::plan_all(Arena& act, Arena& scratch, Arena& recompute) {
   auto layer_workspace = [&](bool starts, int64_t group) {
     if (granularity == RecomputeGranularity::kSelective || starts) region.start_layer();
     Workspace ws(group >= 0 ? region.arena() : act, scratch, B_, T_);
+    ws.wgrad = &wgrad_;
     if (granularity == RecomputeGranularity::kSelective)
       ws.recompute = &region, ws.modules = recompute_plan_.modules;
     ws.recompute_whole = group >= 0;
@@ -126,6 +128,7 @@ void Model::plan_all(Arena& act, Arena& scratch, Arena& recompute) {
   if (head_) {
     scratch.reset();
     Workspace ws(act, scratch, B_, T_);
+    ws.wgrad = &wgrad_;
     head_->plan(ws);
     scratch_needed = std::max(scratch_needed, scratch.used());
   }
@@ -134,6 +137,7 @@ void Model::plan_all(Arena& act, Arena& scratch, Arena& recompute) {
   for (auto& m : mtp_) {
     scratch.reset();
     Workspace ws(act, scratch, B_, T_);
+    ws.wgrad = &wgrad_;
     Workspace block = layer_workspace(full, full ? 0 : -1);
     m->plan(ws, block);
     scratch_needed = std::max(scratch_needed, scratch.used());
@@ -277,7 +281,7 @@ void Model::backward_begin(double grad_scale) {
     TraceRecorder::Span span(trace_, trace_lane_, trace_ ? bwd_names_[blocks_.size() + i] : nullptr,
                              trace::kLayer);
     mtp_[i]->backward(h_prev, d_out ? *d_out : none, mtp_w, *d_in, rope_, ls);
-    if (hook_) hook_(cfg_.num_hidden_layers + int64_t(i));
+    gradients_done(cfg_.num_hidden_layers + int64_t(i));
     d_out = d_in;
     d_in = d_in == &dmtp_a_ND_ ? &dmtp_b_ND_ : &dmtp_a_ND_;
   }
@@ -312,7 +316,7 @@ void Model::backward_stage(int64_t l, MoeStage stage) {
   Tensor& dout = layer_output_grad(l);
   Tensor& din = (num_layers() - 1 - l) % 2 == 0 ? dh_b_ND_ : dh_a_ND_;
   blocks_[l]->backward_stage(stage, dout, hidden_[l], din, false, rope_, ls_);
-  if (stage == kLastMoeStage && hook_) hook_(part_.first_layer + l);
+  if (stage == kLastMoeStage) gradients_done(part_.first_layer + l);
 }
 
 void Model::backward_end() {
@@ -326,6 +330,32 @@ void Model::backward_end() {
       ops::embedding_backward(mtp_tok_N_, mtp_de_[k], embed_->grad);
     }
   ops::embedding_backward(inputs_N_, input_grad(), embed_->grad);
+}
+
+}  // namespace moet
+
+namespace moet {
+
+void Model::gradients_done(int64_t layer) {
+  if (wgrad_.deferring())
+    held_hooks_.back().push_back(layer);
+  else if (hook_)
+    hook_(layer);
+}
+
+void Model::defer_weight_gradients(bool on) {
+  if (on && !wgrad_.deferring()) held_hooks_.emplace_back();
+  wgrad_.set_deferring(on);
+}
+
+void Model::weight_gradients() {
+  MOET_CHECK(!held_hooks_.empty() && !(wgrad_.deferring() && held_hooks_.size() == 1),
+             "Model::weight_gradients: no deferred backward to finish");
+  wgrad_.run();
+  const std::vector<int64_t> layers = std::move(held_hooks_.front());
+  held_hooks_.pop_front();
+  if (hook_)
+    for (int64_t l : layers) hook_(l);
 }
 
 }  // namespace moet

@@ -3,6 +3,7 @@
 // and a hand-written forward and backward. Knows nothing of parallelism: experts are reached
 // through the TokenDispatcher each MoE layer is given.
 #pragma once
+#include <deque>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "model/block.h"
 #include "model/lm_head.h"
 #include "model/mtp.h"
+#include "model/weight_grads.h"
 
 namespace moet {
 
@@ -124,6 +126,14 @@ class Model {
   // its layer index (MTP module k: num_hidden_layers + k - 1): data parallelism starts reducing
   // them while the backward goes on.
   void set_backward_hook(std::function<void(int64_t layer)> hook) { hook_ = std::move(hook); }
+  // The zero-bubble pipeline schedules' split backward (parallel/pipeline_schedule.h): while on,
+  // each backward computes the input gradients (and the norms', the router's and the
+  // embedding's gradients) and keeps the linear layers' weight gradients (model/weight_grads.h);
+  // weight_gradients() then computes the oldest kept backward's, the same bits as at once, and
+  // runs the backward hooks it held back. Kept backwards finish in the order they ran.
+  void defer_weight_gradients(bool on);
+  void weight_gradients();
+  int64_t kept_weight_gradient_bytes() const { return wgrad_.kept_bytes(); }
   // Records each block's forward and backward stages (trace::kLayer), and inside them
   // attention, router, experts, dense MLP, and the LM head, as spans on the recorder's
   // "compute" lane (null: none).
@@ -164,6 +174,9 @@ class Model {
   // Before decoder layer l's backward: what recomputation dropped, made again.
   void recompute_before_backward(int64_t l);
   Tensor& layer_output_grad(int64_t layer);
+  // A block's (or MTP module's) parameter gradients are complete: the hook now, or held until
+  // weight_gradients() while deferring.
+  void gradients_done(int64_t layer);
 
   ModelConfig cfg_;
   PrecisionPolicy precision_;
@@ -188,9 +201,11 @@ class Model {
   std::vector<Tensor> mtp_de_;  // ModelPart hand-off of the MTP modules' embedding gradients
   Tensor mtp_tok_N_;            // their tokens, on the embedding's stage
   std::function<void(int64_t)> hook_;
-  Model* shared_ = nullptr;     // the lane whose parameters this one uses
-  LossScales ls_;               // of the backward in progress
-  double head_grad_scale_ = 0;  // announced by forward_begin
+  WeightGrads wgrad_;                            // the layers' weight gradients (Workspace)
+  std::deque<std::vector<int64_t>> held_hooks_;  // per kept backward: the hooks held back
+  Model* shared_ = nullptr;                      // the lane whose parameters this one uses
+  LossScales ls_;                                // of the backward in progress
+  double head_grad_scale_ = 0;                   // announced by forward_begin
   TraceRecorder* trace_ = nullptr;
   int trace_lane_ = 0;
   std::vector<const char*> fwd_names_, bwd_names_;  // per block, then per MTP module

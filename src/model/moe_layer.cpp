@@ -3,6 +3,7 @@
 #include "core/trace.h"
 #include "model/operands.h"
 #include "model/recipe.h"
+#include "model/weight_grads.h"
 
 namespace moet {
 
@@ -50,6 +51,7 @@ MoeLayer::MoeLayer(const ModelConfig& c, ParamStore& ps, const std::string& p,
 }
 
 void MoeLayer::plan(Workspace& ws) {
+  wgrad_ = ws.wgrad;
   B_ = ws.B;
   T_ = ws.T;
   const int64_t N = ws.N(), E = spec_.n_experts, K = spec_.top_k;
@@ -244,20 +246,20 @@ void MoeLayer::backward_stage(MoeStage stage, const Tensor& dy_ND, const Tensor&
     Tensor& dw_down = down_parts_.empty() ? w_down_->grad : down_parts_;
     Tensor& dw_gate_up = gate_up_parts_.empty() ? w_gate_up_->grad : gate_up_parts_;
     TraceRecorder::Span experts(trace_, trace_lane_, "experts bwd", trace::kExperts);
-    ops::grouped_linear_backward(dyp, h, off, w_down_->value, dh, dw_down,
-                                 {.segments_per_expert = S,
-                                  .precision = lin_,
-                                  .wq = w_down_->operands(),
-                                  .xq = &hq,
-                                  .dyq = &dypq});
+    grouped_linear_backward(wgrad_, dyp, h, off, w_down_->value, dh, dw_down,
+                            {.segments_per_expert = S,
+                             .precision = lin_,
+                             .wq = w_down_->operands(),
+                             .xq = &hq,
+                             .dyq = &dypq});
     ops::swiglu_backward(dh, gu, dgu, dguq);
-    ops::grouped_linear_backward(dgu, xp, off, w_gate_up_->value, dxp, dw_gate_up,
-                                 {.segments_per_expert = S,
-                                  .precision = lin_,
-                                  .wq = w_gate_up_->operands(),
-                                  .xq = &xpq,
-                                  .dyq = &dguq,
-                                  .x_fp4_amax = dispatcher_->segment_amax()});
+    grouped_linear_backward(wgrad_, dgu, xp, off, w_gate_up_->value, dxp, dw_gate_up,
+                            {.segments_per_expert = S,
+                             .precision = lin_,
+                             .wq = w_gate_up_->operands(),
+                             .xq = &xpq,
+                             .dyq = &dguq,
+                             .x_fp4_amax = dispatcher_->segment_amax()});
     experts.end();
     // input gradients travel back while the router's backward runs: gates, then the auxiliary
     // losses, then the gate projection
@@ -267,7 +269,8 @@ void MoeLayer::backward_stage(MoeStage stage, const Tensor& dy_ND, const Tensor&
     if (ls.balance_alpha != 0.0)
       ops::balance_loss(scores_NE_, idx_NK_, B_, T_, ls.balance_alpha * ls.grad_scale, dlogits_NE_);
     if (ls.z_loss_coef != 0.0) ops::z_loss(logits_NE_, ls.z_loss_coef * ls.grad_scale, dlogits_NE_);
-    ops::linear_backward(dlogits_NE_, x_ND, gate_->value, dx_ND, gate_->grad, {.accumulate = true});
+    linear_backward(wgrad_, dlogits_NE_, x_ND, gate_->value, dx_ND, gate_->grad,
+                    {.accumulate = true});
     return;
   }
   dispatcher_->dispatch_backward_finish(dx_ND);

@@ -14,6 +14,8 @@
 
 namespace moet {
 
+class WeightGrads;
+
 class TraceRecorder;
 
 // Per-layer routing statistics of the current step.
@@ -124,6 +126,7 @@ class MoeLayer {
   bool recomputing_ = false;
   TraceRecorder* trace_ = nullptr;
   int trace_lane_ = 0;
+  WeightGrads* wgrad_ = nullptr;  // where backward sends its weight gradients (plan)
 };
 
 }  // namespace moet

@@ -4,6 +4,7 @@
 
 #include "kernels/ops.h"
 #include "model/operands.h"
+#include "model/weight_grads.h"
 
 namespace moet {
 
@@ -26,6 +27,7 @@ MtpModule::MtpModule(const ModelConfig& c, ParamStore& ps, const std::string& p,
 }
 
 void MtpModule::plan(Workspace& ws, Workspace& block_ws) {
+  wgrad_ = ws.wgrad;
   const int64_t N = ws.N(), D = enorm_->value.size(0);
   Arena& a = ws.act;
   in_tok_N_ = a.alloc_i32({N});
@@ -89,8 +91,8 @@ void MtpModule::backward(const Tensor& h_prev_ND, const Tensor& d_out_ND, double
   if (!d_out_ND.empty()) ops::add_inplace(dout_ND_, d_out_ND, 1.0);
   block_.recompute(x_ND_, rope);  // what recomputation dropped (model/recompute.h)
   block_.backward(dout_ND_, x_ND_, dx_ND_, false, rope, ls);
-  ops::linear_backward(dx_ND_, cat_N2D_, eh_proj_->value, dcat_N2D_, eh_proj_->grad,
-                       {.precision = eh_lin_, .wq = eh_proj_->operands(), .xq = &cat_q_});
+  linear_backward(wgrad_, dx_ND_, cat_N2D_, eh_proj_->value, dcat_N2D_, eh_proj_->grad,
+                  {.precision = eh_lin_, .wq = eh_proj_->operands(), .xq = &cat_q_});
   ops::split_cols(dcat_N2D_, den_ND_, dhn_ND_);
   ops::rmsnorm_backward(dhn_ND_, h_prev_ND, hnorm_->value, h_rstd_N_, dh_prev_ND, true,
                         hnorm_->grad);

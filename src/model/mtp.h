@@ -9,6 +9,8 @@
 
 namespace moet {
 
+class WeightGrads;
+
 class MtpModule {
  public:
   // depth: k >= 1; prefix: "model.layers.{num_hidden_layers + k - 1}.".
@@ -52,6 +54,7 @@ class MtpModule {
   ops::Operand cat_q_;  // cat as eh_proj reads it (model/operands.h's GemmInput)
   Tensor dout_ND_, dx_ND_, dcat_N2D_, den_ND_, dhn_ND_, de_ND_;
   Tensor* de_out_ = nullptr;
+  WeightGrads* wgrad_ = nullptr;  // where backward sends its weight gradients (plan)
 };
 
 }  // namespace moet

@@ -5,6 +5,8 @@
 
 namespace moet {
 
+class WeightGrads;
+
 struct Workspace {
   Workspace(Arena& act_arena, Arena& scratch_arena, int64_t b, int64_t t,
             RecomputeRegion* region = nullptr, RecomputeModules recomputed = {})
@@ -25,6 +27,9 @@ struct Workspace {
   // --recompute-granularity full: the layer's whole forward runs again before its backward (act
   // is then the region it shares with other layers).
   bool recompute_whole = false;
+  // Where the layers' weight gradients go (model/weight_grads.h): the model's, which computes
+  // them at once or keeps them for a later W pass (null: at once).
+  WeightGrads* wgrad = nullptr;
 
   int64_t N() const { return B * T; }
   bool recomputes(RecomputeModule m) const { return recompute && modules.has(m); }
@@ -34,7 +39,9 @@ struct Workspace {
   // The workspace of a sub-layer that is module m as a whole (the MoE layer, an MLP): all it
   // keeps in kept(m).
   Workspace inside(RecomputeModule m) const {
-    return Workspace{kept(m), scratch, B, T, recompute, modules};
+    Workspace w{kept(m), scratch, B, T, recompute, modules};
+    w.wgrad = wgrad;
+    return w;
   }
 };
 

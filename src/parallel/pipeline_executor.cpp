@@ -17,7 +17,8 @@ std::vector<int64_t> PipelineExecutor::slots_per_chunk(const PipelineScheduleSpe
   std::vector<int64_t> in_flight(size_t(spec.chunks), 0), most(size_t(spec.chunks), 0);
   for (const PipelinePass& p : pipeline_schedule(spec, rank)) {
     int64_t& n = in_flight[size_t(p.chunk)];
-    n += p.forward() ? 1 : -1;
+    // a slot is free after its input gradient: the W pass reads what the backward kept
+    n += p.forward() ? 1 : p.input_grad() ? -1 : 0;
     most[size_t(p.chunk)] = std::max(most[size_t(p.chunk)], n);
   }
   return most;
@@ -32,9 +33,9 @@ PipelineExecutor::PipelineExecutor(Communicator& pp, const PipelineScheduleSpec&
       S_(spec.stages * spec.chunks),
       rank_(pp.rank()) {
   check_pipeline_schedule(spec_);
-  MOET_CHECK(!splits_backward(spec_.kind), "--pipeline-schedule ",
-             pipeline_schedule_name(spec_.kind),
-             " is not run by the engine yet (moet simulate models it): use 1f1b or interleaved");
+  MOET_CHECK(!is_v_schedule(spec_.kind), "--pipeline-schedule ", pipeline_schedule_name(spec_.kind),
+             " is not run by the engine yet (moet simulate models it): use 1f1b, interleaved "
+             "or zb1p");
   MOET_ASSERT(pp.size() == P_ && int64_t(chunks.size()) == V_);
   passes_ = pipeline_schedule(spec_, rank_);
   // With the EP overlap, the steady state's forward and backward of other micro-batches run
@@ -246,17 +247,29 @@ void PipelineExecutor::end_backward(int64_t chunk, int64_t microbatch) {
   post_input_receive(chunk, microbatch + int64_t(slots_[size_t(chunk)].size()));
 }
 
-void PipelineExecutor::backward(int64_t chunk, int64_t microbatch, double grad_scale) {
+void PipelineExecutor::backward(int64_t chunk, int64_t microbatch, double grad_scale,
+                                bool input_only) {
   current_microbatch_ = microbatch;
   if (grad_hooks_.before && virtual_stage(chunk) != S_ - 1) grad_hooks_.before(chunk, microbatch);
-  Model& m = begin_backward(chunk, microbatch, grad_scale);
+  Model& m = *slot(chunk, microbatch).model;
+  m.defer_weight_gradients(input_only);
+  begin_backward(chunk, microbatch, grad_scale);
   for (int64_t l = m.num_layers(); l-- > 0;)
     for (MoeStage st : kMoeStages) {
       m.backward_stage(l, st);
       pp_.progress();
     }
+  m.defer_weight_gradients(false);
   end_backward(chunk, microbatch);
   if (grad_hooks_.after) grad_hooks_.after(chunk, microbatch);
+}
+
+// W: the weight gradients the micro-batch's I kept on its slot's model (the oldest kept there:
+// a chunk's W passes run in micro-batch order), then the backward hooks they held back.
+void PipelineExecutor::weight_pass(int64_t chunk, int64_t microbatch) {
+  current_microbatch_ = microbatch;
+  TraceRecorder::Span span(trace_, trace_lane_, "W: weight gradients", trace::kLayer);
+  slot(chunk, microbatch).model->weight_gradients();
 }
 
 // Combined 1F1B (Megatron's EP overlap): a forward and a backward of two other micro-batches run
@@ -321,8 +334,10 @@ LossBreakdown PipelineExecutor::run_step(const std::function<const int32_t*(int6
       ++i;
     } else if (p.forward()) {
       forward(p.chunk, p.microbatch, micro_batch(p.microbatch), grad_scale, &losses);
+    } else if (p.op == PassOp::kWeightGrad) {
+      weight_pass(p.chunk, p.microbatch);
     } else {
-      backward(p.chunk, p.microbatch, grad_scale);
+      backward(p.chunk, p.microbatch, grad_scale, p.op == PassOp::kInputGrad);
     }
     const double busy = seconds(t0, clock::now()) - (times_.wait_s - waited);
     (p.forward() && !both ? times_.forward_s : times_.backward_s)[size_t(p.chunk)] += busy;

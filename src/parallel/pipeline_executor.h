@@ -119,7 +119,9 @@ class PipelineExecutor {
   void end_backward(int64_t chunk, int64_t microbatch);
   void forward(int64_t chunk, int64_t microbatch, const int32_t* tokens, double grad_scale,
                LossBreakdown* losses);
-  void backward(int64_t chunk, int64_t microbatch, double grad_scale);
+  // input_only: I of the zero-bubble schedules (the weight gradients kept for weight_pass).
+  void backward(int64_t chunk, int64_t microbatch, double grad_scale, bool input_only = false);
+  void weight_pass(int64_t chunk, int64_t microbatch);
   void combined(const PipelinePass& f, const PipelinePass& b, const int32_t* tokens,
                 double grad_scale, LossBreakdown* losses);
 

@@ -35,6 +35,16 @@ PipelineScheduleKind parse_pipeline_schedule(const std::string& name) {
               "Interleaved1F1B, InterleavedZeroBubble, ZBVZeroBubble, DualPipeV)");
 }
 
+const std::vector<std::pair<std::string, PipelineScheduleKind>>& pipeline_schedule_choices() {
+  static const std::vector<std::pair<std::string, PipelineScheduleKind>> c = [] {
+    std::vector<std::pair<std::string, PipelineScheduleKind>> v;
+    for (const ScheduleName& n : kScheduleNames) v.emplace_back(n.name, n.kind);
+    for (const ScheduleName& n : kScheduleNames) v.emplace_back(n.other, n.kind);
+    return v;
+  }();
+  return c;
+}
+
 const char* pipeline_schedule_name(PipelineScheduleKind k) {
   return kScheduleNames[size_t(k)].name;
 }

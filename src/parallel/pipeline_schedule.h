@@ -21,6 +21,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace moet {
@@ -30,6 +31,8 @@ enum class PipelineScheduleKind { kInterleaved, k1F1B, kZB1P, kZBV, kDualPipeV }
 // ZBVZeroBubble, DualPipeV; ZB1P's PyTorch name is ScheduleInterleavedZeroBubble with one
 // stage). Unknown: one moet::Error line listing them.
 PipelineScheduleKind parse_pipeline_schedule(const std::string& name);
+// Every accepted name with its schedule (moet's first, then TorchTitan's), for option parsers.
+const std::vector<std::pair<std::string, PipelineScheduleKind>>& pipeline_schedule_choices();
 const char* pipeline_schedule_name(PipelineScheduleKind k);
 // The V schedules: two chunks per rank, stages r and 2P − 1 − r.
 inline bool is_v_schedule(PipelineScheduleKind k) {

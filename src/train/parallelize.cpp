@@ -207,6 +207,7 @@ std::unique_ptr<ParallelRun> parallelize(const TrainOptions& o, const ModelConfi
     // --deterministic: every sequence is a micro-batch of the pipeline
     spec.microbatches = o.parallel.deterministic ? o.data.grad_accum * B : o.data.grad_accum;
     spec.ep_overlap = o.parallel.a2a_overlap;  // combined 1F1B
+    spec.kind = o.parallel.pipeline_schedule;
     check_pipeline_schedule(spec);
     const std::vector<ModelPart> parts =
         pipeline_parts(cfg, o.parallel.pp_layout, o.parallel.pp * o.parallel.vpp);

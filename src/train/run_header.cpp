@@ -134,11 +134,15 @@ void print_run_header(const RunHeader& h) {
   print_recompute(par);
   if (par.pipeline) {
     const PipelineScheduleSpec& spec = par.pipeline->spec();
+    const bool zb = spec.kind == PipelineScheduleKind::kZB1P;
+    // ZB-H1's (P−1)(F+B−2W) of M(F+B), with B = 2F and W = F: (P−1)/(3M)
     std::printf(
-        "pipeline: %lld stages x %lld chunks, %lld micro-batches; bubble (P-1)/(V*M) "
-        "= %.3f; activations (micro-batches in flight per chunk):",
-        (long long)spec.stages, (long long)spec.chunks, (long long)spec.microbatches,
-        double(spec.stages - 1) / double(spec.chunks * spec.microbatches));
+        "pipeline: %s, %lld stages x %lld chunks, %lld micro-batches; bubble %s = %.3f; "
+        "activations (micro-batches in flight per chunk):",
+        spec.chunks > 1 || zb ? pipeline_schedule_name(spec.kind) : "1f1b", (long long)spec.stages,
+        (long long)spec.chunks, (long long)spec.microbatches,
+        zb ? "(P-1)(F+B-2W)/(M(F+B)), B = 2F = 2W," : "(P-1)/(V*M)",
+        double(spec.stages - 1) / double(spec.chunks * spec.microbatches) / (zb ? 3.0 : 1.0));
     for (int64_t r = 0; r < spec.stages; ++r) {
       std::printf(" stage %lld %.1f MB (", (long long)r,
                   double(h.activations_per_rank[size_t(r * DP)]) / 1048576.0);

@@ -14,6 +14,7 @@
 #include "model/recipe.h"
 #include "model/recompute.h"
 #include "optim/lr_schedule.h"
+#include "parallel/pipeline_schedule.h"
 
 namespace moet {
 
@@ -98,6 +99,9 @@ struct ParallelOptions {
   int64_t pp = 1;
   int64_t vpp = 1;
   std::string pp_layout;
+  // The pipeline schedule (parallel/pipeline_schedule.h): interleaved 1F1B by default (1F1B
+  // when vpp = 1), or zb1p, whose backwards run as input and weight gradients apart.
+  PipelineScheduleKind pipeline_schedule = PipelineScheduleKind::kInterleaved;
   // One sequence at a time, gradients added in a fixed tree order: data parallelism equals one
   // process with a larger micro-batch bit for bit.
   bool deterministic = false;
