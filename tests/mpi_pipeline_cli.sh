@@ -12,9 +12,11 @@
 #     checked to run combined;
 #   - zero-bubble ZB-H1 (--pipeline-schedule zb1p, weight gradients deferred) on 2 and 4
 #     stages, with --ep 2 --zero1, selective and full recomputation, fp32 and NVFP4;
+#   - the V schedules zbv and DualPipeV on 2 and 4 ranks (2 chunks each), with --ep 2 --zero1
+#     (DualPipeV with --a2a-overlap), selective and full recomputation, bf16 and MXFP8;
 #   - a checkpoint saved by a pipeline run, resumed by one process, continues exactly as a run
 #     never interrupted (the stages' pieces make up the whole model); one saved under zb1p
-#     resumed under interleaved 1F1B likewise;
+#     resumed under interleaved 1F1B, and one saved under dualpipev by one process, likewise;
 #   - with --deterministic, a pipeline (with --vpp, --ep, --zero1) gives bitwise one process's
 #     losses (the total included) and parameters;
 # and bad pipeline flags get one line and a non-zero exit.
@@ -87,6 +89,36 @@ done
   --grad-accum 4 --peak-tflops 1 --threads 1 --pp 2 --pp-layout "Et|ttmL" \
   --pipeline-schedule zb1p >"$dir/zb_header.txt"
 grep -q "pipeline: zb1p, 2 stages" "$dir/zb_header.txt" || fail "the header does not name zb1p"
+# the V schedules (zbv, DualPipeV): stages r and 2P-1-r on rank r, the embedding and the loss on
+# rank 0, the V's turn a message to the rank itself; DualPipeV's F&B pairs run overlapped
+for sch in zbv DualPipeV; do
+  run 2 "$dir/v.jsonl" --pp 2 --pp-layout "Et|t|t|mL" --pipeline-schedule "$sch" --overwrite-metrics
+  same "$dir/one.jsonl" "$dir/v.jsonl" "$sch, 2 ranks x 2 chunks"
+done
+"${mpi[@]}" -np 2 "$moet" train --model "$config" --data mock --steps 1 --seq 32 --micro-batch 2 \
+  --grad-accum 4 --peak-tflops 1 --threads 1 --pp 2 --pp-layout "Et|t|t|mL" \
+  --pipeline-schedule dualpipev >"$dir/v_header.txt"
+grep -q "dualpipev: [1-9][0-9]* of rank 0's 8 backward passes run overlapped" "$dir/v_header.txt" ||
+  fail "no DualPipeV pass ran overlapped: $(grep -i dualpipev "$dir/v_header.txt")"
+# 4 ranks of a V over 8 stages (a 6-layer variant of the config), against one process
+/usr/bin/python3 -c "import json, sys; c = json.load(open(sys.argv[1])); c['num_hidden_layers'] = 6
+json.dump(c, open(sys.argv[2], 'w'))" "$config" "$dir/six.json"
+six=(--model "$dir/six.json" --grad-accum 8)
+"$moet" "${common[@]}" "${six[@]}" --metrics "$dir/one6.jsonl"
+for sch in zbv dualpipev; do
+  run 4 "$dir/v4.jsonl" "${six[@]}" --pp 4 --pp-layout "E|t|t|t|t|t|t|mL" \
+    --pipeline-schedule "$sch" --overwrite-metrics
+  same "$dir/one6.jsonl" "$dir/v4.jsonl" "$sch, 4 ranks x 2 chunks"
+done
+# with recomputation and low precision
+for flags in "--precision bf16 --recompute-granularity selective --recompute-modules mla_up_proj moe_act layernorm" \
+  "--precision mxfp8 --recompute-granularity full"; do
+  read -ra f <<<"$flags"
+  "$moet" "${common[@]}" "${f[@]}" --metrics "$dir/v_ref.jsonl" --overwrite-metrics
+  run 2 "$dir/v_f.jsonl" --pp 2 --pp-layout "Et|t|t|mL" --pipeline-schedule dualpipev "${f[@]}" \
+    --overwrite-metrics
+  same "$dir/v_ref.jsonl" "$dir/v_f.jsonl" "dualpipev $flags"
+done
 # every step reports the pipeline's time, its bubble and the schedule's prediction
 /usr/bin/python3 - "$dir/vpp.jsonl" <<'PY' || fail "pipeline metrics missing or not positive"
 import json, sys
@@ -107,6 +139,12 @@ run 4 "$dir/pp_ep.jsonl" --pp 2 --vpp 2 --pp-layout "Et|t|t|mL" --ep 2 --zero1
 same "$dir/ep.jsonl" "$dir/pp_ep.jsonl" "2 stages x 2 data-parallel ranks, --ep 2 --zero1" 9
 run 4 "$dir/zb_ep.jsonl" --pp 2 --pp-layout "Et|ttmL" --ep 2 --zero1 --pipeline-schedule zb1p
 same "$dir/ep.jsonl" "$dir/zb_ep.jsonl" "zb1p, 2 stages x 2 data-parallel ranks, --ep 2 --zero1" 9
+run 4 "$dir/v_ep.jsonl" --pp 2 --pp-layout "Et|t|t|mL" --ep 2 --zero1 --pipeline-schedule zbv \
+  --overwrite-metrics
+same "$dir/ep.jsonl" "$dir/v_ep.jsonl" "zbv, --ep 2 --zero1" 9
+run 4 "$dir/v_ep.jsonl" --pp 2 --pp-layout "Et|t|t|mL" --ep 2 --zero1 --a2a-overlap \
+  --pipeline-schedule dualpipev --overwrite-metrics
+same "$dir/ep.jsonl" "$dir/v_ep.jsonl" "dualpipev, --ep 2 --zero1 --a2a-overlap" 9
 # combined 1F1B: forwards and backwards of other micro-batches interleaved stage by stage
 run 4 "$dir/combined.jsonl" --pp 2 --vpp 2 --pp-layout "Et|t|t|mL" --ep 2 --a2a-overlap
 same "$dir/ep.jsonl" "$dir/combined.jsonl" "combined 1F1B (--a2a-overlap), --ep 2" 9
@@ -146,6 +184,15 @@ run 2 "$dir/cut.jsonl" "${long[@]}" --pp 2 --vpp 2 --pp-layout "Et|t|t|mL" --out
 exact "$dir/cut.jsonl" >"$dir/b.txt"
 diff "$dir/a.txt" "$dir/b.txt" >/dev/null || fail "saved under zb1p, resumed interleaved, differs"
 echo "ok: a zb1p checkpoint resumed under interleaved 1F1B"
+# saved under dualpipev, resumed by one process
+rm -rf "$dir/run"
+run 2 "$dir/cut.jsonl" "${long[@]}" --pp 2 --pp-layout "Et|t|t|mL" --pipeline-schedule dualpipev \
+  --out "$dir/run" --save-every 2 --overwrite-metrics
+rm -r "$dir/run/step-0000004"
+"$moet" "${common[@]}" "${long[@]}" --metrics "$dir/cut.jsonl" --out "$dir/run" --resume auto
+exact "$dir/cut.jsonl" >"$dir/b.txt"
+diff "$dir/a.txt" "$dir/b.txt" >/dev/null || fail "saved under dualpipev, resumed by one process, differs"
+echo "ok: a dualpipev checkpoint resumed by one process"
 
 # --deterministic: any pipeline layout gives one process's bits, the total loss and every
 # parameter included (a sequence per pipeline micro-batch, each chunk's own gradient tree)
@@ -203,7 +250,8 @@ refuse "--pipeline-schedule zb1p does not combine with --deterministic yet" 2 --
   --pp-layout "Et|ttmL" --pipeline-schedule zb1p --deterministic
 refuse "--pipeline-schedule zb1p has no combined 1F1B passes" 2 --pp 2 --pp-layout "Et|ttmL" \
   --pipeline-schedule zb1p --a2a-overlap
-refuse "--pipeline-schedule dualpipev is not run by moet train yet" 2 --pp 2 \
-  --pipeline-schedule dualpipev
+refuse "--pipeline-schedule dualpipev needs at least 2 x --pp = 4 micro-batches per step" 2 \
+  --pp 2 --pp-layout "Et|t|t|mL" --pipeline-schedule dualpipev --grad-accum 3
+refuse "--vpp must be 2 or left out, got 4" 2 --pp 2 --vpp 4 --pipeline-schedule zbv
 refuse "--pipeline-schedule needs --pp > 1" 1 --pipeline-schedule zb1p
 echo "ok: bad pipeline flags refused"

@@ -36,14 +36,16 @@ Model::Model(const ModelConfig& c, const ModelSpec& spec)
   if (!dispatchers) dispatchers = [](int64_t e) { return std::make_unique<LocalDispatcher>(e); };
   const int64_t D = c.hidden_size, V = c.vocab_size;
   const bool mtp = part_.loss && c.num_nextn_predict_layers > 0;
-  // The MTP modules embed their inputs: without the embedding slot they read a replica.
-  const bool replica = mtp && !part_.embedding;
+  // The MTP modules embed their inputs: without the embedding slot they read a replica (or,
+  // on the rank of the embedding's part, the embedding) and hand their gradients to that part.
+  const bool hand_off = mtp && !part_.embedding;
+  const bool replica = hand_off && !part_.embedding_on_rank;
   MOET_CHECK(!(c.tie_word_embeddings && part_.loss && !part_.embedding),
              "pipeline stages with tie_word_embeddings are not supported: the loss stage would "
              "train a copy of the embedding");
   if (part_.embedding || mtp) {
     embed_ = ps.declare("model.embed_tokens.weight", {V, D}, Init::Normal, true, !replica);
-    embed_->replica = replica;
+    if (!part_.embedding_on_rank) embed_->replica = replica;
   }
   for (int64_t l = part_.first_layer; l < part_.end_layer; ++l) {
     bool moe = c.is_moe_layer(l);
@@ -75,7 +77,7 @@ Model::Model(const ModelConfig& c, const ModelSpec& spec)
   scratch_ = Arena(scratch.used());
   recompute_ = Arena(again.used());
   plan_all(act_, scratch_, recompute_);
-  if (replica)
+  if (hand_off)
     for (size_t k = 0; k < mtp_.size(); ++k) mtp_[k]->export_embedding_grad(&mtp_de_[k]);
   fill_rope_tables(c, rope_.cos_TR2, rope_.sin_TR2);
   rope_.softmax_scale = attention_softmax_scale(c);

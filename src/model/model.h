@@ -53,6 +53,10 @@ struct ModelPart {
   int64_t first_layer = 0;
   int64_t end_layer = -1;  // one past the last decoder layer (-1: num_hidden_layers)
   bool loss = true;
+  // A part with the loss but not the embedding on a rank that also holds the embedding's part
+  // (the V schedules' rank 0): its MTP modules read the embedding itself instead of a replica,
+  // and still hand their gradients to the embedding's part.
+  bool embedding_on_rank = false;
 };
 
 // What one Model instance is, besides its config (Model's one constructor).

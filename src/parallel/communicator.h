@@ -51,7 +51,8 @@ class Communicator {
   // A message is `bytes` long and matched by (peer, tag); a receive that finds a message of
   // another length throws moet::Error naming the peer, the tag and both lengths (a stage fed
   // the wrong shape fails loudly instead of hanging or reading garbage). Handles are reused:
-  // starting and waiting allocate nothing once as many messages were in flight before.
+  // starting and waiting allocate nothing once as many messages were in flight before. The peer
+  // may be this rank (a V schedule's two chunks on one rank).
   using Message = int64_t;
   virtual Message isend(const void* data, int64_t bytes, int peer, int tag) = 0;
   virtual Message irecv(void* data, int64_t bytes, int peer, int tag) = 0;

@@ -316,8 +316,8 @@ void MpiCommunicator::alltoall(const void* send, int64_t bytes, void* recv) {
 void MpiCommunicator::barrier() { MPI_Barrier(comm_); }
 
 Communicator::Message MpiCommunicator::start_p2p(bool receive, int64_t bytes, int peer, int tag) {
-  MOET_CHECK(peer >= 0 && peer < size_ && peer != rank_, "point-to-point peer ", peer,
-             " is not another rank of this group of ", size_);
+  MOET_CHECK(peer >= 0 && peer < size_, "point-to-point peer ", peer,
+             " is not a rank of this group of ", size_);
   MOET_CHECK(bytes >= 0 && bytes <= INT_MAX && tag >= 0, "point-to-point message of ", bytes,
              " bytes, tag ", tag, ": out of range");
   if (p2p_free_.empty()) {

@@ -33,9 +33,6 @@ PipelineExecutor::PipelineExecutor(Communicator& pp, const PipelineScheduleSpec&
       S_(spec.stages * spec.chunks),
       rank_(pp.rank()) {
   check_pipeline_schedule(spec_);
-  MOET_CHECK(!is_v_schedule(spec_.kind), "--pipeline-schedule ", pipeline_schedule_name(spec_.kind),
-             " is not run by the engine yet (moet simulate models it): use 1f1b, interleaved "
-             "or zb1p");
   MOET_ASSERT(pp.size() == P_ && int64_t(chunks.size()) == V_);
   passes_ = pipeline_schedule(spec_, rank_);
   // With the EP overlap, the steady state's forward and backward of other micro-batches run
@@ -44,8 +41,11 @@ PipelineExecutor::PipelineExecutor(Communicator& pp, const PipelineScheduleSpec&
   // backward's gradient needs the next stage to have run a forward whose input this forward sends
   // only when it ends).
   combine_.assign(passes_.size(), false);
+  for (size_t i = 0; i < passes_.size(); ++i)  // DualPipeV names its overlapped pairs
+    if (passes_[i].overlapped) combine_[i] = true, ++combined_pairs_;
   const size_t warmup = size_t(pipeline_warmup_passes(spec_, rank_));
-  for (size_t i = warmup; spec_.ep_overlap && i + 1 < passes_.size(); i += 2) {
+  const bool combined_1f1b = spec_.ep_overlap && !is_v_schedule(spec_.kind);
+  for (size_t i = warmup; combined_1f1b && i + 1 < passes_.size(); i += 2) {
     const PipelinePass &f = passes_[i], &b = passes_[i + 1];
     if (!f.forward() || b.forward()) break;  // the cool-down: backwards only
     if (b.microbatch == f.microbatch && b.chunk == f.chunk) continue;
@@ -74,7 +74,7 @@ void PipelineExecutor::set_final_gradient_hook(std::function<void(int64_t)> hook
 }
 
 void PipelineExecutor::set_gradient_hooks(GradientHooks hooks) {
-  MOET_CHECK(!is_last() || slots_.back().size() == 1,
+  MOET_CHECK(rank_of(S_ - 1) != rank_ || slots_.back().size() == 1,
              "--deterministic under --pp needs the loss stage to hold one micro-batch at a time "
              "(not with --a2a-overlap)");
   grad_hooks_ = std::move(hooks);
@@ -133,8 +133,8 @@ void PipelineExecutor::post_input_receive(int64_t chunk, int64_t microbatch) {
   wait_sends(s);
   Tensor& in = s.model->input();
   const size_t i = size_t(microbatch % int64_t(slots_[size_t(chunk)].size()));
-  input_recv_[size_t(chunk)][i] = pp_.irecv(in.ptr, int64_t(in.bytes()), int((rank_ + P_ - 1) % P_),
-                                            tag(microbatch, k, kActivation));
+  input_recv_[size_t(chunk)][i] =
+      pp_.irecv(in.ptr, int64_t(in.bytes()), rank_of(k - 1), tag(microbatch, k, kActivation));
 }
 
 void PipelineExecutor::post_gradient_receives(int64_t chunk, int64_t microbatch) {
@@ -144,12 +144,12 @@ void PipelineExecutor::post_gradient_receives(int64_t chunk, int64_t microbatch)
   if (k < S_ - 1) {
     Tensor& g = s.model->output_grad();
     grad_recv_[size_t(chunk)][i] =
-        pp_.irecv(g.ptr, int64_t(g.bytes()), int((rank_ + 1) % P_), tag(microbatch, k, kGradient));
+        pp_.irecv(g.ptr, int64_t(g.bytes()), rank_of(k + 1), tag(microbatch, k, kGradient));
   }
   if (k == 0)
     for (int64_t j = 0; j < mtp_; ++j) {
       Tensor& g = s.model->mtp_embedding_grads()[size_t(j)];
-      mtp_recv_[size_t(chunk)][i][size_t(j)] = pp_.irecv(g.ptr, int64_t(g.bytes()), int(P_ - 1),
+      mtp_recv_[size_t(chunk)][i][size_t(j)] = pp_.irecv(g.ptr, int64_t(g.bytes()), rank_of(S_ - 1),
                                                          tag(microbatch, 0, kMtpGradient + int(j)));
     }
 }
@@ -170,8 +170,8 @@ Model& PipelineExecutor::begin_forward(int64_t chunk, int64_t microbatch, const 
     } else {  // forward only: nothing was posted ahead
       Tensor& in = m.input();
       TraceRecorder::Span span(trace_, trace_lane_, "wait for activations", trace::kPipeline);
-      pp_.wait(pp_.irecv(in.ptr, int64_t(in.bytes()), int((rank_ + P_ - 1) % P_),
-                         tag(microbatch, k, kActivation)));
+      pp_.wait(
+          pp_.irecv(in.ptr, int64_t(in.bytes()), rank_of(k - 1), tag(microbatch, k, kActivation)));
     }
   }
   return m;
@@ -195,8 +195,7 @@ void PipelineExecutor::end_forward(int64_t chunk, int64_t microbatch, bool train
   }
   if (k < S_ - 1) {
     const Tensor& out = m.output();
-    send(s, out.ptr, int64_t(out.bytes()), int((rank_ + 1) % P_),
-         tag(microbatch, k + 1, kActivation));
+    send(s, out.ptr, int64_t(out.bytes()), rank_of(k + 1), tag(microbatch, k + 1, kActivation));
   }
   if (training) post_gradient_receives(chunk, microbatch);
 }
@@ -235,13 +234,12 @@ void PipelineExecutor::end_backward(int64_t chunk, int64_t microbatch) {
   m.backward_end();
   if (k > 0) {
     const Tensor& g = m.input_grad();
-    send(s, g.ptr, int64_t(g.bytes()), int((rank_ + P_ - 1) % P_),
-         tag(microbatch, k - 1, kGradient));
+    send(s, g.ptr, int64_t(g.bytes()), rank_of(k - 1), tag(microbatch, k - 1, kGradient));
   }
   if (k == S_ - 1)
     for (int64_t j = 0; j < mtp_; ++j) {
       const Tensor& g = m.mtp_embedding_grads()[size_t(j)];
-      send(s, g.ptr, int64_t(g.bytes()), 0, tag(microbatch, 0, kMtpGradient + int(j)));
+      send(s, g.ptr, int64_t(g.bytes()), rank_of(0), tag(microbatch, 0, kMtpGradient + int(j)));
     }
   // The slot is free: its next micro-batch's activations may arrive.
   post_input_receive(chunk, microbatch + int64_t(slots_[size_t(chunk)].size()));
@@ -295,7 +293,8 @@ void PipelineExecutor::combined(const PipelinePass& f, const PipelinePass& b, co
 }
 
 void PipelineExecutor::sync_embedding_replica(ParamStore& params) {
-  if (mtp_ == 0 || !(is_first() || is_last())) return;
+  // the V's rank 0 holds both: its MTP modules read the embedding itself
+  if (mtp_ == 0 || rank_of(0) == rank_of(S_ - 1) || !(is_first() || is_last())) return;
   const NamedSlice& e = params.named("model.embed_tokens.weight");
   Tensor v = e.weight->value;
   MOET_ASSERT(e.weight->replica == is_last());

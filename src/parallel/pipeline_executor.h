@@ -103,7 +103,8 @@ class PipelineExecutor {
   };
   // Sends `bytes` from `data` to `peer` from slot s (waited for by wait_sends).
   void send(Slot& s, const void* data, int64_t bytes, int peer, int tag);
-  int64_t virtual_stage(int64_t chunk) const { return chunk * P_ + rank_; }
+  int64_t virtual_stage(int64_t chunk) const { return pipeline_stage(spec_, rank_, chunk); }
+  int rank_of(int64_t stage) const { return int(pipeline_place(spec_, stage).rank); }
   Slot& slot(int64_t chunk, int64_t microbatch);
   int tag(int64_t microbatch, int64_t vstage, int kind) const;
   void wait_sends(Slot& s);

@@ -228,9 +228,10 @@ std::vector<OptionField> parallel_fields() {
        "expert token exchange with --ep > 1: alltoall or allgather",
        words(MOET_REF(parallel.dispatcher), dispatcher_choices())},
       {"parallel", "pipeline_schedule", "--pipeline-schedule", FlagStyle::kValueShown,
-       "with --pp: interleaved (1F1B when --vpp is 1), 1f1b, or zb1p (zero-bubble ZB-H1: each "
-       "backward as its input gradient, then its weight gradient where the stage would wait); "
-       "TorchTitan's names too (docs/pipeline.md)",
+       "with --pp: interleaved (1F1B when --vpp is 1), 1f1b, zb1p (zero-bubble ZB-H1: each "
+       "backward as its input gradient, then its weight gradient where the stage would wait), "
+       "zbv or dualpipev (two chunks per rank in a V; DeepSeek's DualPipeV overlaps a forward "
+       "with another micro-batch's backward); TorchTitan's names too (docs/pipeline.md)",
        words(MOET_REF(parallel.pipeline_schedule), pipeline_schedule_choices())},
       {"parallel", "overlap", "--overlap", FlagStyle::kValueShown,
        "run the all-to-alls and gradient reductions on a communication thread behind compute: "

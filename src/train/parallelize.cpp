@@ -203,21 +203,24 @@ std::unique_ptr<ParallelRun> parallelize(const TrainOptions& o, const ModelConfi
   } else {
     PipelineScheduleSpec spec;
     spec.stages = o.parallel.pp;
-    spec.chunks = o.parallel.vpp;
+    spec.chunks = o.parallel.chunks();
     // --deterministic: every sequence is a micro-batch of the pipeline
     spec.microbatches = o.parallel.deterministic ? o.data.grad_accum * B : o.data.grad_accum;
     spec.ep_overlap = o.parallel.a2a_overlap;  // combined 1F1B
     spec.kind = o.parallel.pipeline_schedule;
     check_pipeline_schedule(spec);
     const std::vector<ModelPart> parts =
-        pipeline_parts(cfg, o.parallel.pp_layout, o.parallel.pp * o.parallel.vpp);
+        pipeline_parts(cfg, o.parallel.pp_layout, o.parallel.pp * spec.chunks);
     const std::vector<int64_t> slots = PipelineExecutor::slots_per_chunk(spec, r.pp_rank);
     r.stage_params.share_declarations();
-    for (int64_t c = 0; c < o.parallel.vpp; ++c) {
+    for (int64_t c = 0; c < spec.chunks; ++c) {
       std::vector<Model*>& chunk = r.chunks.emplace_back();
       for (int64_t s = 0; s < slots[size_t(c)]; ++s) {
         ModelSpec stage = model_spec;
-        stage.part = parts[size_t(c * o.parallel.pp + r.pp_rank)];
+        stage.part = parts[size_t(pipeline_stage(spec, r.pp_rank, c))];
+        // the V's rank 0 holds the first and the last stage: the MTP modules read the
+        // embedding itself
+        stage.part.embedding_on_rank = pipeline_place(spec, 0).rank == r.pp_rank;
         stage.store = &r.stage_params;
         r.models.push_back(std::make_unique<Model>(cfg, stage));
         chunk.push_back(r.models.back().get());

@@ -43,7 +43,8 @@ void print_layout(const RunHeader& h, int64_t DP) {
   const int64_t W = h.world_size, ep = o.parallel.ep;
   std::printf("layout: %lld ranks = pp %lld x dp %lld", (long long)W, (long long)o.parallel.pp,
               (long long)DP);
-  if (o.parallel.vpp > 1) std::printf(" (vpp %lld chunks per stage)", (long long)o.parallel.vpp);
+  if (o.parallel.chunks() > 1)
+    std::printf(" (vpp %lld chunks per stage)", (long long)o.parallel.chunks());
   std::printf("; experts over ep %lld ranks, each expert's replicas over edp %lld", (long long)ep,
               (long long)(DP / ep));
   if (o.parallel.zero1) std::printf("; ZeRO-1 (AdamW moments sharded over dp)");
@@ -134,15 +135,17 @@ void print_run_header(const RunHeader& h) {
   print_recompute(par);
   if (par.pipeline) {
     const PipelineScheduleSpec& spec = par.pipeline->spec();
-    const bool zb = spec.kind == PipelineScheduleKind::kZB1P;
-    // ZB-H1's (P−1)(F+B−2W) of M(F+B), with B = 2F and W = F: (P−1)/(3M)
+    // the zero-bubble and V schedules: their lists run with equal stages (B = 2F, W = B/2)
+    const bool classic =
+        spec.kind == PipelineScheduleKind::kInterleaved || spec.kind == PipelineScheduleKind::k1F1B;
     std::printf(
         "pipeline: %s, %lld stages x %lld chunks, %lld micro-batches; bubble %s = %.3f; "
         "activations (micro-batches in flight per chunk):",
-        spec.chunks > 1 || zb ? pipeline_schedule_name(spec.kind) : "1f1b", (long long)spec.stages,
-        (long long)spec.chunks, (long long)spec.microbatches,
-        zb ? "(P-1)(F+B-2W)/(M(F+B)), B = 2F = 2W," : "(P-1)/(V*M)",
-        double(spec.stages - 1) / double(spec.chunks * spec.microbatches) / (zb ? 3.0 : 1.0));
+        classic && spec.chunks == 1 ? "1f1b" : pipeline_schedule_name(spec.kind),
+        (long long)spec.stages, (long long)spec.chunks, (long long)spec.microbatches,
+        classic ? "(P-1)/(V*M)" : "with equal stages (B = 2F = 2W)",
+        classic ? double(spec.stages - 1) / double(spec.chunks * spec.microbatches)
+                : simulate_pipeline(spec, 1.0, 2.0).bubble_fraction);
     for (int64_t r = 0; r < spec.stages; ++r) {
       std::printf(" stage %lld %.1f MB (", (long long)r,
                   double(h.activations_per_rank[size_t(r * DP)]) / 1048576.0);
@@ -151,7 +154,11 @@ void print_run_header(const RunHeader& h) {
         std::printf("%s%lld", c ? "," : "", (long long)slots[c]);
       std::printf(")%s", r + 1 < spec.stages ? ";" : "\n");
     }
-    if (spec.ep_overlap)
+    if (spec.kind == PipelineScheduleKind::kDualPipeV)
+      std::printf(
+          "dualpipev: %lld of rank 0's %lld backward passes run overlapped with a forward\n",
+          (long long)par.pipeline->combined_pairs(), (long long)(spec.microbatches * spec.chunks));
+    else if (spec.ep_overlap)
       std::printf(
           "combined 1F1B: %lld of rank 0's %lld backward passes run combined with a "
           "forward\n",

@@ -125,8 +125,9 @@ void StepRecorder::pipeline(StepMetrics& m) {
     run = std::max(run, x[0]);
     double compute = 0;
     for (int64_t c = 0; c < V; ++c) {
-      f[size_t(c * P + r)] = x[3 + c] / double(spec.microbatches);
-      b[size_t(c * P + r)] = x[3 + V + c] / double(spec.microbatches);
+      const size_t k = size_t(pipeline_stage(spec, r, c));
+      f[k] = x[3 + c] / double(spec.microbatches);
+      b[k] = x[3 + V + c] / double(spec.microbatches);
       compute += x[3 + c] + x[3 + V + c];
     }
     busy = std::max(busy, compute);

@@ -100,8 +100,11 @@ struct ParallelOptions {
   int64_t vpp = 1;
   std::string pp_layout;
   // The pipeline schedule (parallel/pipeline_schedule.h): interleaved 1F1B by default (1F1B
-  // when vpp = 1), or zb1p, whose backwards run as input and weight gradients apart.
+  // when vpp = 1); zb1p, zbv and dualpipev run backwards as input and weight gradients apart,
+  // the last two with two chunks per rank in a V.
   PipelineScheduleKind pipeline_schedule = PipelineScheduleKind::kInterleaved;
+  // Model chunks per stage as the schedule runs them: --vpp, or the V's two when left out.
+  int64_t chunks() const { return is_v_schedule(pipeline_schedule) && vpp == 1 ? 2 : vpp; }
   // One sequence at a time, gradients added in a fixed tree order: data parallelism equals one
   // process with a larger micro-batch bit for bit.
   bool deterministic = false;

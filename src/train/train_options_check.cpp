@@ -122,10 +122,6 @@ void check_combinations(const TrainOptions& o) {
   MOET_CHECK(
       o.parallel.pp > 1 || o.parallel.pipeline_schedule == PipelineScheduleKind::kInterleaved,
       "--pipeline-schedule needs --pp > 1");
-  MOET_CHECK(!is_v_schedule(o.parallel.pipeline_schedule), "--pipeline-schedule ",
-             pipeline_schedule_name(o.parallel.pipeline_schedule),
-             " is not run by moet train yet (moet simulate models it): use zb1p, interleaved or "
-             "1f1b");
   MOET_CHECK(!splits_backward(o.parallel.pipeline_schedule) || !o.parallel.deterministic,
              "--pipeline-schedule ", pipeline_schedule_name(o.parallel.pipeline_schedule),
              " does not combine with --deterministic yet: use interleaved or 1f1b");
@@ -188,13 +184,13 @@ void check_train_layout(const TrainOptions& o, const ModelConfig& cfg, const Com
              "embedding");
   PipelineScheduleSpec spec;  // as parallelize() builds it
   spec.stages = o.parallel.pp;
-  spec.chunks = o.parallel.vpp;
+  spec.chunks = o.parallel.chunks();
   spec.microbatches =
       o.parallel.deterministic ? o.data.grad_accum * o.data.micro_batch : o.data.grad_accum;
   spec.ep_overlap = o.parallel.a2a_overlap;
   spec.kind = o.parallel.pipeline_schedule;
   check_pipeline_schedule(spec);
-  pipeline_parts(cfg, o.parallel.pp_layout, o.parallel.pp * o.parallel.vpp);
+  pipeline_parts(cfg, o.parallel.pp_layout, o.parallel.pp * o.parallel.chunks());
   // A bubble as long as the work is legal but rarely meant: say what brings it to a quarter.
   const int64_t P = spec.stages, V = spec.chunks, M = spec.microbatches;
   const double bubble = double(P - 1) / double(V * M);
