@@ -57,6 +57,14 @@ for x, y in zip(a, b):
 PY
   echo "ok: $3"
 }
+flags_same() {  # schedule layout flags...: 2 pipeline ranks with the flags = one process with them
+  local sch=$1 layout=$2
+  shift 2
+  "$moet" "${common[@]}" "$@" --metrics "$dir/f_ref.jsonl" --overwrite-metrics
+  run 2 "$dir/f.jsonl" --pp 2 --pp-layout "$layout" --pipeline-schedule "$sch" "$@" \
+    --overwrite-metrics
+  same "$dir/f_ref.jsonl" "$dir/f.jsonl" "$sch $*"
+}
 run() {  # ranks out.jsonl args...
   local np=$1 out=$2
   shift 2
@@ -77,14 +85,9 @@ run 2 "$dir/zb.jsonl" --pp 2 --pp-layout "Et|ttmL" --pipeline-schedule zb1p
 same "$dir/one.jsonl" "$dir/zb.jsonl" "zb1p, 2 stages"
 run 4 "$dir/zb4.jsonl" --pp 4 --pp-layout "E|tt|t|mL" --pipeline-schedule InterleavedZeroBubble
 same "$dir/one.jsonl" "$dir/zb4.jsonl" "zb1p, 4 stages"
-for flags in "--precision fp32 --recompute-granularity selective --recompute-modules mla_up_proj moe_act layernorm" \
-  "--precision nvfp4 --recompute-granularity full"; do
-  read -ra f <<<"$flags"
-  "$moet" "${common[@]}" "${f[@]}" --metrics "$dir/zb_ref.jsonl" --overwrite-metrics
-  run 2 "$dir/zb_f.jsonl" --pp 2 --pp-layout "Et|ttmL" --pipeline-schedule zb1p "${f[@]}" \
-    --overwrite-metrics
-  same "$dir/zb_ref.jsonl" "$dir/zb_f.jsonl" "zb1p $flags"
-done
+flags_same zb1p "Et|ttmL" --precision fp32 --recompute-granularity selective \
+  --recompute-modules mla_up_proj moe_act layernorm
+flags_same zb1p "Et|ttmL" --precision nvfp4 --recompute-granularity full
 "${mpi[@]}" -np 2 "$moet" train --model "$config" --data mock --steps 1 --seq 32 --micro-batch 2 \
   --grad-accum 4 --peak-tflops 1 --threads 1 --pp 2 --pp-layout "Et|ttmL" \
   --pipeline-schedule zb1p >"$dir/zb_header.txt"
@@ -111,14 +114,9 @@ for sch in zbv dualpipev; do
   same "$dir/one6.jsonl" "$dir/v4.jsonl" "$sch, 4 ranks x 2 chunks"
 done
 # with recomputation and low precision
-for flags in "--precision bf16 --recompute-granularity selective --recompute-modules mla_up_proj moe_act layernorm" \
-  "--precision mxfp8 --recompute-granularity full"; do
-  read -ra f <<<"$flags"
-  "$moet" "${common[@]}" "${f[@]}" --metrics "$dir/v_ref.jsonl" --overwrite-metrics
-  run 2 "$dir/v_f.jsonl" --pp 2 --pp-layout "Et|t|t|mL" --pipeline-schedule dualpipev "${f[@]}" \
-    --overwrite-metrics
-  same "$dir/v_ref.jsonl" "$dir/v_f.jsonl" "dualpipev $flags"
-done
+flags_same dualpipev "Et|t|t|mL" --precision bf16 --recompute-granularity selective \
+  --recompute-modules mla_up_proj moe_act layernorm
+flags_same dualpipev "Et|t|t|mL" --precision mxfp8 --recompute-granularity full
 # every step reports the pipeline's time, its bubble and the schedule's prediction
 /usr/bin/python3 - "$dir/vpp.jsonl" <<'PY' || fail "pipeline metrics missing or not positive"
 import json, sys
