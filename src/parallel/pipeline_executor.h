@@ -83,7 +83,7 @@ class PipelineExecutor {
     std::vector<double> forward_s, backward_s;  // per chunk
     // Bytes this rank sent to other stages: activations, their gradients, the MTP modules'
     // gradients and the embedding replica's values (sync_embedding_replica counts into the step
-    // whose run_step came before it).
+    // whose run_step came before it). Not the V's hand-offs between a rank's own chunks.
     int64_t sent_bytes = 0;
   };
   const StepTimes& last_step_times() const { return times_; }

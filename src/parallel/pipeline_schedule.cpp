@@ -200,14 +200,17 @@ std::vector<std::vector<PipelinePass>> zb1p_schedules(const PipelineScheduleSpec
     free_at[size_t(r)] += 1.0;
     --held[size_t(r)];
   };
+  // One pass at a time: of the ranks that can act, the one free first (the lower rank on a tie)
+  // runs its next pass, or a W.
+  std::vector<char> tried(static_cast<size_t>(P));
   for (bool progressed = true; progressed;) {
     progressed = false;
-    // the rank that is free first acts first
-    std::vector<int64_t> order(static_cast<size_t>(P));
-    for (int64_t r = 0; r < P; ++r) order[size_t(r)] = r;
-    std::stable_sort(order.begin(), order.end(),
-                     [&](int64_t a, int64_t b) { return free_at[size_t(a)] < free_at[size_t(b)]; });
-    for (int64_t r : order) {
+    std::fill(tried.begin(), tried.end(), 0);
+    for (int64_t k = 0; k < P && !progressed; ++k) {
+      int64_t r = -1;  // the untried rank free first
+      for (int64_t q = 0; q < P; ++q)
+        if (!tried[size_t(q)] && (r < 0 || free_at[size_t(q)] < free_at[size_t(r)])) r = q;
+      tried[size_t(r)] = 1;
       if (next[size_t(r)] >= base[size_t(r)].size()) continue;
       const PipelinePass p = base[size_t(r)][next[size_t(r)]];
       const double rp = ready(r, p);
@@ -215,7 +218,7 @@ std::vector<std::vector<PipelinePass>> zb1p_schedules(const PipelineScheduleSpec
       if ((rp > free_at[size_t(r)] || full) && !pending[size_t(r)].empty()) {
         run_w(r);
         progressed = true;
-        break;  // times changed: choose again
+        continue;
       }
       if (rp == kNotYet) continue;
       const double end = std::max(rp, free_at[size_t(r)]) + 1.0;
@@ -229,7 +232,6 @@ std::vector<std::vector<PipelinePass>> zb1p_schedules(const PipelineScheduleSpec
       out[size_t(r)].push_back(p);
       ++next[size_t(r)];
       progressed = true;
-      break;
     }
   }
   for (int64_t r = 0; r < P; ++r) {
@@ -345,6 +347,14 @@ std::vector<PipelinePass> pipeline_schedule(const PipelineScheduleSpec& s, int64
   return interleaved_schedule(s, rank);
 }
 
+std::vector<std::vector<PipelinePass>> pipeline_schedules(const PipelineScheduleSpec& s) {
+  check_pipeline_schedule(s);
+  if (s.kind == PipelineScheduleKind::kZB1P) return zb1p_schedules(s);
+  std::vector<std::vector<PipelinePass>> all;
+  for (int64_t r = 0; r < s.stages; ++r) all.push_back(pipeline_schedule(s, r));
+  return all;
+}
+
 PipelineTiming simulate_pipeline(const PipelineScheduleSpec& s, double forward_s, double backward_s,
                                  double p2p_s, double weight_share) {
   const size_t K = size_t(s.stages * s.chunks);
@@ -358,8 +368,7 @@ PipelineTiming simulate_pipeline(const PipelineScheduleSpec& s,
                                  double weight_share) {
   const int64_t P = s.stages, V = s.chunks, M = s.microbatches, K = P * V;
   MOET_ASSERT(int64_t(forward_s.size()) == K && int64_t(backward_s.size()) == K);
-  std::vector<std::vector<PipelinePass>> lists;
-  for (int64_t r = 0; r < P; ++r) lists.push_back(pipeline_schedule(s, r));
+  const std::vector<std::vector<PipelinePass>> lists = pipeline_schedules(s);
   constexpr double kNotYet = std::numeric_limits<double>::infinity();
   // end time of the forward / the input gradient of (micro-batch, virtual stage)
   std::vector<double> fwd_end(size_t(M * K), kNotYet), bwd_end(size_t(M * K), kNotYet);

@@ -100,6 +100,8 @@ int64_t pipeline_warmup_passes(const PipelineScheduleSpec& s, int64_t rank);
 
 // Rank r's passes in order: M·V forwards, and M·V backwards (B, or I and W apart).
 std::vector<PipelinePass> pipeline_schedule(const PipelineScheduleSpec& s, int64_t rank);
+// Every rank's list at once (zb1p's are made together: cheaper than P calls of the above).
+std::vector<std::vector<PipelinePass>> pipeline_schedules(const PipelineScheduleSpec& s);
 
 // Every rank's list run against the data dependencies, each pass taking forward_s or
 // backward_s (per virtual stage: the whole backward; an I takes (1 − weight_share) of it, a W

@@ -8,6 +8,20 @@
 
 namespace moet::sim {
 
+namespace {
+
+// The pipeline schedules a layout can run: interleaved 1F1B (1F1B with VPP 1) always; with a
+// pipeline, zb1p at VPP 1 and the V schedules zbv and dualpipev at VPP 2.
+std::vector<PipelineScheduleKind> schedules_for(int64_t pp, int64_t vpp) {
+  using K = PipelineScheduleKind;
+  if (pp == 1) return {K::kInterleaved};
+  if (vpp == 1) return {K::kInterleaved, K::kZB1P};
+  if (vpp == 2) return {K::kInterleaved, K::kZBV, K::kDualPipeV};
+  return {K::kInterleaved};
+}
+
+}  // namespace
+
 Plan plan_layouts(const ModelConfig& c, const SystemSpec& s, const PlanRequest& r) {
   Plan plan;
   const std::vector<int64_t> tps = {1, 2, 4, 8}, pps = {1, 2, 4, 8, 16, 32};
@@ -21,27 +35,29 @@ Plan plan_layouts(const ModelConfig& c, const SystemSpec& s, const PlanRequest& 
       for (int64_t vpp : vpps)
         for (int64_t ep : eps)
           for (int64_t mbs : mbss)
-            for (const std::string& rc : recomputes) {
-              SimLayout l;
-              l.gpus = r.gpus, l.tp = tp, l.pp = pp, l.vpp = vpp, l.ep = ep, l.mbs = mbs;
-              l.gbs = r.gbs, l.seq = r.seq, l.precision = r.precision, l.mtp = r.mtp;
-              l.recompute = rc;
-              if (rc == "selective") l.recompute_modules = moe_recipe_recompute_modules();
-              l.pp_layout = "balanced";            // the layout a user would write for it
-              if (tp > s.nvlink_domain) continue;  // TP stays inside NVLink
-              try {
-                validate(c, l);
-              } catch (const Error&) {
-                continue;  // does not divide
+            for (const std::string& rc : recomputes)
+              for (PipelineScheduleKind sched : schedules_for(pp, vpp)) {
+                SimLayout l;
+                l.gpus = r.gpus, l.tp = tp, l.pp = pp, l.vpp = vpp, l.ep = ep, l.mbs = mbs;
+                l.gbs = r.gbs, l.seq = r.seq, l.precision = r.precision, l.mtp = r.mtp;
+                l.recompute = rc;
+                l.schedule = sched;
+                if (rc == "selective") l.recompute_modules = moe_recipe_recompute_modules();
+                l.pp_layout = "balanced";            // the layout a user would write for it
+                if (tp > s.nvlink_domain) continue;  // TP stays inside NVLink
+                try {
+                  validate(c, l);
+                } catch (const Error&) {
+                  continue;  // does not divide
+                }
+                ++plan.considered;
+                Prediction p = simulate(c, l, s);
+                if (!p.fits) {
+                  ++plan.too_big;
+                  continue;
+                }
+                plan.ranked.push_back(std::move(p));
               }
-              ++plan.considered;
-              Prediction p = simulate(c, l, s);
-              if (!p.fits) {
-                ++plan.too_big;
-                continue;
-              }
-              plan.ranked.push_back(std::move(p));
-            }
   std::stable_sort(
       plan.ranked.begin(), plan.ranked.end(),
       [](const Prediction& a, const Prediction& b) { return a.tflops_per_gpu > b.tflops_per_gpu; });

@@ -39,17 +39,24 @@ int64_t warmup_chunks(int64_t P, int64_t V, int64_t r) {
   return pipeline_warmup_passes(spec, r);
 }
 
-// The most micro-batch chunks rank r holds activations of at once under the layout's schedule:
-// interleaved 1F1B's warm-up plus one, at most m·V; the other schedules count their own list
-// (a chunk's activations held from its forward until its weight gradient).
-int64_t chunks_in_flight(const SimLayout& l, int64_t m, int64_t r) {
+// The most micro-batch chunks each rank holds activations of at once under the layout's
+// schedule: interleaved 1F1B's warm-up plus one, at most m·V; the other schedules count their
+// own lists (a chunk's activations held from its forward until its weight gradient).
+std::vector<int64_t> chunks_in_flight(const SimLayout& l, int64_t m) {
   const int64_t V = l.vpp;
-  if (l.schedule == PipelineScheduleKind::kInterleaved)
-    return std::min<int64_t>(m * V, warmup_chunks(l.pp, V, r) + 1);
-  int64_t n = 0, most = 0;
-  for (const PipelinePass& p : pipeline_schedule(l.schedule_spec(m), r)) {
-    n += p.forward() ? 1 : p.releases() ? -1 : 0;
-    most = std::max(most, n);
+  std::vector<int64_t> most(size_t(l.pp), 0);
+  if (l.schedule == PipelineScheduleKind::kInterleaved) {
+    for (int64_t r = 0; r < l.pp; ++r)
+      most[size_t(r)] = std::min<int64_t>(m * V, warmup_chunks(l.pp, V, r) + 1);
+    return most;
+  }
+  const std::vector<std::vector<PipelinePass>> lists = pipeline_schedules(l.schedule_spec(m));
+  for (size_t r = 0; r < lists.size(); ++r) {
+    int64_t n = 0;
+    for (const PipelinePass& p : lists[r]) {
+      n += p.forward() ? 1 : p.releases() ? -1 : 0;
+      most[r] = std::max(most[r], n);
+    }
   }
   return most;
 }
@@ -151,7 +158,7 @@ StepTimeline step_events(const PipelineScheduleSpec& spec, const std::vector<Cha
 // (stride TP), experts over expert-DP (stride EP·ETP); hidden behind the last backward and the
 // first forward when overlapped.
 void data_parallel(Breakdown& b, const SimLayout& l, const SystemSpec& s, const RankWork& slow,
-                   int64_t m, double act_b) {
+                   int64_t m, double act_b, const std::vector<int64_t>& held) {
   const int64_t V = l.vpp;
   const int rpd = s.ranks_per_domain(int(l.gpus));
   const int share = s.compute_shared ? int(l.gpus) : 1;
@@ -174,7 +181,7 @@ void data_parallel(Breakdown& b, const SimLayout& l, const SystemSpec& s, const 
     // bucket (one layer's worth) cannot hide.
     const double cool = l.schedule == PipelineScheduleKind::kInterleaved
                             ? double(std::min<int64_t>(m * V, warmup_chunks(l.pp, V, 0)))
-                            : double(std::max<int64_t>(1, chunks_in_flight(l, m, 0) - 1));
+                            : double(std::max<int64_t>(1, held[0] - 1));
     const double widen = std::max(1.0, cool / double(V));
     const double buckets = std::max(1, slow.layers);
     auto exposed = [&](double t, double window) {
@@ -214,8 +221,8 @@ void place_slots(const std::vector<SlotCost>& slots, const std::vector<SlotCost>
 // micro-batch chunks in flight (rank 0 of the interleaved schedule holds the most) and what
 // recomputation makes again for the one slot in backward.
 MemoryUse memory_use(const SimLayout& l, const SystemSpec& s, const std::vector<RankWork>& ranks,
-                     const RankWork& slow, double shard) {
-  const int64_t P = l.pp, V = l.vpp, m = l.micro_batches();
+                     const std::vector<int64_t>& held, const RankWork& slow, double shard) {
+  const int64_t P = l.pp, V = l.vpp;
   MemoryUse mu;
   const double params = slow.dense + slow.expert;
   const bool quant = is_fp8_recipe(l.precision);
@@ -225,7 +232,7 @@ MemoryUse memory_use(const SimLayout& l, const SystemSpec& s, const std::vector<
   mu.optimizer = 12 * shard / 1e9;
   double act_max = 0;
   for (int64_t r = 0; r < P; ++r) {
-    const double in_flight = double(chunks_in_flight(l, m, r));
+    const double in_flight = double(held[size_t(r)]);
     const RankWork& w = ranks[size_t(r)];
     act_max = std::max(act_max, w.act / double(V) * in_flight + w.redo);
   }
@@ -306,7 +313,8 @@ Prediction simulate(const ModelConfig& c, const SimLayout& l, const SystemSpec& 
   b.launch = double(m) * slow.launch, b.contention = rt.contention;
   b.recompute = double(m) * slow.recompute, b.a2a_total = double(m) * slow.a2a;
 
-  data_parallel(b, l, s, slow, m, act_b);
+  const std::vector<int64_t> held = chunks_in_flight(l, m);  // per rank
+  data_parallel(b, l, s, slow, m, act_b, held);
 
   // Optimizer: AdamW over this rank's shard, memory-bound: ~36 bytes per parameter (fp32
   // gradient, master weight, two moments read and written, the working copy written, the
@@ -327,7 +335,7 @@ Prediction simulate(const ModelConfig& c, const SimLayout& l, const SystemSpec& 
   p.a2a_gb_nvlink = double(m) * slow.a2a_nvl / 1e9;
   p.a2a_gb_scaleout = double(m) * slow.a2a_nic / 1e9;
 
-  p.memory = memory_use(l, s, ranks, slow, shard);
+  p.memory = memory_use(l, s, ranks, held, slow, shard);
   p.memory_gb_per_gpu = p.memory.total();
   p.fits = p.memory_gb_per_gpu <= s.hbm_gb / share;
   return p;

@@ -151,7 +151,10 @@ StepTimeline run_step_timeline(const PipelineScheduleSpec& spec, const std::vect
   const int64_t P = spec.stages, V = spec.chunks, M = spec.microbatches, K = P * V;
   MOET_ASSERT(int64_t(fwd.size()) == K && int64_t(bwd.size()) == K);
   std::vector<std::vector<PipelinePass>> lists;
-  for (int64_t r = 0; r < P; ++r) lists.push_back(rank_passes(spec, r, opt.pair_passes));
+  if (spec.kind == PipelineScheduleKind::kInterleaved)
+    for (int64_t r = 0; r < P; ++r) lists.push_back(rank_passes(spec, r, opt.pair_passes));
+  else
+    lists = pipeline_schedules(spec);
   constexpr double kNotYet = std::numeric_limits<double>::infinity();
   const StageChains chains(fwd, bwd, opt.weight_share);
   std::vector<double> fwd_end(size_t(M * K), kNotYet), bwd_end(size_t(M * K), kNotYet);
