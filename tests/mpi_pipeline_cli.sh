@@ -17,8 +17,10 @@
 #   - a checkpoint saved by a pipeline run, resumed by one process, continues exactly as a run
 #     never interrupted (the stages' pieces make up the whole model); one saved under zb1p
 #     resumed under interleaved 1F1B, and one saved under dualpipev by one process, likewise;
-#   - with --deterministic, a pipeline (with --vpp, --ep, --zero1) gives bitwise one process's
-#     losses (the total included) and parameters;
+#   - with --deterministic, a pipeline (with --vpp, --ep, --zero1, and under zb1p, zbv and
+#     dualpipev, whose I and W of a sequence have other sequences' passes between them, with
+#     selective and full recomputation) gives bitwise one process's losses (the total included)
+#     and parameters;
 # and bad pipeline flags get one line and a non-zero exit.
 # Usage: mpi_pipeline_cli.sh MOET CONFIG MPIEXEC [MPIEXEC-FLAGS...] (no -np: the test sets it)
 set -euo pipefail
@@ -199,7 +201,12 @@ det=(train --model "$config" --data mock --steps 3 --seq 32 --grad-accum 2 --qui
 "$moet" "${det[@]}" --micro-batch 4 --metrics "$dir/det1.jsonl" --out "$dir/det1"
 for layout in "2 4 --pp 2 --vpp 2 --pp-layout Et|t|t|mL" \
   "4 2 --pp 2 --pp-layout Et|ttmL --ep 2" \
-  "4 2 --pp 2 --vpp 2 --pp-layout Et|t|t|mL --ep 2 --zero1"; do
+  "4 2 --pp 2 --vpp 2 --pp-layout Et|t|t|mL --ep 2 --zero1" \
+  "2 4 --pp 2 --pp-layout Et|ttmL --pipeline-schedule zb1p" \
+  "4 2 --pp 2 --pp-layout Et|ttmL --ep 2 --pipeline-schedule zb1p --recompute-granularity selective" \
+  "2 4 --pp 2 --pp-layout Et|t|t|mL --pipeline-schedule zbv" \
+  "2 4 --pp 2 --pp-layout Et|t|t|mL --pipeline-schedule dualpipev --recompute-granularity full" \
+  "4 2 --pp 2 --pp-layout Et|t|t|mL --ep 2 --zero1 --pipeline-schedule dualpipev"; do
   read -ra a <<<"$layout"
   rm -rf "$dir/detp"
   "${mpi[@]}" -np "${a[0]}" "$moet" "${det[@]}" --micro-batch "${a[1]}" "${a[@]:2}" \
@@ -244,8 +251,6 @@ refuse "moet runs the MTP layers on the loss's stage" 2 --pp 2 --pp-layout "Ettt
 refuse "--pp must be positive, got 0" 2 --pp 0
 refuse "--pipeline-schedule zb1p runs one model chunk per rank: drop --vpp 2" 2 --pp 2 --vpp 2 \
   --pp-layout "Et|t|t|mL" --pipeline-schedule zb1p
-refuse "--pipeline-schedule zb1p does not combine with --deterministic yet" 2 --pp 2 \
-  --pp-layout "Et|ttmL" --pipeline-schedule zb1p --deterministic
 refuse "--pipeline-schedule zb1p has no combined 1F1B passes" 2 --pp 2 --pp-layout "Et|ttmL" \
   --pipeline-schedule zb1p --a2a-overlap
 refuse "--pipeline-schedule dualpipev needs at least 2 x --pp = 4 micro-batches per step" 2 \

@@ -9,6 +9,7 @@ Exits non-zero with one "FAIL: ..." line per broken promise.
 """
 import argparse
 import json
+import re
 import sys
 
 EPS = 0.002  # us: ts and dur are rounded to the ns independently
@@ -55,6 +56,38 @@ def check_nesting(rank, spans):
             stack.append(s)
 
 
+PASS = re.compile(r"^([FBIW]) (\d+)\.(\d+)( & ([FBIW]) (\d+)\.(\d+))?$")
+
+
+def check_passes(rank, kind, spans, steps, evals):
+    """--pp: every step's layer work lies in pass spans; each pass is named as the schedule's."""
+    passes = [s for s in spans if s["cat"] == "pass"]
+    if not passes:
+        fail(f"rank {rank}: no pass spans under --pp")
+        return
+    ops = set()
+    for p in passes:
+        m = PASS.match(p["name"])
+        if not m or p["lane"] != "compute":
+            fail(f"rank {rank}: pass span '{p['name']}' on lane {p['lane']}")
+            return
+        ops.add(m.group(1) + ("&" + m.group(5) if m.group(4) else ""))
+        if not any(inside(p, s) for s in steps):
+            fail(f"rank {rank}: pass '{p['name']}' outside every step")
+            return
+    for s in spans:  # the layers' work of a training step runs inside a pass
+        if s["cat"] != "layer" or any(inside(s, e) for e in evals):
+            continue
+        if any(inside(s, st) for st in steps) and not any(inside(s, p) for p in passes):
+            fail(f"rank {rank}: '{s['name']}' at {s['ts']} us lies in no pass span")
+            return
+    want = {"fb": {"F", "B"}, "split": {"F", "I", "W"}, "pairs": {"F", "F&B", "I", "W"}}[kind]
+    if not want <= ops:
+        fail(f"rank {rank}: pass kinds {sorted(ops)}, expected at least {sorted(want)}")
+    if kind == "fb" and ops & {"I", "W"}:
+        fail(f"rank {rank}: I or W passes without a zero-bubble schedule")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, required=True)
@@ -63,6 +96,9 @@ def main():
     ap.add_argument("--dp", action="store_true", help="data parallelism: gradient reductions")
     ap.add_argument("--zero1", action="store_true")
     ap.add_argument("--pp", action="store_true", help="pipeline stages: point-to-point messages")
+    ap.add_argument("--passes", choices=["fb", "split", "pairs"],
+                    help="--pp: the pass spans hold F and B (no I, W); F, I and W (a zero-bubble "
+                         "schedule); F, I, W and overlapped F&B pairs (dualpipev)")
     ap.add_argument("--allgather", action="store_true", help="--dispatcher allgather")
     ap.add_argument("files", nargs="+")
     a = ap.parse_args()
@@ -149,6 +185,8 @@ def main():
             fail(f"rank {rank}: no grad_sync spans under data parallelism")
         if a.pp and "pipeline" not in cats:
             fail(f"rank {rank}: no pipeline spans under --pp")
+        if a.pp:
+            check_passes(rank, a.passes or "fb", spans, steps, evals)
         # bytes in flight
         bif = [c for c in counters if c["name"] == "bytes_in_flight"]
         values = [c["args"]["value"] for c in bif]

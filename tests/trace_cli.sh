@@ -61,6 +61,14 @@ run a2a 2 --comm thread --dp -- --ep 2 --overlap on --a2a-overlap
 run a2a_sync 2 --comm inline --dp -- --ep 2 --overlap off --a2a-overlap
 run allgather 2 --comm inline --dp --allgather -- --ep 2 --overlap off --dispatcher allgather
 run pp 2 --comm none --pp -- --pp 2 --pp-layout "Et|ttmL" --grad-accum 4
+run pp_zb1p 2 --comm none --pp --passes split -- --pp 2 --pp-layout "Et|ttmL" --grad-accum 4 \
+  --pipeline-schedule zb1p
+run pp_dualpipev 2 --comm none --pp --passes pairs -- --pp 2 --pp-layout "Et|t|t|mL" \
+  --grad-accum 4 --pipeline-schedule dualpipev
+# the pass kinds are the schedule's: 1F1B has no W
+if "${check[@]}" --comm none --pp --passes split "$dir/pp.rank0.json" "$dir/pp.rank1.json" >/dev/null; then
+  fail "the checker accepted 1F1B's passes as a zero-bubble schedule's"
+fi
 run pp_combined 4 --comm thread --dp --pp -- --pp 2 --vpp 2 --pp-layout "Et|t|t|mL" --ep 2 \
   --a2a-overlap --overlap on --grad-accum 4
 # the lanes differ by mode: a synchronous run's exchanges are not on a comm lane

@@ -24,6 +24,9 @@ inline constexpr const char* kStepsLane = "steps";
 inline constexpr const char* kStep = "step";
 inline constexpr const char* kEval = "eval";
 inline constexpr const char* kLayer = "layer";
+// A pipeline pass (--pp): F, B, its halves I and W, or an overlapped F&B pair of one
+// micro-batch on one model chunk; its layers' spans nest inside.
+inline constexpr const char* kPass = "pass";
 // Compute: MLA, the MoE router (gate), the routed and shared experts, a dense layer's MLP, the
 // LM head, the optimizer step.
 inline constexpr const char* kAttention = "attention";

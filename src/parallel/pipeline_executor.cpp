@@ -74,10 +74,20 @@ void PipelineExecutor::set_final_gradient_hook(std::function<void(int64_t)> hook
 }
 
 void PipelineExecutor::set_gradient_hooks(GradientHooks hooks) {
-  MOET_CHECK(rank_of(S_ - 1) != rank_ || slots_.back().size() == 1,
-             "--deterministic under --pp needs the loss stage to hold one micro-batch at a time "
-             "(not with --a2a-overlap)");
+  for (size_t i = 0; i < passes_.size(); ++i)
+    MOET_CHECK(!combine_[i] || !is_loss_chunk(passes_[i].chunk) ||
+                   passes_[i].chunk != passes_[i + 1].chunk,
+               "--deterministic under --pp: a combined pass runs the loss chunk's forward with "
+               "its own backward (not with --a2a-overlap)");
   grad_hooks_ = std::move(hooks);
+}
+
+void PipelineExecutor::enter_gradients(int64_t chunk, int64_t microbatch) {
+  if (grad_hooks_.enter) grad_hooks_.enter(chunk, microbatch);
+}
+
+void PipelineExecutor::gradients_done(int64_t chunk, int64_t microbatch) {
+  if (grad_hooks_.done) grad_hooks_.done(chunk, microbatch);
 }
 
 int64_t PipelineExecutor::activation_bytes() const {
@@ -98,7 +108,20 @@ int PipelineExecutor::tag(int64_t microbatch, int64_t vstage, int kind) const {
 
 void PipelineExecutor::set_trace(TraceRecorder* rec) {
   trace_ = rec;
-  if (rec) trace_lane_ = rec->lane(trace::kComputeLane);
+  pass_names_.clear();
+  if (!rec) return;
+  trace_lane_ = rec->lane(trace::kComputeLane);
+  // "F 3.0": micro-batch 3 on chunk 0; "F 5.0 & B 1.1": an overlapped pair
+  auto name = [](const PipelinePass& p) {
+    const char* op = p.op == PassOp::kForward      ? "F"
+                     : p.op == PassOp::kInputGrad  ? "I"
+                     : p.op == PassOp::kWeightGrad ? "W"
+                                                   : "B";
+    return std::string(op) + " " + std::to_string(p.microbatch) + "." + std::to_string(p.chunk);
+  };
+  for (size_t i = 0; i < passes_.size(); ++i)
+    pass_names_.push_back(rec->intern(combine_[i] ? name(passes_[i]) + " & " + name(passes_[i + 1])
+                                                  : name(passes_[i])));
 }
 
 void PipelineExecutor::wait_receive(Communicator::Message m, const char* what) {
@@ -207,8 +230,7 @@ void PipelineExecutor::end_forward(int64_t chunk, int64_t microbatch, bool train
 void PipelineExecutor::forward(int64_t chunk, int64_t microbatch, const int32_t* tokens,
                                double grad_scale, LossBreakdown* losses) {
   const bool training = losses != nullptr;
-  if (training && grad_hooks_.before && virtual_stage(chunk) == S_ - 1)
-    grad_hooks_.before(chunk, microbatch);
+  if (training && is_loss_chunk(chunk)) enter_gradients(chunk, microbatch);
   Model& m = begin_forward(chunk, microbatch, tokens, grad_scale, training);
   for (int64_t l = 0; l < m.num_layers(); ++l)
     for (MoeStage st : kMoeStages) {
@@ -252,7 +274,7 @@ void PipelineExecutor::end_backward(int64_t chunk, int64_t microbatch) {
 void PipelineExecutor::backward(int64_t chunk, int64_t microbatch, double grad_scale,
                                 bool input_only) {
   current_microbatch_ = microbatch;
-  if (grad_hooks_.before && virtual_stage(chunk) != S_ - 1) grad_hooks_.before(chunk, microbatch);
+  enter_gradients(chunk, microbatch);
   Model& m = *slot(chunk, microbatch).model;
   m.defer_weight_gradients(input_only);
   begin_backward(chunk, microbatch, grad_scale);
@@ -263,15 +285,16 @@ void PipelineExecutor::backward(int64_t chunk, int64_t microbatch, double grad_s
     }
   m.defer_weight_gradients(false);
   end_backward(chunk, microbatch);
-  if (grad_hooks_.after) grad_hooks_.after(chunk, microbatch);
+  if (!input_only) gradients_done(chunk, microbatch);
 }
 
 // W: the weight gradients the micro-batch's I kept on its slot's model (the oldest kept there:
 // a chunk's W passes run in micro-batch order), then the backward hooks they held back.
 void PipelineExecutor::weight_pass(int64_t chunk, int64_t microbatch) {
   current_microbatch_ = microbatch;
-  TraceRecorder::Span span(trace_, trace_lane_, "W: weight gradients", trace::kLayer);
+  enter_gradients(chunk, microbatch);
   slot(chunk, microbatch).model->weight_gradients();
+  gradients_done(chunk, microbatch);
 }
 
 // Combined 1F1B (Megatron's EP overlap): a forward and a backward of two other micro-batches run
@@ -282,6 +305,8 @@ void PipelineExecutor::weight_pass(int64_t chunk, int64_t microbatch) {
 void PipelineExecutor::combined(const PipelinePass& f, const PipelinePass& b, const int32_t* tokens,
                                 double grad_scale, LossBreakdown* losses) {
   current_microbatch_ = b.microbatch;
+  if (is_loss_chunk(f.chunk)) enter_gradients(f.chunk, f.microbatch);
+  enter_gradients(b.chunk, b.microbatch);
   Model& mf = begin_forward(f.chunk, f.microbatch, tokens, grad_scale, true);
   Model& mb = begin_backward(b.chunk, b.microbatch, grad_scale);
   const int64_t stages = int64_t(kMoeStages.size());
@@ -294,6 +319,7 @@ void PipelineExecutor::combined(const PipelinePass& f, const PipelinePass& b, co
   }
   end_forward(f.chunk, f.microbatch, true, grad_scale, losses);
   end_backward(b.chunk, b.microbatch);
+  if (b.op == PassOp::kBackward) gradients_done(b.chunk, b.microbatch);
 }
 
 void PipelineExecutor::sync_embedding_replica(ParamStore& params) {
@@ -332,6 +358,7 @@ LossBreakdown PipelineExecutor::run_step(const std::function<const int32_t*(int6
     const clock::time_point t0 = clock::now();
     const double waited = times_.wait_s;
     const bool both = combine_[i];
+    TraceRecorder::Span span(trace_, trace_lane_, trace_ ? pass_names_[i] : nullptr, trace::kPass);
     if (both) {
       combined(p, passes_[i + 1], micro_batch(p.microbatch), grad_scale, &losses);
       ++i;

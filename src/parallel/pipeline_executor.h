@@ -44,14 +44,17 @@ class PipelineExecutor {
                          double grad_scale);
   void set_final_gradient_hook(std::function<void(int64_t layer)> hook);
 
-  // --deterministic: `before` runs ahead of the first pass of (chunk, micro-batch) that writes
-  // parameter gradients (the loss chunk's forward, whose LM heads take their gradient there;
-  // every other chunk's backward), `after` after its backward, and `forward_done` after each
-  // forward with its model and losses. Needs the loss chunk to hold one micro-batch at a time
-  // (so nothing else writes its gradients between its forward and backward), which every
-  // schedule without the EP overlap gives; one moet::Error line otherwise.
+  // --deterministic: `enter` runs ahead of every pass that writes (chunk, micro-batch)'s
+  // parameter gradients (the loss chunk's forward, whose LM heads take their gradient there; a
+  // backward, its input-gradient half I, its weight-gradient half W), `done` after the pass that
+  // completes them (B or W), and `forward_done` after each forward with its model and losses.
+  // Between enter and done of one micro-batch, a pass of another may enter the same chunk (a
+  // zero-bubble schedule runs other micro-batches' I between an I and its W; a loss chunk with
+  // more than one slot runs a forward between another's forward and backward): the hooks keep
+  // each micro-batch's partial gradients apart. A combined F&B pair whose forward is on the loss
+  // chunk has its backward on another chunk.
   struct GradientHooks {
-    std::function<void(int64_t chunk, int64_t microbatch)> before, after;
+    std::function<void(int64_t chunk, int64_t microbatch)> enter, done;
     std::function<void(int64_t chunk, int64_t microbatch, Model& m, const LossBreakdown& l)>
         forward_done;
   };
@@ -91,8 +94,10 @@ class PipelineExecutor {
   int64_t combined_pairs() const { return combined_pairs_; }
   // Bytes of activations this rank holds (every slot of every chunk).
   int64_t activation_bytes() const;
-  // Records the waits for messages as trace::kPipeline spans on the "compute" lane, and each
-  // send's bytes as in flight from the send until its wait.
+  // Records each pass as a trace::kPass span ("F 3.0": forward of micro-batch 3 on chunk 0;
+  // "I", "W", "B"; "F 5.0 & B 1.1" an overlapped pair) and the waits for messages as
+  // trace::kPipeline spans, on the "compute" lane, and each send's bytes as in flight from the
+  // send until its wait.
   void set_trace(TraceRecorder* rec);
 
  private:
@@ -123,6 +128,9 @@ class PipelineExecutor {
   // input_only: I of the zero-bubble schedules (the weight gradients kept for weight_pass).
   void backward(int64_t chunk, int64_t microbatch, double grad_scale, bool input_only = false);
   void weight_pass(int64_t chunk, int64_t microbatch);
+  bool is_loss_chunk(int64_t chunk) const { return virtual_stage(chunk) == S_ - 1; }
+  void enter_gradients(int64_t chunk, int64_t microbatch);  // GradientHooks::enter, when set
+  void gradients_done(int64_t chunk, int64_t microbatch);
   void combined(const PipelinePass& f, const PipelinePass& b, const int32_t* tokens,
                 double grad_scale, LossBreakdown* losses);
 
@@ -144,6 +152,7 @@ class PipelineExecutor {
   void wait_receive(Communicator::Message m, const char* what);
   TraceRecorder* trace_ = nullptr;
   int trace_lane_ = 0;
+  std::vector<const char*> pass_names_;  // each pass's trace span name (interned)
 };
 
 }  // namespace moet

@@ -2,6 +2,7 @@
 // gradient in fresh buffers, added in the canonical tree order (docs/parallel.md).
 #include <algorithm>
 #include <cstring>
+#include <map>
 
 #include "core/error.h"
 #include "core/tree_sum.h"
@@ -154,11 +155,17 @@ class DeterministicPipelineAccumulation final : public DeterministicSums {
   }
 
  private:
-  // Each chunk's arena range and tree.
+  // Each chunk's arena range and tree, and whose gradients the range holds.
   struct ChunkTree {
     int64_t begin = 0, end = 0;
     std::unique_ptr<GradientTree> tree;
     std::unique_ptr<ExpertSourceTrees> experts;  // its experts' gradients per source (--ep)
+    int64_t owner = -1;  // the sequence whose passes write the range now (-1: none)
+    // sequences whose gradients are partial (an I before its W) while another's passes run
+    struct Partial {
+      std::vector<float> grads, expert_parts;
+    };
+    std::map<int64_t, Partial> parked;
   };
   PipelineExecutor& pipeline_;
   Communicator& pp_;
@@ -196,20 +203,41 @@ class DeterministicPipelineAccumulation final : public DeterministicSums {
     return t;
   }
 
+  // Sequence j's passes write chunk t's gradients next: the range (and the experts' per-source
+  // parts) holds j's partial gradients, or zeros for j's first pass. Another sequence's partial
+  // gradients there are parked until its next pass.
+  void enter(ChunkTree& t, int64_t j) {
+    if (t.owner == j) return;
+    float* g = model_.params().all_grads().f32() + t.begin;
+    const size_t n = size_t(t.end - t.begin);
+    if (t.owner >= 0) {
+      ChunkTree::Partial& p = t.parked[t.owner];
+      p.grads.assign(g, g + n);
+      t.experts->save_parts(p.expert_parts);
+    }
+    auto it = t.parked.find(j);
+    if (it == t.parked.end()) {
+      std::fill(g, g + n, 0.0f);
+      t.experts->zero();
+    } else {
+      std::copy(it->second.grads.begin(), it->second.grads.end(), g);
+      t.experts->load_parts(it->second.expert_parts);
+      t.parked.erase(it);
+    }
+    t.owner = j;
+  }
+
   void install_hooks() {
     const int64_t S = sequences_, row = 2 + 2 * moe_count_;
     PipelineExecutor::GradientHooks hooks;
-    hooks.before = [this](int64_t c, int64_t) {
+    hooks.enter = [this](int64_t c, int64_t j) { enter(chunk_trees_[size_t(c)], j); };
+    hooks.done = [this, S](int64_t c, int64_t j) {
       ChunkTree& t = chunk_trees_[size_t(c)];
-      float* g = model_.params().all_grads().f32();
-      std::fill(g + t.begin, g + t.end, 0.0f);
-      t.experts->zero();
-    };
-    hooks.after = [this, S](int64_t c, int64_t j) {
-      ChunkTree& t = chunk_trees_[size_t(c)];
+      MOET_ASSERT(t.owner == j);
       float* g = model_.params().all_grads().f32();
       t.tree->push(g + t.begin);
       t.experts->push();
+      t.owner = -1;
       if (j % S != S - 1) return;
       // the chunk has every sequence of micro-batch j / S: its sum, over the ranks, accumulated
       t.tree->finish(g + t.begin);

@@ -51,6 +51,22 @@ void ExpertSourceTrees::push() {
   }
 }
 
+void ExpertSourceTrees::save_parts(std::vector<float>& to) const {
+  to.clear();
+  for (const Experts& x : experts_) to.insert(to.end(), x.parts.begin(), x.parts.end());
+}
+
+void ExpertSourceTrees::load_parts(const std::vector<float>& from) {
+  size_t at = 0;
+  for (Experts& x : experts_) {
+    MOET_ASSERT(at + x.parts.size() <= from.size());
+    std::copy(from.begin() + std::ptrdiff_t(at), from.begin() + std::ptrdiff_t(at + x.parts.size()),
+              x.parts.begin());
+    at += x.parts.size();
+  }
+  MOET_ASSERT(at == from.size());
+}
+
 void ExpertSourceTrees::finish() {
   for (Experts& x : experts_) {
     const int64_t n = x.weight->value.numel();

@@ -34,6 +34,10 @@ class ExpertSourceTrees {
   void zero();
   // After it: each source's part becomes the next leaf of that source's tree.
   void push();
+  // The per-source parts of the sequence in progress, saved to `to` (its size set) and loaded
+  // back: a pipeline chunk runs other sequences' passes between one sequence's first and last.
+  void save_parts(std::vector<float>& to) const;
+  void load_parts(const std::vector<float>& from);
   // After the micro-batch's last sequence: each expert weight's gradient is overwritten with
   // the tree over sources of the sources' trees over sequences.
   void finish();

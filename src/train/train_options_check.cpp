@@ -122,9 +122,6 @@ void check_combinations(const TrainOptions& o) {
   MOET_CHECK(
       o.parallel.pp > 1 || o.parallel.pipeline_schedule == PipelineScheduleKind::kInterleaved,
       "--pipeline-schedule needs --pp > 1");
-  MOET_CHECK(!splits_backward(o.parallel.pipeline_schedule) || !o.parallel.deterministic,
-             "--pipeline-schedule ", pipeline_schedule_name(o.parallel.pipeline_schedule),
-             " does not combine with --deterministic yet: use interleaved or 1f1b");
   MOET_CHECK(o.parallel.pp == 1 || o.checkpoint.init_from.empty() ||
                  !is_hf_directory(o.checkpoint.init_from),
              "--pp cannot start from a Hugging Face directory yet: convert it with moet "
