@@ -131,6 +131,19 @@ for line in open(sys.argv[1]):
     # pp_run_s is the slowest stage's, step_time_s rank 0's: ranks start a step apart by as
     # much as they left the last one apart (the first step: start-up), so allow a little skew
     assert m["pp_run_s"] <= 1.02 * m["step_time_s"] + 0.01, m
+    # each rank's idle time; interleaved with --vpp has no closed-form bubble, and no W passes
+    assert len(m["pp_idle_s"]) == 2 and all(0 <= x <= m["pp_run_s"] for x in m["pp_idle_s"]), m
+    assert "pp_idle_formula_s" not in m and m["pp_weight_s"] == 0, m
+    assert m["pp_forward_s"] > 0 and m["pp_backward_s"] > 0, m
+PY
+# zb1p (2 ranks) and dualpipev (4 ranks): each rank's idle time beside the formula, W timed apart
+/usr/bin/python3 - "$dir/zb.jsonl" 2 "$dir/v4.jsonl" 4 <<'PY' || fail "pipeline idle metrics wrong"
+import json, sys
+for path, ranks in ((sys.argv[1], 2), (sys.argv[3], 4)):
+    for line in open(path):
+        m = json.loads(line)
+        assert len(m["pp_idle_s"]) == ranks, (path, m)
+        assert m["pp_idle_formula_s"] > 0 and 0 < m["pp_weight_s"] < m["pp_backward_s"], (path, m)
 PY
 
 run 2 "$dir/ep.jsonl" --ep 2

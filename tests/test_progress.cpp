@@ -81,6 +81,18 @@ TEST(Progress, LabelsGlobalAndPerRankRatesUnderMpi) {
   EXPECT_NE(pp.find("(1.5 MB gradients, 2.2 MB between pipeline stages (all ranks))"),
             std::string::npos)
       << pp;
+  // each pipeline rank's idle time, beside the schedule's formula when it has one
+  m.pp_idle_s = {0.3, 0.125};
+  EXPECT_NE(format_progress_line(m).find(" | pp idle 0.300 0.125 s |"), std::string::npos)
+      << format_progress_line(m);
+  m.pp_idle_formula_s = 0.28;
+  EXPECT_NE(format_progress_line(m).find(" | pp idle 0.300 0.125 s (formula 0.280 s)"),
+            std::string::npos)
+      << format_progress_line(m);
+  m.pp_idle_s.assign(16, 0.5);
+  m.pp_idle_s[3] = 0.25;
+  EXPECT_NE(format_progress_line(m).find(" | pp idle 0.250–0.500 s (formula"), std::string::npos)
+      << format_progress_line(m);
 }
 
 TEST(Progress, IntervalMeansAreTheStepsMeansAndRatesOverTheInterval) {

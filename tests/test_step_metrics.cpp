@@ -32,7 +32,9 @@ StepMetrics full_sample() {
   m.grad_sync_s = 0.02, m.comm_bytes = 3.5e6, m.grad_sync_bytes = 1.5e6;
   m.comm_bytes_other_nodes = 2.5e5, m.elapsed_s = 6.25, m.eta_s = 150.5, m.peak_rss_mb = 812.5;
   m.save_s = 0.375, m.pp_run_s = 0.48, m.pp_bubble = 0.21, m.pp_bytes = 2.25e6;
-  m.pp_schedule_s = 0.47, m.ranks = 4, m.interval_steps = 10, m.interval_loss = 5.5;
+  m.pp_schedule_s = 0.47, m.pp_idle_s = {0.25, 0.125}, m.pp_idle_formula_s = 0.375;
+  m.pp_forward_s = 0.0625, m.pp_backward_s = 0.125, m.pp_weight_s = 0.03125;
+  m.ranks = 4, m.interval_steps = 10, m.interval_loss = 5.5;
   m.interval_lm_loss = 5.375, m.interval_mtp_loss = 5.875, m.interval_step_time_s = 0.55;
   m.interval_tokens_per_s = 11000.25, m.interval_tflops = 0.145, m.interval_mfu = 0.118;
   m.expert_load_layers = {1, 3};
@@ -53,7 +55,8 @@ const char* const kFullLine =
     R"("comm_bytes":3500000.0,"grad_sync_bytes":1500000.0,"comm_bytes_other_nodes":250000.0,)"
     R"("ep_load_imbalance":1.17,"elapsed_s":6.25,"eta_s":150.5,"peak_rss_mb":812.5,)"
     R"("save_s":0.375,"pp_run_s":0.48,"pp_bubble":0.21,"pp_bytes":2250000.0,)"
-    R"("pp_schedule_s":0.47,"interval_steps":10,"interval_loss":5.5,"interval_lm_loss":5.375,)"
+    R"("pp_schedule_s":0.47,"pp_idle_s":[0.25,0.125],"pp_idle_formula_s":0.375,)"
+    R"("pp_forward_s":0.0625,"pp_backward_s":0.125,"pp_weight_s":0.03125,"interval_steps":10,"interval_loss":5.5,"interval_lm_loss":5.375,)"
     R"("interval_mtp_loss":5.875,"interval_step_time_s":0.55,"interval_tokens_per_s":11000.25,)"
     R"("interval_tflops":0.145,"interval_mfu":0.118,"balance_loss_layers":[1,3],)"
     R"("balance_loss_per_layer":[1.0625,null],"expert_load_layers":[1,3],)"

@@ -114,6 +114,19 @@ std::string format_progress_line(const StepMetrics& m) {
   if (has(m.ep_load_imbalance)) s += ", rank load max/mean " + fmt("%.2f", m.ep_load_imbalance);
   if (has(m.comm_bytes_other_nodes))
     s += " (" + fmt("%.1f", m.comm_bytes_other_nodes / 1e6) + " MB across nodes)";
+  if (!m.pp_idle_s.empty()) {
+    // each pipeline rank's idle time (up to 8 ranks; min–max beyond), the schedule's formula
+    s += " | pp idle ";
+    const auto [lo, hi] = std::minmax_element(m.pp_idle_s.begin(), m.pp_idle_s.end());
+    if (m.pp_idle_s.size() <= 8) {
+      for (size_t r = 0; r < m.pp_idle_s.size(); ++r)
+        s += (r ? " " : "") + fmt("%.3f", m.pp_idle_s[r]);
+    } else {
+      s += fmt("%.3f", *lo) + "–" + fmt("%.3f", *hi);
+    }
+    s += " s";
+    if (has(m.pp_idle_formula_s)) s += " (formula " + fmt("%.3f", m.pp_idle_formula_s) + " s)";
+  }
   if (has(m.eta_s)) s += " | ETA " + format_hms(m.eta_s);
   return s;
 }

@@ -64,6 +64,16 @@ struct StepMetrics {
   // gradients, MTP gradients, the embedding replica); rank 0's part is in comm_bytes.
   double pp_bytes = kNone;
   double pp_schedule_s = kNone;
+  // --pp: each pipeline rank's idle time this step (pp_run_s − its compute), and the schedule's
+  // formula for it (pipeline_bubble_formula_s: 1f1b (P−1)(F+B), zb1p (P−1)(F+B−2W), dualpipev
+  // (P−1)(F&B+B−3W); left out where it has no closed form: interleaved with --vpp, zbv, combined
+  // 1F1B) from the mean measured passes of one virtual stage: pp_forward_s (F), pp_backward_s
+  // (a whole backward: B, or I and its W), pp_weight_s (W, timed apart; 0 without W passes).
+  std::vector<double> pp_idle_s;
+  double pp_idle_formula_s = kNone;
+  double pp_forward_s = kNone;
+  double pp_backward_s = kNone;
+  double pp_weight_s = kNone;
   // World size: the progress line labels rates global (tok/s) or per rank (TFLOP/s) when > 1.
   int ranks = 1;
   // Means over the logging interval (--log-every > 1, at the steps that print a line; see
@@ -199,6 +209,11 @@ inline constexpr MetricField kStepMetricFields[] = {
     {MOET_FIELD(pp_bubble), kIfMeasured, kStep, "ratio", kGlobal, "pp-bubble"},
     {MOET_FIELD(pp_bytes), kIfMeasured, kStep, "bytes", kAllRanks},
     {MOET_FIELD(pp_schedule_s), kIfMeasured, kStep, "s", kGlobal},
+    {MOET_FIELD(pp_idle_s), kIfAny, kStep, "s", kGlobal},
+    {MOET_FIELD(pp_idle_formula_s), kIfMeasured, kStep, "s", kGlobal},
+    {MOET_FIELD(pp_forward_s), kIfMeasured, kStep, "s", kGlobal},
+    {MOET_FIELD(pp_backward_s), kIfMeasured, kStep, "s", kGlobal},
+    {MOET_FIELD(pp_weight_s), kIfMeasured, kStep, "s", kGlobal},
     {MOET_FIELD(ranks), kNever, kStep, "—", kNoRank},
     {MOET_FIELD(interval_steps), kAlways, kInterval, "steps", kNoRank},
     {MOET_FIELD(interval_loss), kIfMeasured, kInterval, "nats/token", kGlobal},

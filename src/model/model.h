@@ -138,6 +138,8 @@ class Model {
   void defer_weight_gradients(bool on);
   void weight_gradients();
   int64_t kept_weight_gradient_bytes() const { return wgrad_.kept_bytes(); }
+  // Buffers the kept copies have allocated so far (they are pooled and reused).
+  int64_t weight_gradient_buffers() const { return wgrad_.buffers_allocated(); }
   // Records each block's forward and backward stages (trace::kLayer), and inside them
   // attention, router, experts, dense MLP, and the LM head, as spans on the recorder's
   // "compute" lane (null: none).

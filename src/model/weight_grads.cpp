@@ -19,16 +19,30 @@ int64_t WeightGrads::run() {
   MOET_ASSERT(!(deferring_ && batches_.size() == 1));  // not the batch still being kept
   Batch b = std::move(batches_.front());
   batches_.pop_front();
-  for (Kept& k : b.items) k.run();
+  for (Kept& k : b.items) {
+    k.run();
+    for (Buffer& c : k.copies) pool_.emplace(c.bytes, std::move(c.data));
+  }
   kept_bytes_ -= b.bytes;
   return int64_t(b.items.size());
+}
+
+WeightGrads::Buffer WeightGrads::take(size_t bytes) {
+  const auto it = pool_.lower_bound(bytes);
+  if (it == pool_.end()) {
+    ++buffers_allocated_;
+    return Buffer{std::make_unique<std::byte[]>(bytes), bytes};
+  }
+  Buffer b{std::move(it->second), it->first};
+  pool_.erase(it);
+  return b;
 }
 
 Tensor WeightGrads::keep(Kept& k, const Tensor& t) {
   if (t.empty()) return t;
   Tensor c = t;
-  k.copies.push_back(std::make_unique<std::byte[]>(t.bytes()));
-  c.ptr = k.copies.back().get();
+  k.copies.push_back(take(t.bytes()));
+  c.ptr = k.copies.back().data.get();
   std::memcpy(c.ptr, t.ptr, t.bytes());
   current().bytes += int64_t(t.bytes());
   kept_bytes_ += int64_t(t.bytes());

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -32,6 +33,9 @@ class WeightGrads {
   int64_t pending_batches() const { return int64_t(batches_.size()); }
   // Bytes the kept copies hold now.
   int64_t kept_bytes() const { return kept_bytes_; }
+  // Buffers allocated so far: the copies' buffers go back to a pool when their W has run and
+  // are reused, so a step like the last allocates none (the test's hook).
+  int64_t buffers_allocated() const { return buffers_allocated_; }
 
   void linear_backward(const Tensor& dy_NO, const Tensor& x_ND, const Tensor& w_OD, Tensor& dx_ND,
                        Tensor& dw_OD, const ops::LinearOptions& o);
@@ -40,8 +44,12 @@ class WeightGrads {
                                const ops::GroupedLinearOptions& o);
 
  private:
+  struct Buffer {
+    std::unique_ptr<std::byte[]> data;
+    size_t bytes = 0;
+  };
   struct Kept {
-    std::vector<std::unique_ptr<std::byte[]>> copies;
+    std::vector<Buffer> copies;
     std::function<void()> run;
   };
   struct Batch {
@@ -51,7 +59,10 @@ class WeightGrads {
   Tensor keep(Kept& k, const Tensor& t);
   ops::Operand keep(Kept& k, const ops::Operand* q);
   Batch& current();
+  Buffer take(size_t bytes);  // the smallest pooled buffer that holds bytes, or a new one
   bool deferring_ = false;
+  std::multimap<size_t, std::unique_ptr<std::byte[]>> pool_;  // by size
+  int64_t buffers_allocated_ = 0;
   std::deque<Batch> batches_;
   int64_t kept_bytes_ = 0;
 };

@@ -352,6 +352,7 @@ LossBreakdown PipelineExecutor::run_step(const std::function<const int32_t*(int6
   times_.sent_bytes = 0;
   times_.forward_s.assign(size_t(V_), 0.0);
   times_.backward_s.assign(size_t(V_), 0.0);
+  times_.f = times_.b = times_.i = times_.w = times_.pair = {};
   const clock::time_point start = clock::now();
   for (size_t i = 0; i < passes_.size(); ++i) {
     const PipelinePass& p = passes_[i];
@@ -371,6 +372,13 @@ LossBreakdown PipelineExecutor::run_step(const std::function<const int32_t*(int6
     }
     const double busy = seconds(t0, clock::now()) - (times_.wait_s - waited);
     (p.forward() && !both ? times_.forward_s : times_.backward_s)[size_t(p.chunk)] += busy;
+    StepTimes::Kind& kind = both                          ? times_.pair
+                            : p.forward()                 ? times_.f
+                            : p.op == PassOp::kInputGrad  ? times_.i
+                            : p.op == PassOp::kWeightGrad ? times_.w
+                                                          : times_.b;
+    kind.s += busy;
+    ++kind.n;
   }
   times_.run_s = seconds(start, clock::now());
   for (auto& row : slots_)

@@ -84,6 +84,13 @@ class PipelineExecutor {
   struct StepTimes {
     double run_s = 0, wait_s = 0;
     std::vector<double> forward_s, backward_s;  // per chunk
+    // The same compute by kind of pass, over all chunks: seconds and count of the forwards,
+    // backwards, input-gradient halves (I), weight-gradient halves (W) and overlapped pairs.
+    struct Kind {
+      double s = 0;
+      int64_t n = 0;
+    };
+    Kind f, b, i, w, pair;
     // Bytes this rank sent to other stages: activations, their gradients, the MTP modules'
     // gradients and the embedding replica's values (sync_embedding_replica counts into the step
     // whose run_step came before it). Not the V's hand-offs between a rank's own chunks.

@@ -105,32 +105,39 @@ void StepRecorder::communication(StepMetrics& m) {
   if (rows_mean > 0) m.ep_load_imbalance = rows_max / rows_mean;
 }
 
-// --pp: every rank's pass times, the bubble they make, the schedule's prediction from them and
-// the bytes sent between stages.
+// --pp: every rank's pass times, the bubble they make, each rank's idle time beside the
+// schedule's formula from the mean pass times, the schedule's prediction from them and the
+// bytes sent between stages.
 void StepRecorder::pipeline(StepMetrics& m) {
   Communicator& world = *world_;
   const PipelineExecutor::StepTimes& t = par_.pipeline->last_step_times();
   const PipelineScheduleSpec& spec = par_.pipeline->spec();
-  const int64_t V = spec.chunks, P = spec.stages, n = 3 + 2 * V;
-  std::vector<double> mine{t.run_s, t.wait_s, double(t.sent_bytes)};
+  constexpr int64_t kFixed = 13;  // below, before the per-chunk times
+  const int64_t V = spec.chunks, P = spec.stages, n = kFixed + 2 * V;
+  std::vector<double> mine{t.run_s,         t.wait_s, double(t.sent_bytes), t.f.s,
+                           double(t.f.n),   t.b.s,    double(t.b.n),        t.i.s,
+                           double(t.i.n),   t.w.s,    double(t.w.n),        t.pair.s,
+                           double(t.pair.n)};
+  MOET_ASSERT(int64_t(mine.size()) == kFixed);
   mine.insert(mine.end(), t.forward_s.begin(), t.forward_s.end());
   mine.insert(mine.end(), t.backward_s.begin(), t.backward_s.end());
   std::vector<double> all(static_cast<size_t>(n * world.size()));
   world.allgather(mine.data(), n * int64_t(sizeof(double)), all.data());
   double run = 0, busy = 0, sent = 0;
+  double kinds[10] = {};  // f, b, i, w, pair: seconds and counts over the stages
   for (int r = 0; r < world.size(); ++r) sent += all[size_t(r * n + 2)];
-  std::vector<double> f(size_t(P * V)), b(size_t(P * V));
+  std::vector<double> f(size_t(P * V)), b(size_t(P * V)), compute(static_cast<size_t>(P));
   for (int64_t r = 0; r < P; ++r) {
     const double* x = all.data() + r * par_.dp * n;  // the stage's data-parallel rank 0
     run = std::max(run, x[0]);
-    double compute = 0;
+    for (int k = 0; k < 10; ++k) kinds[k] += x[3 + k];
     for (int64_t c = 0; c < V; ++c) {
       const size_t k = size_t(pipeline_stage(spec, r, c));
-      f[k] = x[3 + c] / double(spec.microbatches);
-      b[k] = x[3 + V + c] / double(spec.microbatches);
-      compute += x[3 + c] + x[3 + V + c];
+      f[k] = x[kFixed + c] / double(spec.microbatches);
+      b[k] = x[kFixed + V + c] / double(spec.microbatches);
+      compute[size_t(r)] += x[kFixed + c] + x[kFixed + V + c];
     }
-    busy = std::max(busy, compute);
+    busy = std::max(busy, compute[size_t(r)]);
   }
   m.pp_run_s = run;
   m.pp_bubble = busy > 0 ? run / busy - 1 : 0;
@@ -138,6 +145,19 @@ void StepRecorder::pipeline(StepMetrics& m) {
   m.comm_bytes = (std::isfinite(m.comm_bytes) ? m.comm_bytes : 0.0) + all[2];  // rank 0's
   if (!spec.ep_overlap)  // combined passes have no separate forward and backward times
     m.pp_schedule_s = simulate_pipeline(spec, f, b).step_s;
+  m.pp_idle_s.clear();
+  for (int64_t r = 0; r < P; ++r) m.pp_idle_s.push_back(std::max(0.0, run - compute[size_t(r)]));
+  // the mean pass of one virtual stage: F; B a whole backward (B, or I + its W); W
+  const double nf = kinds[1], nb = kinds[3] + kinds[5], nw = kinds[7];
+  if (nf > 0 && nb > 0) {
+    m.pp_forward_s = kinds[0] / nf;
+    m.pp_backward_s = (kinds[2] + kinds[4] + kinds[6]) / nb;
+    m.pp_weight_s = nw > 0 ? kinds[6] / nw : 0.0;
+    const double formula =
+        pipeline_bubble_formula_s(spec, m.pp_forward_s, m.pp_backward_s, m.pp_weight_s);
+    if (formula > 0 && !(spec.ep_overlap && !is_v_schedule(spec.kind)))
+      m.pp_idle_formula_s = formula;
+  }
 }
 
 void StepRecorder::forget_exchanges() {
