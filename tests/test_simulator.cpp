@@ -651,5 +651,31 @@ TEST(Simulator, PipelineSchedulesMoveTheStepAsTheirDesignSays) {
   EXPECT_NE(error_of(c, bad).find("--vpp must be 2 or left out"), std::string::npos);
 }
 
+// moet's I pass copies what its deferred W reads (model/weight_grads.h): each weight-gradient
+// GEMM's input and output gradient, read and written once. A decoder layer's copy time is
+// that traffic at the memory's speed, and the timeline puts it on every I pass — on the systems
+// whose ranks run moet (the local machine); a GPU record's engine keeps the tensors alive
+// instead (the test above: ZB-H1 still beats 1F1B on GB300).
+TEST(Simulator, TheSplitBackwardPaysForItsCopies) {
+  const ModelConfig c = dsv3();
+  const SystemSpec s = load_system("gb300-nvl72");
+  SimLayout l = gb300_record();
+  for (const SlotCost& w : slot_costs(c, l, s))
+    if (w.name.rfind("moe", 0) == 0 || w.name.rfind("dense", 0) == 0) {
+      EXPECT_GT(w.wgrad_copy, 0) << w.name;
+      EXPECT_LT(w.wgrad_copy, 0.5 * w.bwd()) << w.name;  // memory traffic, not the GEMMs
+    }
+  // On chains of one interval: the I pass gets the copy, the W pass does not.
+  PipelineScheduleSpec spec;
+  spec.kind = PipelineScheduleKind::kZB1P, spec.stages = 2, spec.microbatches = 4;
+  const std::vector<Chain> f(2, Chain{{false, 1.0}}), b(2, Chain{{false, 2.0}});
+  TimelineOptions o;
+  const double plain = run_step_timeline(spec, f, b, o).step_s;
+  o.input_copy_s = {0.25, 0.25};
+  const StepTimeline t = run_step_timeline(spec, f, b, o);
+  EXPECT_NEAR(t.ranks[0].compute, 4 * (1.0 + 2.0 + 0.25), 1e-9);
+  EXPECT_GT(t.step_s, plain);
+}
+
 }  // namespace
 }  // namespace moet::sim

@@ -147,6 +147,8 @@ class SlotBuilder {
     const double tf = t(mr, n, k), tb = t(mr, k, n) + t(k, n, mr);
     w.gemm_f += tf;
     w.gemm_b += tb;
+    const double kept = a_ + (low_precision && quantized_ ? qb_ : 0);  // bytes per element
+    w.wgrad_copy += 2 * count * (m * k + m * n) * kept / hbm_;
     if (between_exchanges_) w.experts_f += tf, w.experts_b += tb;
     launch(w, 1, 2);
     if (low_precision && quantized_) {
@@ -377,7 +379,7 @@ class SlotBuilder {
     w.experts_f += g.experts_f, w.experts_b += g.experts_b;
     w.a2a_bytes_nvlink += g.a2a_bytes_nvlink, w.a2a_bytes_scaleout += g.a2a_bytes_scaleout;
     w.act_bytes += g.act_bytes, w.redo_bytes += g.redo_bytes, w.dense_params += g.dense_params;
-    w.expert_params += g.expert_params;
+    w.expert_params += g.expert_params, w.wgrad_copy += g.wgrad_copy;
   }
 
   // Group `g` is recomputed: its forward runs again in backward and it saves nothing.

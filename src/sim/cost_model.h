@@ -31,6 +31,10 @@ struct SlotCost {
   double experts_f = 0, experts_b = 0;
   double a2a_bytes_nvlink = 0, a2a_bytes_scaleout = 0;  // sent per micro-batch, fwd+bwd
   double act_bytes = 0;                                 // activations saved for backward
+  // seconds a zero-bubble schedule's I pass spends copying what its deferred W reads: the
+  // weight-gradient GEMMs' input and output gradient (and their low-precision operands), each
+  // read and written once (model/weight_grads.h)
+  double wgrad_copy = 0;
   // activations recomputation makes again just before this slot's backward (not saved; the
   // rank holds one slot's at a time)
   double redo_bytes = 0;

@@ -197,10 +197,12 @@ void data_parallel(Breakdown& b, const SimLayout& l, const SystemSpec& s, const 
 void place_slots(const std::vector<SlotCost>& slots, const std::vector<SlotCost>& timed,
                  double lanes, const std::vector<size_t>& stage_of,
                  const PipelineScheduleSpec& spec, std::vector<RankWork>& ranks,
-                 std::vector<Chain>& fwd, std::vector<Chain>& bwd) {
+                 std::vector<Chain>& fwd, std::vector<Chain>& bwd, std::vector<double>& copy) {
+  copy.assign(fwd.size(), 0.0);
   for (size_t i = 0; i < slots.size(); ++i) {
     const SlotCost& w = slots[i];
     const SlotCost& t = timed[i];
+    copy[stage_of[i]] += lanes * t.wgrad_copy;
     RankWork& r = ranks[size_t(pipeline_place(spec, int64_t(stage_of[i])).rank)];
     r.f += lanes * t.fwd(), r.b += lanes * t.bwd();
     r.gemm += lanes * (t.gemm_f + t.gemm_b), r.attn += lanes * (t.attn_f + t.attn_b);
@@ -270,7 +272,8 @@ Prediction simulate(const ModelConfig& c, const SimLayout& l, const SystemSpec& 
                                            : stages_of_slots(c, l);
   if (l.pp > 1) p.pp_layout = format_pp_layout(c, l, stage_of);
   const PipelineScheduleSpec spec = l.schedule_spec(m);
-  place_slots(slots, timed, lanes, stage_of, spec, ranks, fwd, bwd);
+  std::vector<double> input_copy;  // per virtual stage
+  place_slots(slots, timed, lanes, stage_of, spec, ranks, fwd, bwd, input_copy);
 
   // The step as events (step_timeline.h): the engine's own schedule (pipeline_schedule) orders
   // each rank's passes; with the all-to-all overlap, combined 1F1B runs a forward and the
@@ -290,6 +293,9 @@ Prediction simulate(const ModelConfig& c, const SimLayout& l, const SystemSpec& 
   double gemm_b = 0, all_b = 0;
   for (const SlotCost& t : timed) gemm_b += std::max(0.0, t.gemm_b - t.recompute), all_b += t.bwd();
   opt.weight_share = all_b > 0 ? 0.5 * gemm_b / all_b : 0.0;
+  // moet's I copies what its W reads (its buffers are reused meanwhile); Megatron's delayed
+  // weight gradient keeps the tensors alive instead: only the systems whose ranks run moet pay
+  if (splits_backward(spec.kind) && s.compute_shared) opt.input_copy_s = input_copy;
   if (P > 1) {
     const bool neighbour_in_domain = l.gpus / P < rpd;
     const double link = neighbour_in_domain ? s.nvlink_gbps * 1e9 * s.eff.collective_nvlink

@@ -118,10 +118,12 @@ std::vector<PipelinePass> rank_passes(const PipelineScheduleSpec& s, int64_t r, 
 struct StageChains {
   const std::vector<Chain>&fwd, &bwd;
   std::vector<Chain> input, weight;
-  StageChains(const std::vector<Chain>& f, const std::vector<Chain>& b, double share)
+  StageChains(const std::vector<Chain>& f, const std::vector<Chain>& b, double share,
+              const std::vector<double>& copy)
       : fwd(f), bwd(b), input(b.size()), weight(b.size()) {
     for (size_t k = 0; k < b.size(); ++k) {
       double w = 0;
+      if (k < copy.size() && copy[k] > 0) input[k].push_back({false, copy[k]});
       for (const Interval& x : b[k]) {
         input[k].push_back({x.exchange, x.exchange ? x.s : x.s * (1 - share)});
         if (!x.exchange) w += x.s * share;
@@ -156,7 +158,7 @@ StepTimeline run_step_timeline(const PipelineScheduleSpec& spec, const std::vect
   else
     lists = pipeline_schedules(spec);
   constexpr double kNotYet = std::numeric_limits<double>::infinity();
-  const StageChains chains(fwd, bwd, opt.weight_share);
+  const StageChains chains(fwd, bwd, opt.weight_share, opt.input_copy_s);
   std::vector<double> fwd_end(size_t(M * K), kNotYet), bwd_end(size_t(M * K), kNotYet);
   auto at = [&](int64_t m, int64_t stage) { return size_t(m * K + stage); };
   auto stage_of = [&](const PipelinePass& p, int64_t r) {

@@ -31,6 +31,9 @@ struct TimelineOptions {
   // The share of a backward's compute that is its weight gradient (a W of the zero-bubble
   // schedules; its I keeps the rest and every exchange).
   double weight_share = 0.5;
+  // Per virtual stage: what its I passes add to copy what their W reads (SlotCost::wgrad_copy;
+  // empty: nothing).
+  std::vector<double> input_copy_s;
 };
 
 // Per pipeline rank, over the step: compute (as given, and what the exchange's SMs added),
