@@ -9,7 +9,8 @@
 #     MTP layer and the loss), each against one process;
 #   - 2 stages x 2 data-parallel ranks with --ep 2 and ZeRO-1, interleaved, against 2 ranks
 #     with --ep 2 (no pipeline); the same with combined 1F1B (--a2a-overlap), whose passes are
-#     checked to run combined;
+#     checked to run combined, and with --delay-wgrad-compute (combined 1F1B in fp32 and in
+#     bf16 with selective recomputation, DualPipeV's pairs);
 #   - zero-bubble ZB-H1 (--pipeline-schedule zb1p, weight gradients deferred) on 2 and 4
 #     stages, with --ep 2 --zero1, selective and full recomputation, fp32 and NVFP4;
 #   - the V schedules zbv and DualPipeV on 2 and 4 ranks (2 chunks each), with --ep 2 --zero1
@@ -161,6 +162,21 @@ same "$dir/ep.jsonl" "$dir/v_ep.jsonl" "dualpipev, --ep 2 --zero1 --a2a-overlap"
 # combined 1F1B: forwards and backwards of other micro-batches interleaved stage by stage
 run 4 "$dir/combined.jsonl" --pp 2 --vpp 2 --pp-layout "Et|t|t|mL" --ep 2 --a2a-overlap
 same "$dir/ep.jsonl" "$dir/combined.jsonl" "combined 1F1B (--a2a-overlap), --ep 2" 9
+# Megatron's --delay-wgrad-compute: each combined backward stage's weight gradients after its
+# input gradients, under the exchanges in flight — the same bits (combined 1F1B with selective
+# recomputation in bf16; dualpipev's pairs with --zero1)
+run 4 "$dir/delay.jsonl" --pp 2 --vpp 2 --pp-layout "Et|t|t|mL" --ep 2 --a2a-overlap \
+  --delay-wgrad-compute --overwrite-metrics
+same "$dir/ep.jsonl" "$dir/delay.jsonl" "combined 1F1B --delay-wgrad-compute, --ep 2" 9
+delay_flags=(--precision bf16 --recompute-granularity selective --recompute-modules mla_up_proj
+             moe_act layernorm)
+run 2 "$dir/ep_bf16.jsonl" --ep 2 "${delay_flags[@]}" --overwrite-metrics
+run 4 "$dir/delay.jsonl" --pp 2 --vpp 2 --pp-layout "Et|t|t|mL" --ep 2 --a2a-overlap \
+  --delay-wgrad-compute "${delay_flags[@]}" --overwrite-metrics
+same "$dir/ep_bf16.jsonl" "$dir/delay.jsonl" "combined 1F1B --delay-wgrad-compute, bf16, selective" 9
+run 4 "$dir/delay.jsonl" --pp 2 --pp-layout "Et|t|t|mL" --ep 2 --zero1 --pipeline-schedule \
+  dualpipev --delay-wgrad-compute --overwrite-metrics
+same "$dir/ep.jsonl" "$dir/delay.jsonl" "dualpipev --delay-wgrad-compute, --ep 2 --zero1" 9
 "${mpi[@]}" -np 4 "$moet" train --model "$config" --data mock --steps 1 --seq 32 --micro-batch 2 \
   --grad-accum 4 --peak-tflops 1 --threads 1 --pp 2 --vpp 2 --pp-layout "Et|t|t|mL" --ep 2 \
   --a2a-overlap >"$dir/header.txt"
@@ -270,4 +286,6 @@ refuse "--pipeline-schedule dualpipev needs at least 2 x --pp = 4 micro-batches 
   --pp 2 --pp-layout "Et|t|t|mL" --pipeline-schedule dualpipev --grad-accum 3
 refuse "--vpp must be 2 or left out, got 4" 2 --pp 2 --vpp 4 --pipeline-schedule zbv
 refuse "--pipeline-schedule needs --pp > 1" 1 --pipeline-schedule zb1p
+refuse "--delay-wgrad-compute delays the weight gradients of a combined pass: it needs --a2a-overlap under --pp, or --pipeline-schedule dualpipev" \
+  2 --pp 2 --pp-layout "Et|ttmL" --delay-wgrad-compute
 echo "ok: bad pipeline flags refused"

@@ -314,8 +314,13 @@ void PipelineExecutor::combined(const PipelinePass& f, const PipelinePass& b, co
   for (int64_t i = 0; i < std::max(nf, nb); ++i) {
     const MoeStage st = kMoeStages[size_t(i % stages)];
     if (i < nf) mf.forward_stage(i / stages, st);
-    if (i < nb) mb.backward_stage(mb.num_layers() - 1 - i / stages, st);
+    if (i < nb) {  // with the delay: input gradients now, the exchange starts at the stage's end
+      mb.defer_weight_gradients(delay_wgrad_);
+      mb.backward_stage(mb.num_layers() - 1 - i / stages, st);
+      mb.defer_weight_gradients(false);
+    }
     pp_.progress();
+    if (i < nb && delay_wgrad_) mb.weight_gradients();  // under the exchanges in flight
   }
   end_forward(f.chunk, f.microbatch, true, grad_scale, losses);
   end_backward(b.chunk, b.microbatch);

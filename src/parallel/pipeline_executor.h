@@ -43,6 +43,10 @@ class PipelineExecutor {
   LossBreakdown run_step(const std::function<const int32_t*(int64_t)>& micro_batch,
                          double grad_scale);
   void set_final_gradient_hook(std::function<void(int64_t layer)> hook);
+  // --delay-wgrad-compute: in a combined pass, each backward stage runs its input gradients,
+  // then (after the forward's stage) its weight gradients, while the exchange the stage started
+  // travels. The same arithmetic in the same order.
+  void set_delay_weight_gradients(bool on) { delay_wgrad_ = on; }
 
   // --deterministic: `enter` runs ahead of every pass that writes (chunk, micro-batch)'s
   // parameter gradients (the loss chunk's forward, whose LM heads take their gradient there; a
@@ -148,6 +152,7 @@ class PipelineExecutor {
   std::vector<PipelinePass> passes_;
   std::vector<bool> combine_;  // passes_[i] runs combined with passes_[i + 1]
   int64_t combined_pairs_ = 0;
+  bool delay_wgrad_ = false;
   // receives posted and not yet waited for, per (chunk, micro-batch mod slots)
   std::vector<std::vector<Communicator::Message>> input_recv_, grad_recv_;
   std::vector<std::vector<std::vector<Communicator::Message>>> mtp_recv_;

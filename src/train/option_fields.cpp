@@ -205,6 +205,11 @@ std::vector<OptionField> parallel_fields() {
                   "split each micro-batch in two halves whose stages interleave, so one half's "
                   "all-to-alls travel under the other half's compute; under --pp, combined 1F1B: "
                   "a forward and another micro-batch's backward interleave"),
+      MOET_OPTION("parallel", "delay_wgrad_compute", parallel.delay_wgrad_compute,
+                  "--delay-wgrad-compute", kValue,
+                  "in a combined pass (--a2a-overlap under --pp, dualpipev's F&B pairs) each "
+                  "backward stage's weight gradients run after its input gradients, under the "
+                  "all-to-all it started (Megatron's name; the same bits)"),
       MOET_OPTION("parallel", "pp", parallel.pp, "--pp", kValueShown,
                   "pipeline stages (under mpirun; the world is pp x data-parallel ranks, the "
                   "pipeline outermost as in Megatron)"),

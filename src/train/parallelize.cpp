@@ -230,6 +230,7 @@ std::unique_ptr<ParallelRun> parallelize(const TrainOptions& o, const ModelConfi
     r.stage_params.initialize(o.data.seed, cfg.initializer_range);
     r.pipeline = std::make_unique<PipelineExecutor>(*r.pp_group, spec, r.chunks);
     r.pipeline->set_trace(trace);
+    r.pipeline->set_delay_weight_gradients(o.parallel.delay_wgrad_compute);
   }
   for (auto& m : r.models) m->set_trace(trace);
   if (r.layout) {

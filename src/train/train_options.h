@@ -103,6 +103,10 @@ struct ParallelOptions {
   // when vpp = 1); zb1p, zbv and dualpipev run backwards as input and weight gradients apart,
   // the last two with two chunks per rank in a V.
   PipelineScheduleKind pipeline_schedule = PipelineScheduleKind::kInterleaved;
+  // Megatron's --delay-wgrad-compute: a combined pass (combined 1F1B, DualPipeV's F&B pairs)
+  // runs each backward stage's weight gradients after the stage's input gradients, while the
+  // expert exchange the stage started is in flight.
+  bool delay_wgrad_compute = false;
   // Model chunks per stage as the schedule runs them: --vpp, or the V's two when left out.
   int64_t chunks() const { return is_v_schedule(pipeline_schedule) && vpp == 1 ? 2 : vpp; }
   // One sequence at a time, gradients added in a fixed tree order: data parallelism equals one

@@ -122,6 +122,12 @@ void check_combinations(const TrainOptions& o) {
   MOET_CHECK(
       o.parallel.pp > 1 || o.parallel.pipeline_schedule == PipelineScheduleKind::kInterleaved,
       "--pipeline-schedule needs --pp > 1");
+  MOET_CHECK(!o.parallel.delay_wgrad_compute ||
+                 (o.parallel.pp > 1 &&
+                  (o.parallel.a2a_overlap ||
+                   o.parallel.pipeline_schedule == PipelineScheduleKind::kDualPipeV)),
+             "--delay-wgrad-compute delays the weight gradients of a combined pass: it needs "
+             "--a2a-overlap under --pp, or --pipeline-schedule dualpipev");
   MOET_CHECK(o.parallel.pp == 1 || o.checkpoint.init_from.empty() ||
                  !is_hf_directory(o.checkpoint.init_from),
              "--pp cannot start from a Hugging Face directory yet: convert it with moet "
