@@ -95,6 +95,9 @@ flags_same zb1p "Et|ttmL" --precision nvfp4 --recompute-granularity full
   --grad-accum 4 --peak-tflops 1 --threads 1 --pp 2 --pp-layout "Et|ttmL" \
   --pipeline-schedule zb1p >"$dir/zb_header.txt"
 grep -q "pipeline: zb1p, 2 stages" "$dir/zb_header.txt" || fail "the header does not name zb1p"
+# Megatron's two rank grids (parallel folding), the pipeline outermost
+grep -qF "grids: attention tp1 cp1 ep1 dp1 pp2 (tp-cp-ep-dp-pp); experts etp1 ep1 edp1 pp2 (etp-ep-edp-pp)" \
+  "$dir/zb_header.txt" || fail "the header lacks the rank grids: $(grep grids "$dir/zb_header.txt")"
 # the V schedules (zbv, DualPipeV): stages r and 2P-1-r on rank r, the embedding and the loss on
 # rank 0, the V's turn a message to the rank itself; DualPipeV's F&B pairs run overlapped
 for sch in zbv DualPipeV; do

@@ -1,6 +1,7 @@
 #include "parallel/layout.h"
 
 #include "core/error.h"
+#include "parallel/rank_grid.h"
 
 namespace moet {
 
@@ -10,8 +11,11 @@ ParallelLayout make_parallel_layout(Communicator& world, int ep) {
   ParallelLayout l;
   l.world = &world;
   l.ep = ep;
-  l.ep_group = world.split(world.rank() / ep, world.rank());
-  l.edp_group = world.split(world.rank() % ep, world.rank());
+  // the experts' grid over these ranks (one pipeline stage's): etp 1, ep, edp
+  const RankGrid grid = RankGrid::experts(world.size(), 1, ep, 1);
+  const int64_t r = world.rank();
+  l.ep_group = world.split(int(grid.group_of(r, "ep")), int(grid.coordinate(r, "ep")));
+  l.edp_group = world.split(int(grid.group_of(r, "edp")), int(grid.coordinate(r, "edp")));
   return l;
 }
 

@@ -1,7 +1,8 @@
 // ParallelLayout: how the world's ranks are grouped. Attention and dense layers are
 // data-parallel over all ranks; routed experts are sharded over expert-parallel groups of `ep`
 // consecutive ranks and replicated over the world/ep expert-data-parallel groups (Megatron's
-// "parallel folding"). Every group is a split of the world communicator.
+// "parallel folding"; the groups are RankGrid::experts', parallel/rank_grid.h). Every group is
+// a split of the world communicator.
 #pragma once
 #include <memory>
 

@@ -10,6 +10,7 @@
 #include "parallel/alltoall_dispatcher.h"
 #include "parallel/pipeline_layout.h"
 #include "parallel/pipeline_norm.h"
+#include "parallel/rank_grid.h"
 
 namespace moet {
 
@@ -165,14 +166,16 @@ std::unique_ptr<ParallelRun> parallelize(const TrainOptions& o, const ModelConfi
   MOET_CHECK(r.world_size % r.pp == 0, "--pp ", o.parallel.pp, " does not divide the ",
              r.world_size, " ranks");
   r.dp = r.world_size / r.pp;
-  r.pp_rank = r.world_rank / r.dp;  // Megatron's order: the pipeline outermost
-  r.dp_rank = r.world_rank % r.dp;
+  // Megatron's grid (tp-cp-ep-dp-pp, the pipeline outermost; tp = cp = 1 today)
+  const RankGrid grid = RankGrid::attention(r.world_size, 1, 1, r.pp);
+  r.pp_rank = int(grid.coordinate(r.world_rank, "pp"));
+  r.dp_rank = int(grid.coordinate(r.world_rank, "dp"));
   DispatcherFactory dispatchers;
   if (world) {
     Communicator* stage_world = world;
     if (r.pp > 1) {
-      r.pp_group = world->split(r.dp_rank, r.pp_rank);
-      r.dp_group = world->split(r.pp_rank, r.world_rank);
+      r.pp_group = world->split(int(grid.group_of(r.world_rank, "pp")), r.pp_rank);
+      r.dp_group = world->split(int(grid.group_of(r.world_rank, "dp")), r.dp_rank);
       stage_world = r.dp_group.get();
     }
     r.layout = make_parallel_layout(*stage_world, int(o.parallel.ep));

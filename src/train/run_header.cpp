@@ -6,6 +6,7 @@
 #include "kernels/ops.h"
 #include "metrics/flops.h"
 #include "model/params.h"
+#include "parallel/rank_grid.h"
 
 namespace moet {
 
@@ -49,6 +50,10 @@ void print_layout(const RunHeader& h, int64_t DP) {
               (long long)(DP / ep));
   if (o.parallel.zero1) std::printf("; ZeRO-1 (AdamW moments sharded over dp)");
   std::printf("\n");
+  // Megatron's two grids over the same ranks (parallel folding; parallel/rank_grid.h)
+  std::printf("grids: attention %s; experts %s\n",
+              RankGrid::attention(W, 1, 1, o.parallel.pp).describe().c_str(),
+              RankGrid::experts(W, 1, ep, o.parallel.pp).describe().c_str());
   const OverlapChoice overlap = choose_overlap(o.parallel.overlap, ops::num_threads());
   const bool on = par.stream != nullptr;
   std::printf("communication: %s (%s)%s\n",
