@@ -218,6 +218,34 @@ void place_slots(const std::vector<SlotCost>& slots, const std::vector<SlotCost>
   for (size_t i = slots.size(); i-- > 0;) backward_chain(bwd[stage_of[i]], timed[i]);
 }
 
+// The event timeline's options for the step: the exchange's SM share, combined passes or two
+// lanes, the zero-bubble schedules' W share and moet's I copies, the pipeline hop.
+TimelineOptions timeline_options(const ModelConfig& c, const SimLayout& l, const SystemSpec& s,
+                                 const PipelineScheduleSpec& spec,
+                                 const std::vector<SlotCost>& timed,
+                                 const std::vector<double>& input_copy, bool two_lanes) {
+  TimelineOptions opt;
+  opt.sm_fraction = s.eff.a2a_sm_fraction;
+  opt.pair_passes = l.a2a_overlap && !two_lanes;
+  opt.two_lanes = two_lanes;
+  // W of the zero-bubble schedules: half of the backward GEMMs' time (the weight-gradient GEMMs;
+  // core attention, the memory-bound kernels and the recomputed forward stay in I)
+  double gemm_b = 0, all_b = 0;
+  for (const SlotCost& t : timed) gemm_b += std::max(0.0, t.gemm_b - t.recompute), all_b += t.bwd();
+  opt.weight_share = all_b > 0 ? 0.5 * gemm_b / all_b : 0.0;
+  // moet's I copies what its W reads (its buffers are reused meanwhile); Megatron's delayed
+  // weight gradient keeps the tensors alive instead: only the systems whose ranks run moet pay
+  if (splits_backward(spec.kind) && s.compute_shared) opt.input_copy_s = input_copy;
+  if (l.pp > 1) {
+    const bool neighbour_in_domain = l.gpus / l.pp < s.ranks_per_domain(int(l.gpus));
+    const double link = neighbour_in_domain ? s.nvlink_gbps * 1e9 * s.eff.collective_nvlink
+                                            : s.scaleout_gbps * 1e9 * s.eff.collective_scaleout;
+    opt.p2p_s = double(l.mbs * l.seq) * double(c.hidden_size) * activation_bytes(l.precision) /
+                double(l.tp) / link;
+  }
+  return opt;
+}
+
 // Memory of the fullest rank: weights (plus FP8 row/column copies), fp32 gradients,
 // optimizer state (fp32 master and two moments over `shard` parameters), activations of the
 // micro-batch chunks in flight (rank 0 of the interleaved schedule holds the most) and what
@@ -282,26 +310,8 @@ Prediction simulate(const ModelConfig& c, const SimLayout& l, const SystemSpec& 
   // exchange: Megatron's shared-expert overlap exists only for its alltoall dispatcher, and the
   // DeepSeek-V3 recipes use the flex (DeepEP/HybridEP) one. Stage-to-stage hops go over NVLink
   // when neighbouring stages share a domain, else over the NIC.
-  const int rpd = s.ranks_per_domain(int(l.gpus));
   const double act_b = activation_bytes(l.precision);
-  TimelineOptions opt;
-  opt.sm_fraction = s.eff.a2a_sm_fraction;
-  opt.pair_passes = l.a2a_overlap && !two_lanes;
-  opt.two_lanes = two_lanes;
-  // W of the zero-bubble schedules: half of the backward GEMMs' time (the weight-gradient GEMMs;
-  // core attention, the memory-bound kernels and the recomputed forward stay in I)
-  double gemm_b = 0, all_b = 0;
-  for (const SlotCost& t : timed) gemm_b += std::max(0.0, t.gemm_b - t.recompute), all_b += t.bwd();
-  opt.weight_share = all_b > 0 ? 0.5 * gemm_b / all_b : 0.0;
-  // moet's I copies what its W reads (its buffers are reused meanwhile); Megatron's delayed
-  // weight gradient keeps the tensors alive instead: only the systems whose ranks run moet pay
-  if (splits_backward(spec.kind) && s.compute_shared) opt.input_copy_s = input_copy;
-  if (P > 1) {
-    const bool neighbour_in_domain = l.gpus / P < rpd;
-    const double link = neighbour_in_domain ? s.nvlink_gbps * 1e9 * s.eff.collective_nvlink
-                                            : s.scaleout_gbps * 1e9 * s.eff.collective_scaleout;
-    opt.p2p_s = double(l.mbs * l.seq) * double(c.hidden_size) * act_b / double(l.tp) / link;
-  }
+  const TimelineOptions opt = timeline_options(c, l, s, spec, timed, input_copy, two_lanes);
   const StepTimeline tl = step_events(spec, fwd, bwd, opt);
   // The breakdown is the busiest rank's: what it computes, the SMs the exchange took from it,
   // its exchange with no compute beside it, and its waiting (the bubble).
