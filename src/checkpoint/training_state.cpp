@@ -14,7 +14,7 @@ namespace moet {
 namespace {
 
 std::vector<int64_t> global_shape(const Weight& w, int ep) {
-  std::vector<int64_t> s(w.value.shape, w.value.shape + w.value.ndim);
+  std::vector<int64_t> s = w.whole_shape();
   if (w.expert && !s.empty()) s[0] *= ep;  // [local experts, ...] -> [all experts, ...]
   return s;
 }
@@ -28,6 +28,17 @@ StatePiece moment_piece(const std::string& tensor, const std::vector<int64_t>& s
   else
     p.data = all.f32() + at;
   return p;
+}
+
+// The pieces of weight w's elements [begin, begin + n) in `tensor`, whose values are `all`'s from
+// flat index `at`: one per run of the weight in the whole tensor (one unless it is a
+// tensor-parallel part).
+void add_pieces(std::vector<StatePiece>& out, const std::string& tensor,
+                const std::vector<int64_t>& shape, const Weight& w, int64_t begin, int64_t n,
+                const Tensor& all, int64_t at) {
+  w.for_each_run(begin, n, [&](int64_t local, int64_t whole, int64_t len) {
+    out.push_back(moment_piece(tensor, shape, w.init_offset + whole, len, all, at + local - begin));
+  });
 }
 
 }  // namespace
@@ -44,12 +55,10 @@ std::vector<StatePiece> training_state_pieces(const StateHolder& h, bool owned_o
     if (owned_only && w.replica) continue;  // the stage that trains it saves it
     const std::vector<int64_t> shape = global_shape(w, h.ep);
     const int64_t n = w.value.numel();
-    out.push_back({"param/" + w.name, shape, w.init_offset, n, w.value.f32()});
+    add_pieces(out, "param/" + w.name, shape, w, 0, n, w.value, 0);
     if (moments && w.trainable) {
-      out.push_back(
-          moment_piece("adam_m/" + w.name, shape, w.init_offset, n, h.adamw->moment1(), w.offset));
-      out.push_back(
-          moment_piece("adam_v/" + w.name, shape, w.init_offset, n, h.adamw->moment2(), w.offset));
+      add_pieces(out, "adam_m/" + w.name, shape, w, 0, n, h.adamw->moment1(), w.offset);
+      add_pieces(out, "adam_v/" + w.name, shape, w, 0, n, h.adamw->moment2(), w.offset);
     }
   }
   if (!h.zero1) return out;
@@ -72,9 +81,9 @@ std::vector<StatePiece> training_state_pieces(const StateHolder& h, bool owned_o
       MOET_ASSERT(w.offset <= at && w.trainable);
       const int64_t len = std::min(wend, r.offset + r.n) - at;
       const std::vector<int64_t> shape = global_shape(w, h.ep);
-      const int64_t gbegin = w.init_offset + (at - w.offset), local = at - r.offset;
-      out.push_back(moment_piece("adam_m/" + w.name, shape, gbegin, len, r.m, local));
-      out.push_back(moment_piece("adam_v/" + w.name, shape, gbegin, len, r.v, local));
+      const int64_t in_weight = at - w.offset, local = at - r.offset;
+      add_pieces(out, "adam_m/" + w.name, shape, w, in_weight, len, r.m, local);
+      add_pieces(out, "adam_v/" + w.name, shape, w, in_weight, len, r.v, local);
       at += len;
     }
   }

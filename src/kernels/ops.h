@@ -306,6 +306,13 @@ void swiglu_backward(const Tensor& dh_NF, const Tensor& gu_N2F, Tensor& dgu_N2F,
 void embedding_forward(const Tensor& tokens_N, const Tensor& table_VD, Tensor& out_ND);
 // dtable[tokens[n]] += dout[n], in token order.
 void embedding_backward(const Tensor& tokens_N, const Tensor& dout_ND, Tensor& dtable_VD);
+// Vocabulary-parallel parts (tensor parallelism): table_VD holds rows [first, first + V) of a
+// vocabulary of `vocab`. Forward gives a token of another part a row of −0, so adding the parts'
+// outputs is exact; backward adds only this part's tokens (in token order).
+void embedding_part_forward(const Tensor& tokens_N, const Tensor& table_VD, int64_t first,
+                            int64_t vocab, Tensor& out_ND);
+void embedding_part_backward(const Tensor& tokens_N, const Tensor& dout_ND, int64_t first,
+                             int64_t vocab, Tensor& dtable_VD);
 
 // Returns Σ over rows with targets[n] >= 0 of -log softmax(logits[n])[targets[n]]; rows with a
 // negative target are ignored. When dlogits is non-empty it receives
@@ -324,6 +331,16 @@ double cross_entropy_fused(Tensor& logits_NV, const Tensor& targets_N, Tensor& l
                            double grad_scale, const Operand& dq = {});
 void cross_entropy_backward(Tensor& logits_NV, const Tensor& targets_N, const Tensor& lse_N,
                             double grad_scale, const Operand& dq = {});
+// Vocabulary-parallel cross-entropy (logits_NV, F32: this part's V columns, from column `first`
+// of the whole vocabulary). part_sums: per row and each of `pieces` equal pieces of the columns,
+// Σ exp(x − max_N[n]) in double into sums_PN[p·N + n] (the caller adds the pieces and the parts
+// and takes lse = max + log Σ). part_backward: the gradient in place from the whole vocabulary's
+// lse, grad_scale · (softmax − onehot), the onehot where this part holds the target; rows with a
+// negative target get 0.
+void cross_entropy_part_sums(const Tensor& logits_NV, const Tensor& max_N, int64_t pieces,
+                             double* sums_PN);
+void cross_entropy_part_backward(Tensor& logits_NV, const Tensor& targets_N, int64_t first,
+                                 const Tensor& lse_N, double grad_scale, const Operand& dq = {});
 
 // ---------------------------------------------------------------- attention
 // RoPE in place on x viewed [N, H, W]: dims [off, off+R) of every head, interleaved pairs

@@ -6,13 +6,16 @@
 #include "kernels/ops.h"
 #include "model/kv_cache.h"
 #include "model/operands.h"
+#include "model/tensor_parallel.h"
 #include "model/weight_grads.h"
 
 namespace moet {
 
 MlaAttention::MlaAttention(const ModelConfig& c, ParamStore& ps, const std::string& p,
-                           const ops::LinearPrecision& lin, ops::Format attn)
-    : H_(c.num_attention_heads),
+                           const ops::LinearPrecision& lin, ops::Format attn,
+                           const TensorParallel& tp)
+    : tp_(tp),
+      H_(tp.local(c.num_attention_heads, "attention heads")),
       P_(c.qk_nope_head_dim),
       R_(c.qk_rope_head_dim),
       U_(c.v_head_dim),
@@ -30,6 +33,11 @@ MlaAttention::MlaAttention(const ModelConfig& c, ParamStore& ps, const std::stri
   kv_b_ = ps.declare(p + "kv_b_proj.weight", {H_ * (P_ + U_), C_}, Init::Normal, true);
   o_ = ps.declare(p + "o_proj.weight", {D, H_ * U_}, Init::Normal, true);
   for (Weight* w : {q_a_, q_b_, kv_a_, kv_b_, o_}) ps.reserve_operands(w, lin);
+  if (tp.parts > 1) {  // this part's heads: rows of the up-projections, columns of o
+    ps.set_shard(q_b_, {.dim = 0, .part = tp.part, .parts = tp.parts});
+    ps.set_shard(kv_b_, {.dim = 0, .part = tp.part, .parts = tp.parts});
+    ps.set_shard(o_, {.dim = 1, .part = tp.part, .parts = tp.parts});
+  }
 }
 
 void MlaAttention::plan(Workspace& ws) {
@@ -137,8 +145,8 @@ void MlaAttention::forward(const Tensor& x_ND, Tensor& y_ND, const RopeCache& ro
   ops::rope_forward(kr, 0, rope.cos_TR2, rope.sin_TR2);
   up_project_keys_values();
   core_attention(rope);
-  ops::linear_forward(o_NHU_.view({N, H_ * U_}), o_->value, y_ND,
-                      {.precision = lin_, .wq = o_->operands(), .xq = &o_q_});
+  row_parallel_forward(tp_, o_NHU_.view({N, H_ * U_}), o_->value, y_ND,
+                       {.precision = lin_, .wq = o_->operands(), .xq = &o_q_});
 }
 
 namespace {
@@ -195,8 +203,8 @@ void MlaAttention::forward_cached(const Tensor& x_ND, Tensor& y_ND, const RopeCa
   for (int64_t h = 0; h < H_; ++h)
     for (int64_t n = 0; n < N; ++n)
       std::copy(v.f32() + (h * N + n) * U_, v.f32() + (h * N + n + 1) * U_, o + (n * H_ + h) * U_);
-  ops::linear_forward(o_NHU_.view({N, H_ * U_}), o_->value, y_ND,
-                      {.precision = lin_, .wq = o_->operands()});
+  row_parallel_forward(tp_, o_NHU_.view({N, H_ * U_}), o_->value, y_ND,
+                       {.precision = lin_, .wq = o_->operands()});
 }
 
 void MlaAttention::backward(const Tensor& dy_ND, const Tensor& x_ND, Tensor& dx_ND,
@@ -214,9 +222,11 @@ void MlaAttention::backward(const Tensor& dy_ND, const Tensor& x_ND, Tensor& dx_
                           dv4, attn_);
   // keys/values path
   ops::mla_split_kv_backward(dk_NHK_, dv_NHU_, dkv_NHW_, dkr_NR_, dkv_q_);
-  linear_backward(wgrad_, dkv_NHW_.view({N, H_ * (P_ + U_)}), ckvn_NC_, kv_b_->value, dckvn_NC_,
-                  kv_b_->grad,
-                  {.precision = lin_, .wq = kv_b_->operands(), .xq = &ckvn_q_, .dyq = &dkv_q_});
+  // the shared rope key's gradient sums every head's: under tensor parallelism over the parts
+  if (tp_.active()) head_sum(tp_, dk_NHK_, P_, dkr_NR_);
+  column_parallel_backward(
+      wgrad_, tp_, 1, dkv_NHW_.view({N, H_ * (P_ + U_)}), ckvn_NC_, kv_b_->value, dckvn_NC_,
+      kv_b_->grad, {.precision = lin_, .wq = kv_b_->operands(), .xq = &ckvn_q_, .dyq = &dkv_q_});
   ops::rmsnorm_backward(dckvn_NC_, ckv_NC_, kv_a_norm_->value, ckv_rstd_N_, dckv_NC_, false,
                         kv_a_norm_->grad);
   Tensor dkr = dkr_NR_.view({N, 1, R_});
@@ -226,8 +236,9 @@ void MlaAttention::backward(const Tensor& dy_ND, const Tensor& x_ND, Tensor& dx_
                   {.precision = lin_, .wq = kv_a_->operands(), .xq = &xq, .dyq = &dkva_q_});
   // query path
   ops::rope_backward(dq_NHK_, P_, rope.cos_TR2, rope.sin_TR2, dq_q_);
-  linear_backward(wgrad_, dq_NHK_.view({N, H_ * K}), cq_NQ_, q_b_->value, dcq_NQ_, q_b_->grad,
-                  {.precision = lin_, .wq = q_b_->operands(), .xq = &cq_q_, .dyq = &dq_q_});
+  column_parallel_backward(
+      wgrad_, tp_, 1, dq_NHK_.view({N, H_ * K}), cq_NQ_, q_b_->value, dcq_NQ_, q_b_->grad,
+      {.precision = lin_, .wq = q_b_->operands(), .xq = &cq_q_, .dyq = &dq_q_});
   ops::rmsnorm_backward(dcq_NQ_, cq_raw_NQ_, q_a_norm_->value, cq_rstd_N_, dcq_raw_NQ_, false,
                         q_a_norm_->grad, dcq_raw_q_);
   linear_backward(wgrad_, dcq_raw_NQ_, x_ND, q_a_->value, dx_ND, q_a_->grad,

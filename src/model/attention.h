@@ -5,6 +5,7 @@
 #include "kernels/ops.h"
 #include "model/config.h"
 #include "model/params.h"
+#include "model/tensor_parallel.h"
 #include "model/workspace.h"
 
 namespace moet {
@@ -22,9 +23,13 @@ struct LatentCache;  // model/kv_cache.h
 class MlaAttention {
  public:
   // lin: the formats of the projections' GEMMs; attn: of core attention's products
-  // (PrecisionPolicy).
+  // (PrecisionPolicy). tp: the part of the heads this rank holds (model/tensor_parallel.h): the
+  // query and key/value up-projections are column-parallel by heads, the output projection
+  // row-parallel; the down-projections and their norms are replicated, as Megatron places them
+  // without sequence parallelism.
   MlaAttention(const ModelConfig& c, ParamStore& ps, const std::string& prefix,
-               const ops::LinearPrecision& lin = {}, ops::Format attn = ops::Format::F32);
+               const ops::LinearPrecision& lin = {}, ops::Format attn = ops::Format::F32,
+               const TensorParallel& tp = {});
   void plan(Workspace& ws);
   // y_ND = attention(x_ND); x (and xq) must stay unchanged until backward. xq: x's operands in
   // the projections' formats (plan_input_operand), written by x's producer; empty: none.
@@ -55,7 +60,8 @@ class MlaAttention {
   // o_NHU_, lse_BHT_ and o's operands from q, k and v.
   void core_attention(const RopeCache& rope);
 
-  int64_t H_, P_, R_, U_, Q_, C_;
+  TensorParallel tp_;
+  int64_t H_, P_, R_, U_, Q_, C_;  // H_: this part's heads
   double eps_;
   ops::LinearPrecision lin_;
   ops::Format attn_;

@@ -1,16 +1,22 @@
 #include "model/lm_head.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "kernels/ops.h"
 #include "model/operands.h"
+#include "model/vocab_parallel.h"
 #include "model/weight_grads.h"
 
 namespace moet {
 
 LmHead::LmHead(double eps, int64_t D, ParamStore& ps, const std::string& norm_name, Weight* proj,
-               const ops::LinearPrecision& lin)
-    : eps_(eps), norm_(ps.declare(norm_name, {D}, Init::Ones, false)), proj_(proj), lin_(lin) {
+               const ops::LinearPrecision& lin, const TensorParallel& tp)
+    : tp_(tp),
+      eps_(eps),
+      norm_(ps.declare(norm_name, {D}, Init::Ones, false)),
+      proj_(proj),
+      lin_(lin) {
   ps.reserve_operands(proj_, lin_);
 }
 
@@ -22,7 +28,9 @@ int64_t LmHead::chunk_rows(int64_t N, int64_t V) {
 void LmHead::plan(Workspace& ws) {
   wgrad_ = ws.wgrad;
   const int64_t N = ws.N(), D = norm_->value.size(0), V = proj_->value.size(0);
-  chunk_ = std::min(N, chunk_rows(N, V));
+  // chunks sized by the whole vocabulary: the same rows per chunk (so the same weight-gradient
+  // sums) on any number of parts
+  chunk_ = std::min(N, chunk_rows(N, V * tp_.parts));
   fn_ND_ = ws.act.alloc_f32({N, D});
   rstd_N_ = ws.act.alloc_f32({N});
   lse_N_ = ws.act.alloc_f32({N});
@@ -48,14 +56,19 @@ double LmHead::forward(const Tensor& h_ND, const Tensor& targets_N, double grad_
     const ops::Operand fnq = fn_q_.row_range(r0, r1), dlq = dlogits_q_.row_range(0, r1 - r0);
     ops::linear_forward(fn, proj_->value, lg,
                         {.precision = lin_, .wq = proj_->operands(), .xq = &fnq});
-    if (grad_scale == 0) {
-      sum += ops::cross_entropy_forward(lg, targets_N.rows(r0, r1), lse);
-      continue;
+    const Tensor tgt = targets_N.rows(r0, r1);
+    if (tp_.active()) {
+      sum += vocab_parallel_cross_entropy(tp_, lg, tgt, lse, grad_scale != 0, scale, dlq);
+    } else if (grad_scale == 0) {
+      sum += ops::cross_entropy_forward(lg, tgt, lse);
+    } else {
+      sum += ops::cross_entropy_fused(lg, tgt, lse, scale, dlq);
     }
-    sum += ops::cross_entropy_fused(lg, targets_N.rows(r0, r1), lse, scale, dlq);
+    if (grad_scale == 0) continue;
     Tensor dfn = dfn_ND_.rows(r0, r1);
-    ops::linear_backward(lg, fn, proj_->value, dfn, proj_->grad,
-                         {.precision = lin_, .wq = proj_->operands(), .xq = &fnq, .dyq = &dlq});
+    // the projection's backward now (its weight gradient is not deferred: forward has no W)
+    column_parallel_backward(nullptr, tp_, 1, lg, fn, proj_->value, dfn, proj_->grad,
+                             {.precision = lin_, .wq = proj_->operands(), .xq = &fnq, .dyq = &dlq});
   }
   return valid_ ? sum / double(valid_) : 0.0;
 }
@@ -72,20 +85,32 @@ void LmHead::backward(const Tensor& h_ND, const Tensor& targets_N, double grad_s
     const ops::Operand fnq = fn_q_.row_range(r0, r1), dlq = dlogits_q_.row_range(0, r1 - r0);
     ops::linear_forward(fn, proj_->value, lg,
                         {.precision = lin_, .wq = proj_->operands(), .xq = &fnq});  // again
-    // the fused form, as forward takes it (the lse it rewrites is the one forward saved)
     Tensor lse = lse_N_.rows(r0, r1);
-    ops::cross_entropy_fused(lg, targets_N.rows(r0, r1), lse, scale, dlq);
-    linear_backward(wgrad_, lg, fn, proj_->value, dfn, proj_->grad,
-                    {.precision = lin_, .wq = proj_->operands(), .xq = &fnq, .dyq = &dlq});
+    if (tp_.active()) {
+      vocab_parallel_cross_entropy_backward(tp_, lg, targets_N.rows(r0, r1), lse, scale, dlq);
+    } else {
+      // the fused form, as forward takes it (the lse it rewrites is the one forward saved)
+      ops::cross_entropy_fused(lg, targets_N.rows(r0, r1), lse, scale, dlq);
+    }
+    column_parallel_backward(wgrad_, tp_, 1, lg, fn, proj_->value, dfn, proj_->grad,
+                             {.precision = lin_, .wq = proj_->operands(), .xq = &fnq, .dyq = &dlq});
   }
   ops::rmsnorm_backward(dfn_ND_, h_ND, norm_->value, rstd_N_, dh_ND, accumulate, norm_->grad);
   fused_scale_ = 0;
 }
 
-void LmHead::logits(Tensor& logits_NV) {
-  ops::linear_forward(fn_ND_, proj_->value, logits_NV,
-                      {.precision = lin_, .wq = proj_->operands(), .xq = &fn_q_});
+void LmHead::whole_logits(const Tensor& fn_RD, const ops::Operand& fnq, Tensor& logits_RV) {
+  if (tp_.parts == 1)
+    return ops::linear_forward(fn_RD, proj_->value, logits_RV,
+                               {.precision = lin_, .wq = proj_->operands(), .xq = &fnq});
+  std::vector<float> part(size_t(fn_RD.size(0) * proj_->value.size(0)));
+  Tensor part_RV(part.data(), DType::F32, {fn_RD.size(0), proj_->value.size(0)});
+  ops::linear_forward(fn_RD, proj_->value, part_RV,
+                      {.precision = lin_, .wq = proj_->operands(), .xq = &fnq});
+  gather_vocab(tp_, part_RV, logits_RV);
 }
+
+void LmHead::logits(Tensor& logits_NV) { whole_logits(fn_ND_, fn_q_, logits_NV); }
 
 void LmHead::logits_of(const Tensor& h_RD, Tensor& logits_RV) {
   const int64_t R = h_RD.size(0);
@@ -93,8 +118,7 @@ void LmHead::logits_of(const Tensor& h_RD, Tensor& logits_RV) {
   Tensor fn = fn_ND_.rows(0, R), rstd = rstd_N_.rows(0, R);
   const ops::Operand fnq = fn_q_.row_range(0, R);
   ops::rmsnorm_forward(h_RD, norm_->value, eps_, fn, rstd, fnq);
-  ops::linear_forward(fn, proj_->value, logits_RV,
-                      {.precision = lin_, .wq = proj_->operands(), .xq = &fnq});
+  whole_logits(fn, fnq, logits_RV);
 }
 
 }  // namespace moet

@@ -6,11 +6,14 @@
 // (ops::cross_entropy_fused) and the projection's backward runs in forward — the projection
 // weight's gradient accumulates then, the input gradient waits for backward; otherwise backward
 // recomputes each chunk's logits from the saved log-sum-exp. Memory is one chunk, not
-// [tokens, vocab].
+// [tokens, vocab]. Under tensor parallelism (model/vocab_parallel.h) the projection holds this
+// part's rows of the vocabulary: each part computes its columns of the logits, the loss adds
+// the parts' row sums, and the input gradient the parts' products.
 #pragma once
 #include <string>
 
 #include "model/params.h"
+#include "model/tensor_parallel.h"
 #include "model/workspace.h"
 
 namespace moet {
@@ -19,9 +22,10 @@ class WeightGrads;
 
 class LmHead {
  public:
-  // lin: the formats of the projection's GEMMs (PrecisionPolicy::head).
+  // lin: the formats of the projection's GEMMs (PrecisionPolicy::head); tp: the vocabulary
+  // part proj holds.
   LmHead(double eps, int64_t D, ParamStore& ps, const std::string& norm_name, Weight* proj,
-         const ops::LinearPrecision& lin = {});
+         const ops::LinearPrecision& lin = {}, const TensorParallel& tp = {});
   void plan(Workspace& ws);
   // Mean cross-entropy over the targets >= 0 (0 when there are none). grad_scale != 0: the
   // backward to come will use this scale; its projection part runs now (no logit recompute).
@@ -30,7 +34,7 @@ class LmHead {
   // if it was given one).
   void backward(const Tensor& h_ND, const Tensor& targets_N, double grad_scale, Tensor& dh_ND,
                 bool accumulate);
-  // The logits of the last forward, recomputed into logits_NV ([tokens, vocab], F32).
+  // The logits of the last forward, recomputed into logits_NV ([tokens, whole vocab], F32).
   void logits(Tensor& logits_NV);
   // Inference: logits_RV = the projection of norm(h_RD), for R <= the planned tokens (no loss).
   void logits_of(const Tensor& h_RD, Tensor& logits_RV);
@@ -38,6 +42,10 @@ class LmHead {
   static int64_t chunk_rows(int64_t N, int64_t V);
 
  private:
+  // logits_RV (whole vocabulary) from fn_RD: the projection, and the parts' columns gathered
+  void whole_logits(const Tensor& fn_RD, const ops::Operand& fnq, Tensor& logits_RV);
+
+  TensorParallel tp_;
   double eps_;
   Weight* norm_;
   Weight* proj_;

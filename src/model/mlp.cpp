@@ -2,19 +2,24 @@
 
 #include "kernels/ops.h"
 #include "model/operands.h"
+#include "model/tensor_parallel.h"
 #include "model/weight_grads.h"
 
 namespace moet {
 
 SwiGluMlp::SwiGluMlp(int64_t D, int64_t F, ParamStore& ps, const std::string& p,
-                     const ops::LinearPrecision& lin)
-    : D_(D), F_(F), lin_(lin) {
-  gate_up_ = ps.declare(p + "gate_up_proj.weight", {2 * F, D}, Init::Normal, true, true, false);
-  ps.add_name(p + "gate_proj.weight", gate_up_, 0, F);
-  ps.add_name(p + "up_proj.weight", gate_up_, F, 2 * F);
-  down_ = ps.declare(p + "down_proj.weight", {D, F}, Init::Normal, true);
+                     const ops::LinearPrecision& lin, const TensorParallel& tp)
+    : tp_(tp), D_(D), F_(tp.local(F, "intermediate size")), lin_(lin) {
+  gate_up_ = ps.declare(p + "gate_up_proj.weight", {2 * F_, D}, Init::Normal, true, true, false);
+  ps.add_name(p + "gate_proj.weight", gate_up_, 0, F_);
+  ps.add_name(p + "up_proj.weight", gate_up_, F_, 2 * F_);
+  down_ = ps.declare(p + "down_proj.weight", {D, F_}, Init::Normal, true);
   ps.reserve_operands(gate_up_, lin);
   ps.reserve_operands(down_, lin);
+  if (tp.parts > 1) {  // this part's rows of gate and of up, its columns of down
+    ps.set_shard(gate_up_, {.dim = 0, .segments = 2, .part = tp.part, .parts = tp.parts});
+    ps.set_shard(down_, {.dim = 1, .part = tp.part, .parts = tp.parts});
+  }
 }
 
 void SwiGluMlp::plan(Workspace& ws) {
@@ -31,8 +36,8 @@ void SwiGluMlp::plan(Workspace& ws) {
 
 void SwiGluMlp::forward(const Tensor& x_ND, Tensor& y_ND, bool accumulate, const ops::Operand& xq) {
   forward_activation(x_ND, xq);
-  ops::linear_forward(
-      h_NF_, down_->value, y_ND,
+  row_parallel_forward(
+      tp_, h_NF_, down_->value, y_ND,
       {.precision = lin_, .wq = down_->operands(), .xq = &h_q_, .accumulate = accumulate});
 }
 
@@ -47,12 +52,13 @@ void SwiGluMlp::backward(const Tensor& dy_ND, const Tensor& x_ND, Tensor& dx_ND,
   linear_backward(wgrad_, dy_ND, h_NF_, down_->value, dh_NF_, down_->grad,
                   {.precision = lin_, .wq = down_->operands(), .xq = &h_q_});
   ops::swiglu_backward(dh_NF_, gu_N2F_, dgu_N2F_, dgu_q_);
-  linear_backward(wgrad_, dgu_N2F_, x_ND, gate_up_->value, dx_ND, gate_up_->grad,
-                  {.precision = lin_,
-                   .wq = gate_up_->operands(),
-                   .xq = &xq,
-                   .dyq = &dgu_q_,
-                   .accumulate = accumulate_dx});
+  // gate and up: two row blocks of the fused weight, each split over the parts
+  column_parallel_backward(wgrad_, tp_, 2, dgu_N2F_, x_ND, gate_up_->value, dx_ND, gate_up_->grad,
+                           {.precision = lin_,
+                            .wq = gate_up_->operands(),
+                            .xq = &xq,
+                            .dyq = &dgu_q_,
+                            .accumulate = accumulate_dx});
 }
 
 }  // namespace moet

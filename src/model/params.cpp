@@ -63,6 +63,24 @@ void ParamStore::add_name(const std::string& name, const Weight* w, int64_t row_
   names_[name] = NamedSlice{w, row_begin, row_end};
 }
 
+std::vector<int64_t> Weight::whole_shape() const {
+  std::vector<int64_t> s(value.shape, value.shape + value.ndim);
+  if (shard.parts > 1) s[size_t(shard.dim)] *= shard.parts;
+  return s;
+}
+
+void ParamStore::set_shard(Weight* w, const WeightShard& shard) {
+  MOET_ASSERT(shard.dim >= 0 && shard.dim < w->value.ndim && shard.segments >= 1 &&
+              0 <= shard.part && shard.part < shard.parts &&
+              w->value.shape[shard.dim] % shard.segments == 0);
+  if (owner_ || (w->shard.parts > 1)) {  // declared again (a bound or shared store)
+    MOET_ASSERT(w->shard.dim == shard.dim && w->shard.parts == shard.parts &&
+                w->shard.part == shard.part && w->shard.segments == shard.segments);
+    return;
+  }
+  w->shard = shard;
+}
+
 void ParamStore::reserve_operands(Weight* w, const ops::LinearPrecision& p) {
   if (owner_) return owner_->reserve_operands(w, p);
   const ops::LinearPrecision& have = w->operand_precision;
@@ -129,9 +147,12 @@ void ParamStore::initialize(uint64_t seed, double std) {
     int64_t n = w.value.numel();
     switch (w.init) {
       case Init::Normal:
-#pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < n; ++i)
-          p[i] = static_cast<float>(std * rng.normal(w.init_offset + i));
+        // each element the whole weight's value at its place there (a shard's runs)
+        w.for_each_run(0, n, [&](int64_t local, int64_t whole, int64_t len) {
+#pragma omp parallel for schedule(static) if (len > 4096)
+          for (int64_t i = 0; i < len; ++i)
+            p[local + i] = static_cast<float>(std * rng.normal(w.init_offset + whole + i));
+        });
         break;
       case Init::Ones:
         for (int64_t i = 0; i < n; ++i) p[i] = 1.0f;

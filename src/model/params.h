@@ -4,6 +4,7 @@
 // declared Weight its memory. Hugging Face names map onto whole weights or onto slices of one
 // (e.g. each expert's gate_proj is a slice of the layer's fused gate/up weight).
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <initializer_list>
@@ -18,6 +19,15 @@
 namespace moet {
 
 enum class Init { Normal, Ones, Zeros };
+
+// A tensor-parallel part of a weight (model/tensor_parallel.h): dimension `dim` of the whole
+// weight is `segments` equal blocks (SwiGLU's fused gate/up weight: two), each cut into `parts`
+// equal parts, and the weight holds part `part` of every block, the blocks' parts side by side.
+// parts == 1: the whole weight.
+struct WeightShard {
+  int dim = 0;
+  int64_t segments = 1, part = 0, parts = 1;
+};
 
 struct Weight {
   std::string name;  // storage name (a Hugging Face name when the weight is not fused)
@@ -34,6 +44,14 @@ struct Weight {
   // Index of element 0 in the full (unsharded) weight, so a shard initialises to the same
   // values as the same rows of the full weight.
   int64_t init_offset = 0;
+  // A tensor-parallel part: the whole weight's shape and where each element lies in it.
+  WeightShard shard;
+  std::vector<int64_t> whole_shape() const;
+  // Calls run(local, whole, n) for the runs of elements [begin, begin + n) of this weight that
+  // lie contiguously in the whole weight (local and whole: element indices; whole without
+  // init_offset) — one run for an unsharded weight.
+  template <typename Fn>
+  void for_each_run(int64_t begin, int64_t n, Fn&& run) const;
 
   // The weight's operands for low-precision GEMMs in the precision reserved for it
   // (ParamStore::reserve_operands), remade on first use after the parameters changed. Null when
@@ -45,6 +63,24 @@ struct Weight {
   uint64_t operand_version = 0;            // parameter version the copies were made from
   const uint64_t* version = nullptr;       // the store's parameter version
 };
+
+template <typename Fn>
+void Weight::for_each_run(int64_t begin, int64_t n, Fn&& run) const {
+  if (shard.parts == 1) return run(begin, begin, n);
+  // local index = (outer · S + d) · inner + i, d the index along the split dimension of size S
+  int64_t inner = 1;
+  for (int j = shard.dim + 1; j < value.ndim; ++j) inner *= value.shape[j];
+  const int64_t S = value.shape[shard.dim], block = S / shard.segments;
+  for (int64_t at = begin; at < begin + n;) {
+    const int64_t outer = at / (S * inner), d = (at / inner) % S, i = at % inner;
+    const int64_t seg = d / block, within = d % block;
+    const int64_t whole_d = (seg * shard.parts + shard.part) * block + within;
+    const int64_t whole = (outer * S * shard.parts + whole_d) * inner + i;
+    const int64_t len = std::min(begin + n - at, (block - within) * inner - i);
+    run(at, whole, len);
+    at += len;
+  }
+}
 
 // A named view (Hugging Face name) onto rows of one weight.
 struct NamedSlice {
@@ -74,6 +110,10 @@ class ParamStore {
   // Shared mode: declaring a name already declared returns that weight (same shape), so the
   // model chunks and micro-batch slots of one pipeline rank declare into one store.
   void share_declarations() { share_ = true; }
+
+  // Makes w (declared with this part's shape) a tensor-parallel part of a whole weight: it
+  // initialises to the whole weight's values there, and checkpoints save it in the whole one.
+  void set_shard(Weight* w, const WeightShard& shard);
 
   // Declares that w's GEMMs run in precision p, so allocate() gives it operand memory (nothing
   // for fp32). A weight has one precision; a bound store forwards to its owner.

@@ -22,33 +22,51 @@ void check_tokens(const Tensor& tokens_N, int64_t V) {
 }  // namespace
 
 void embedding_forward(const Tensor& tokens_N, const Tensor& table_VD, Tensor& out_ND) {
+  embedding_part_forward(tokens_N, table_VD, 0, table_VD.size(0), out_ND);
+}
+
+void embedding_backward(const Tensor& tokens_N, const Tensor& dout_ND, Tensor& dtable_VD) {
+  embedding_part_backward(tokens_N, dout_ND, 0, dtable_VD.size(0), dtable_VD);
+}
+
+void embedding_part_forward(const Tensor& tokens_N, const Tensor& table_VD, int64_t first,
+                            int64_t vocab, Tensor& out_ND) {
   OpScope op_scope("embedding", 0, 2.0 * double(out_ND.bytes()));
   const int64_t V = table_VD.size(0), D = table_VD.size(-1), N = tokens_N.numel();
-  MOET_CHECK(table_VD.ndim == 2 && out_ND.numel() == N * D && out_ND.size(-1) == D,
+  MOET_CHECK(table_VD.ndim == 2 && out_ND.numel() == N * D && out_ND.size(-1) == D && first >= 0 &&
+                 first + V <= vocab,
              "embedding: tokens ", tokens_N.shape_str(), " table ", table_VD.shape_str(), " out ",
-             out_ND.shape_str());
+             out_ND.shape_str(), " rows from ", first, " of ", vocab);
   check_dtype(table_VD.dtype, {&out_ND});
-  check_tokens(tokens_N, V);
+  check_tokens(tokens_N, vocab);
   const int32_t* tok = tokens_N.i32();
   dispatch_float(table_VD.dtype, [&](auto t0) {
     using T = decltype(t0);
     const T* tab = table_VD.data<T>();
     T* out = out_ND.data<T>();
 #pragma omp parallel for schedule(static) if (N * D > kParallelMin)
-    for (int64_t n = 0; n < N; ++n) std::copy_n(tab + int64_t(tok[n]) * D, D, out + n * D);
+    for (int64_t n = 0; n < N; ++n) {
+      const int64_t row = int64_t(tok[n]) - first;
+      if (row >= 0 && row < V)
+        std::copy_n(tab + row * D, D, out + n * D);
+      else
+        std::fill_n(out + n * D, D, -T(0));  // x + (−0) = x for every x, +0 included
+    }
   });
 }
 
 // Parallel over fixed column blocks; each block walks the tokens in order, so repeated tokens
 // accumulate in token order whatever the thread count.
-void embedding_backward(const Tensor& tokens_N, const Tensor& dout_ND, Tensor& dtable_VD) {
+void embedding_part_backward(const Tensor& tokens_N, const Tensor& dout_ND, int64_t first,
+                             int64_t vocab, Tensor& dtable_VD) {
   OpScope op_scope("embedding", 0, 3.0 * double(dout_ND.bytes()));
   const int64_t V = dtable_VD.size(0), D = dtable_VD.size(-1), N = tokens_N.numel();
-  MOET_CHECK(dtable_VD.ndim == 2 && dout_ND.numel() == N * D && dout_ND.size(-1) == D,
+  MOET_CHECK(dtable_VD.ndim == 2 && dout_ND.numel() == N * D && dout_ND.size(-1) == D &&
+                 first >= 0 && first + V <= vocab,
              "embedding bwd: tokens ", tokens_N.shape_str(), " dtable ", dtable_VD.shape_str(),
-             " dout ", dout_ND.shape_str());
+             " dout ", dout_ND.shape_str(), " rows from ", first, " of ", vocab);
   check_dtype(dtable_VD.dtype, {&dout_ND});
-  check_tokens(tokens_N, V);
+  check_tokens(tokens_N, vocab);
   const int32_t* tok = tokens_N.i32();
   dispatch_float(dtable_VD.dtype, [&](auto t0) {
     using T = decltype(t0);
@@ -59,7 +77,9 @@ void embedding_backward(const Tensor& tokens_N, const Tensor& dout_ND, Tensor& d
     for (int64_t blk = 0; blk < nblocks; ++blk) {
       const int64_t j0 = blk * kColBlock, j1 = std::min(D, j0 + kColBlock);
       for (int64_t n = 0; n < N; ++n) {
-        T* dst = dtab + int64_t(tok[n]) * D;
+        const int64_t row = int64_t(tok[n]) - first;
+        if (row < 0 || row >= V) continue;
+        T* dst = dtab + row * D;
         const T* src = dout + n * D;
         for (int64_t j = j0; j < j1; ++j) dst[j] += src[j];
       }
@@ -150,6 +170,56 @@ void cross_entropy_backward(Tensor& logits_NV, const Tensor& targets_N, const Te
         row_gradient(d, V, t, lse[n], g);
       }
     });
+  });
+}
+
+void cross_entropy_part_sums(const Tensor& logits_NV, const Tensor& max_N, int64_t pieces,
+                             double* sums_PN) {
+  OpScope op_scope("cross-entropy", 0, double(logits_NV.bytes()));
+  const int64_t V = logits_NV.size(-1), N = rows_of(logits_NV);
+  MOET_CHECK(logits_NV.dtype == DType::F32 && max_N.dtype == DType::F32 && max_N.numel() == N &&
+                 pieces > 0 && V % pieces == 0,
+             "cross-entropy part sums: logits ", logits_NV.shape_str(), " max ", max_N.shape_str(),
+             " pieces ", pieces);
+  const float* lg = logits_NV.f32();
+  const float* m = max_N.f32();
+  const int64_t W = V / pieces;
+#pragma omp parallel for schedule(static) if (N * V > kParallelMin)
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t p = 0; p < pieces; ++p) {
+      const float* x = lg + n * V + p * W;
+      double s = 0;
+#pragma omp simd reduction(+ : s)
+      for (int64_t j = 0; j < W; ++j) s += double(exp_fast(x[j] - m[n]));
+      sums_PN[p * N + n] = s;
+    }
+}
+
+void cross_entropy_part_backward(Tensor& logits_NV, const Tensor& targets_N, int64_t first,
+                                 const Tensor& lse_N, double grad_scale, const Operand& dq) {
+  OpScope op_scope("cross-entropy", 0,
+                   2.0 * double(logits_NV.bytes()) + operand_bytes(dq, logits_NV.ptr));
+  const int64_t V = logits_NV.size(-1), N = rows_of(logits_NV);
+  MOET_CHECK(logits_NV.dtype == DType::F32 && lse_N.dtype == DType::F32 && lse_N.numel() == N &&
+                 targets_N.numel() == N,
+             "cross-entropy part bwd: logits ", logits_NV.shape_str(), " lse ", lse_N.shape_str(),
+             " targets ", targets_N.shape_str());
+  check_i32(targets_N);
+  const int32_t* tgt = targets_N.i32();
+  const float* lse = lse_N.f32();
+  const float g = float(grad_scale);
+  produce_rows(N, V, logits_NV.f32(), dq, [&](int64_t r0, int64_t r1, float* out) {
+    for (int64_t n = r0; n < r1; ++n) {
+      float* d = out + (n - r0) * V;
+      const int64_t t = tgt[n];
+      if (t < 0) {
+        std::fill_n(d, V, 0.f);
+        continue;
+      }
+#pragma omp simd
+      for (int64_t j = 0; j < V; ++j) d[j] = g * exp_fast(d[j] - lse[n]);
+      if (t >= first && t < first + V) d[t - first] -= g;
+    }
   });
 }
 

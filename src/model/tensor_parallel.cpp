@@ -1,0 +1,179 @@
+#include "model/tensor_parallel.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "core/bf16.h"
+#include "core/error.h"
+#include "model/weight_grads.h"
+
+namespace moet {
+
+int64_t TensorParallel::local(int64_t n, const char* what) const {
+  MOET_CHECK(n % parts == 0, what, " ", n, " does not divide over ", parts,
+             " tensor-parallel ranks: choose a --tp that divides it");
+  MOET_CHECK(!invariant || n % kPieces == 0, what, " ", n, " does not divide into ", kPieces,
+             " pieces, which --deterministic tensor parallelism sums apart (every --tp the same "
+             "bits): run without --deterministic, or choose a model whose ",
+             what, " is a multiple of ", kPieces);
+  return n / parts;
+}
+
+namespace {
+
+// Buffers the invariant sums reuse (grown to fit, so a step like the last allocates nothing).
+struct PieceBuffers {
+  std::vector<float> a, b;
+  std::vector<uint16_t> a16, b16;
+  std::vector<float> sums;
+};
+PieceBuffers& buffers() {
+  thread_local PieceBuffers b;
+  return b;
+}
+
+float* grow(std::vector<float>& v, int64_t n) {
+  if (v.size() < size_t(n)) v.resize(size_t(n));
+  return v.data();
+}
+
+// The piece of a_RC along its columns (cols) or rows: of each of `segments` equal blocks of that
+// dimension, the `piece`-th of `pieces` equal parts, the blocks' parts side by side — as the GEMM
+// multiplies it: fp32, or rounded to bf16 (in the GEMM operand dtype) when fmt is BF16.
+Tensor piece_of(const Tensor& a_RC, bool cols, int64_t segments, int64_t piece, int64_t pieces,
+                ops::Format fmt, std::vector<float>& f32, std::vector<uint16_t>& b16) {
+  const int64_t R = a_RC.size(0), C = a_RC.size(1);
+  const int64_t span = (cols ? C : R) / segments, width = span / pieces;
+  const int64_t r_out = cols ? R : segments * width, c_out = cols ? segments * width : C;
+  float* out = grow(f32, r_out * c_out);
+  const bool round = fmt == ops::Format::BF16, from_bf16 = a_RC.dtype == DType::BF16;
+  auto put = [&](float* dst, int64_t at, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = from_bf16 ? bf16_to_float(a_RC.bf16()[at + i]) : a_RC.f32()[at + i];
+      dst[i] = round ? round_bf16(v) : v;
+    }
+  };
+  for (int64_t s = 0; s < segments; ++s) {
+    const int64_t first = s * span + piece * width;
+    if (cols) {
+      for (int64_t r = 0; r < R; ++r) put(out + r * c_out + s * width, r * C + first, width);
+    } else {
+      put(out + s * width * C, first * C, width * C);
+    }
+  }
+  if (!round || ops::gemm_operand_dtype() != DType::BF16)
+    return Tensor(out, DType::F32, {r_out, c_out});
+  if (b16.size() < f32.size()) b16.resize(f32.size());
+  for (int64_t i = 0; i < r_out * c_out; ++i) b16[size_t(i)] = bf16_bits(out[i]);
+  return Tensor(b16.data(), DType::BF16, {r_out, c_out});
+}
+
+// out_MN = Σ over this part's pieces of op(a piece)·op(b piece), added in the pairwise tree over
+// pieces, then over the group's parts; = or += as `accumulate`. `a_cols`/`b_cols`: which
+// dimension of a and b the reduction runs along (the pieces cut it).
+void invariant_sum(const TensorParallel& tp, const Tensor& a, bool a_cols, const Tensor& b,
+                   bool b_cols, int64_t segments, ops::Format fmt, Tensor& out_MN,
+                   bool accumulate) {
+  MOET_CHECK(fmt == ops::Format::F32 || fmt == ops::Format::BF16,
+             "--deterministic tensor parallelism sums fp32 and bf16 GEMMs apart, not ",
+             ops::format_name(fmt), ": run the bf16 recipe, or without --deterministic");
+  const int64_t pieces = TensorParallel::kPieces / tp.parts, M = out_MN.size(0), N = out_MN.size(1);
+  MOET_ASSERT(pieces >= 1 && TensorParallel::kPieces % tp.parts == 0);
+  PieceBuffers& buf = buffers();
+  float* sums = grow(buf.sums, pieces * M * N);
+  for (int64_t p = 0; p < pieces; ++p) {
+    const Tensor ap = piece_of(a, a_cols, segments, p, pieces, fmt, buf.a, buf.a16);
+    const Tensor bp = piece_of(b, b_cols, segments, p, pieces, fmt, buf.b, buf.b16);
+    Tensor c(sums + p * M * N, DType::F32, {M, N});
+    ops::gemm(ap, !a_cols, bp, b_cols, c);
+  }
+  // the pairwise tree: ((p0 + p1) + (p2 + p3)) ...
+  for (int64_t stride = 1; stride < pieces; stride *= 2)
+    for (int64_t p = 0; p + stride < pieces; p += 2 * stride) {
+      Tensor acc(sums + p * M * N, DType::F32, {M, N});
+      const Tensor x(sums + (p + stride) * M * N, DType::F32, {M, N});
+      ops::add(acc, x, acc);
+    }
+  if (tp.group) tp.group->sum(sums, M * N);
+  const Tensor total(sums, DType::F32, {M, N});
+  if (accumulate)
+    ops::add(out_MN, total, out_MN);
+  else
+    ops::copy(total, out_MN);
+}
+
+// What a GEMM reads of an activation: its operand rows when its producer wrote them (the values
+// may then have no memory), else its values.
+const Tensor& gemm_source(const Tensor& values, const ops::Operand* q) {
+  return q && !q->rows.empty() ? q->rows : values;
+}
+
+// The buffer a partial sum is made in before the group adds it into `out` (accumulate) or it is
+// `out` itself.
+Tensor partial_buffer(Tensor& out, bool accumulate) {
+  if (!accumulate) return out;
+  return Tensor(grow(buffers().sums, out.numel()), DType::F32, {out.size(0), out.size(1)});
+}
+
+void sum_over_group(const TensorParallel& tp, Tensor& partial, Tensor& out, bool accumulate) {
+  if (tp.group) tp.group->sum(partial.f32(), partial.numel());
+  if (accumulate) ops::add(out, partial, out);
+}
+
+}  // namespace
+
+void row_parallel_forward(const TensorParallel& tp, const Tensor& x_ND, const Tensor& w_OD,
+                          Tensor& y_NO, const ops::LinearOptions& o) {
+  if (!tp.active()) return ops::linear_forward(x_ND, w_OD, y_NO, o);
+  if (tp.invariant)
+    return invariant_sum(tp, gemm_source(x_ND, o.xq), true, w_OD, true, 1, o.precision.fprop, y_NO,
+                         o.accumulate);
+  Tensor partial = partial_buffer(y_NO, o.accumulate);
+  ops::LinearOptions local = o;
+  local.accumulate = false;
+  ops::linear_forward(x_ND, w_OD, partial, local);
+  sum_over_group(tp, partial, y_NO, o.accumulate);
+}
+
+void column_parallel_backward(WeightGrads* wg, const TensorParallel& tp, int64_t segments,
+                              const Tensor& dy_NO, const Tensor& x_ND, const Tensor& w_OD,
+                              Tensor& dx_ND, Tensor& dw_OD, const ops::LinearOptions& o) {
+  if (!tp.active()) return linear_backward(wg, dy_NO, x_ND, w_OD, dx_ND, dw_OD, o);
+  Tensor no_dx;
+  linear_backward(wg, dy_NO, x_ND, w_OD, no_dx, dw_OD, o);  // this part's rows of dw
+  if (dx_ND.empty()) return;
+  if (tp.invariant)
+    return invariant_sum(tp, gemm_source(dy_NO, o.dyq), true, w_OD, false, segments,
+                         o.precision.dgrad, dx_ND, o.accumulate);
+  Tensor partial = partial_buffer(dx_ND, o.accumulate), no_dw;
+  ops::LinearOptions local = o;
+  local.accumulate = false;
+  ops::linear_backward(dy_NO, x_ND, w_OD, partial, no_dw, local);
+  sum_over_group(tp, partial, dx_ND, o.accumulate);
+}
+
+void head_sum(const TensorParallel& tp, const Tensor& x_NHK, int64_t k0, Tensor& out_NR) {
+  const int64_t N = x_NHK.size(0), H = x_NHK.size(1), K = x_NHK.size(2), R = out_NR.size(1);
+  const int64_t pieces = tp.invariant ? TensorParallel::kPieces / tp.parts : 1;
+  MOET_ASSERT(H % pieces == 0 && k0 + R <= K && out_NR.size(0) == N);
+  const int64_t per_piece = H / pieces;
+  float* sums = grow(buffers().sums, pieces * N * R);
+  const float* x = x_NHK.f32();
+  for (int64_t p = 0; p < pieces; ++p)
+    for (int64_t n = 0; n < N; ++n) {
+      float* acc = sums + (p * N + n) * R;
+      const float* first = x + (n * H + p * per_piece) * K + k0;
+      std::copy(first, first + R, acc);
+      for (int64_t h = 1; h < per_piece; ++h)
+        for (int64_t r = 0; r < R; ++r) acc[r] += first[h * K + r];
+    }
+  for (int64_t stride = 1; stride < pieces; stride *= 2)
+    for (int64_t p = 0; p + stride < pieces; p += 2 * stride) {
+      Tensor acc(sums + p * N * R, DType::F32, {N, R});
+      ops::add(acc, Tensor(sums + (p + stride) * N * R, DType::F32, {N, R}), acc);
+    }
+  if (tp.group) tp.group->sum(sums, N * R);
+  ops::copy(Tensor(sums, DType::F32, {N, R}), out_NR);
+}
+
+}  // namespace moet

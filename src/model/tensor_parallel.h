@@ -1,0 +1,78 @@
+// TensorParallel: what a layer split over a tensor-parallel group is given — which part of its
+// split dimension this rank holds, and the group that reduces the partial sums at its boundary
+// (Megatron's column- and row-parallel linears; docs/parallel.md, "Tensor parallelism"). It is
+// handed to the layer the way the MoE layer is handed its dispatcher: the layer's math never asks
+// for a rank.
+//
+// A column-parallel linear holds rows [part·O/parts, (part+1)·O/parts) of its weight w_OD (of
+// each of its `segments` equal row blocks: SwiGLU's fused gate/up weight has two). Its outputs
+// are those columns of y, the same bits one process computes (a GEMM's output element does not
+// depend on which other outputs the call computes, tests/mpi_tensor_parallel.cpp checks it). Its
+// input gradient dx = dy·w sums over O: each part adds its rows, the group adds the parts.
+// A row-parallel linear holds columns of w_OD, and its input x_ND arrives split the same way (the
+// column-parallel linear before it made it): its output is the sum of the parts' products, its
+// gradients are split outputs.
+//
+// TP-invariant sums (`invariant`, --deterministic): one GEMM over a part's whole reduction adds
+// its products in an order that depends on how long the part is, so one process and two parts
+// would differ in the last bits. Invariant sums cut the full reduction dimension into kPieces
+// equal pieces, multiply each on its own, and add the pieces in the pairwise tree over pieces —
+// a part's pieces here, the parts by the group's allreduce_sum (the same pairwise tree over the
+// ranks, parallel/communicator.h). One process (a single part of kPieces pieces) and any
+// power-of-two group that divides kPieces then add the same products in the same order.
+//
+// The group's collectives are an interface (TpGroup) that parallel/ implements over a
+// Communicator (parallel/tp_group.h), as it implements the MoE layer's dispatcher.
+#pragma once
+#include <cstdint>
+
+#include "kernels/ops.h"
+
+namespace moet {
+
+class WeightGrads;
+
+// The collectives of a tensor-parallel group, as the layers need them.
+class TpGroup {
+ public:
+  virtual ~TpGroup() = default;
+  // x = Σ over the group's ranks, added in the pairwise tree over the ranks in rank order (every
+  // rank gets the same bits).
+  virtual void sum(float* x, int64_t n) = 0;
+  virtual void sum(double* x, int64_t n) = 0;
+  // recv = every rank's `bytes` from send, in rank order.
+  virtual void gather(const void* send, int64_t bytes, void* recv) = 0;
+};
+
+struct TensorParallel {
+  // Pieces of a reduction under invariant sums: groups of 1, 2 and 4 ranks give the same bits.
+  static constexpr int64_t kPieces = 4;
+  int64_t part = 0, parts = 1;  // this rank's part of the split dimension
+  TpGroup* group = nullptr;     // the tensor-parallel group (null: one part)
+  bool invariant = false;       // TP-invariant sums (above)
+
+  // This part's share of a dimension of n (n / parts); throws moet::Error with one line naming
+  // `what` when it does not divide (or, with invariant sums, when the pieces do not).
+  int64_t local(int64_t n, const char* what) const;
+  // Whether the linears below differ from a plain linear at all.
+  bool active() const { return parts > 1 || invariant; }
+};
+
+// y_NO = x_ND · w_ODᵀ summed over the parts, for a row-parallel linear (x and w hold this part's
+// columns); y += with o.accumulate. The same on every rank of the group.
+void row_parallel_forward(const TensorParallel& tp, const Tensor& x_ND, const Tensor& w_OD,
+                          Tensor& y_NO, const ops::LinearOptions& o);
+// The backward of a column-parallel linear whose weight rows are `segments` equal blocks, each
+// split over the parts: dw_OD (this part's rows) through `wg` as every layer's weight gradients
+// go (at once or kept for a W pass), and dx_ND (the whole, the same on every rank; += with
+// o.accumulate) summed over the parts.
+void column_parallel_backward(WeightGrads* wg, const TensorParallel& tp, int64_t segments,
+                              const Tensor& dy_NO, const Tensor& x_ND, const Tensor& w_OD,
+                              Tensor& dx_ND, Tensor& dw_OD, const ops::LinearOptions& o);
+
+// out_NR = Σ over heads of x_NHK[:, h, k0 : k0 + R], over every part's heads (MLA's rope key is
+// shared by the heads, so its gradient sums theirs). With invariant sums the heads are summed in
+// order within each of the kPieces pieces of the full head dimension, the pieces in the tree.
+void head_sum(const TensorParallel& tp, const Tensor& x_NHK, int64_t k0, Tensor& out_NR);
+
+}  // namespace moet
