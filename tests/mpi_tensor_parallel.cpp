@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -23,7 +24,9 @@
 #include "model/config.h"
 #include "model/lm_head.h"
 #include "model/mlp.h"
+#include "model/model.h"
 #include "model/params.h"
+#include "model/recipe.h"
 #include "model/rope.h"
 #include "model/tensor_parallel.h"
 #include "model/vocab_parallel.h"
@@ -351,6 +354,103 @@ TEST(TensorParallel, VocabularySplitAgreesWithThePlainHead) {
     EXPECT_LT(max_rel(got.dh, plain.dh), 1e-5);
     EXPECT_LT(max_rel(got.dproj, rows_of_part(plain.dproj, l.tp)), 1e-5);
     EXPECT_TRUE(same_bits(got.embedded, plain.embedded));
+  }
+}
+
+// A whole model: tiny.json with dense layers only (MoE layers under TP need sequence
+// parallelism's token split, not built) and a vocabulary of 256, with its MTP module. Each
+// weight's gradient in the whole weight's coordinates (NaN where this part holds nothing).
+struct ModelResult {
+  LossBreakdown loss;
+  std::map<std::string, std::vector<float>> grads;
+};
+
+ModelConfig dense_config() {
+  ModelConfig c = parse_model_config(read_text_file(kRoot + "/configs/tiny.json"), "tiny.json");
+  c.first_k_dense_replace = c.num_hidden_layers;
+  c.vocab_size = 256;
+  return c;
+}
+
+ModelResult run_model(const ModelConfig& c, const TensorParallel& tp, const std::string& recipe) {
+  ModelSpec spec;
+  spec.micro_batch = 2;
+  spec.seq_len = 16;
+  spec.precision = resolve_precision(recipe, 0);
+  spec.tp = tp;
+  Model m(c, spec);
+  m.init_parameters(5);
+  std::mt19937 g(3);
+  std::vector<int32_t> tokens(size_t(spec.micro_batch * (spec.seq_len + 1)));
+  for (int32_t& t : tokens) t = int32_t(g() % uint32_t(c.vocab_size));
+  ModelResult r;
+  m.params().zero_grads();
+  r.loss = m.forward(tokens.data(), 1.0);
+  m.backward(1.0);
+  for (const Weight& w : m.params().weights()) {
+    int64_t n = 1;
+    for (int64_t d : w.whole_shape()) n *= d;
+    std::vector<float>& out = r.grads[w.name];
+    out.assign(size_t(n), std::nanf(""));
+    w.for_each_run(0, w.grad.numel(), [&](int64_t local, int64_t whole, int64_t len) {
+      std::copy_n(w.grad.f32() + local, len, out.begin() + whole);
+    });
+  }
+  return r;
+}
+
+TEST(TensorParallel, WholeDenseModelEqualsOneProcessBitwise) {
+  const ModelConfig c = dense_config();
+  for (const std::string recipe : {"fp32", "bf16"}) {
+    const ModelResult one = run_model(c, {.invariant = true}, recipe);
+    EXPECT_GT(one.loss.mtp_loss, 0.0);
+    for (const Layout& l : layouts(true)) {
+      SCOPED_TRACE(recipe + " parts " + std::to_string(l.tp.parts));
+      const ModelResult got = run_model(c, l.tp, recipe);
+      EXPECT_EQ(std::memcmp(&got.loss.lm_loss, &one.loss.lm_loss, sizeof(double)), 0);
+      EXPECT_EQ(std::memcmp(&got.loss.mtp_loss, &one.loss.mtp_loss, sizeof(double)), 0);
+      ASSERT_EQ(got.grads.size(), one.grads.size());
+      int64_t compared = 0;
+      for (const auto& [name, g] : got.grads) {
+        const std::vector<float>& want = one.grads.at(name);
+        ASSERT_EQ(g.size(), want.size()) << name;
+        int64_t differ = 0;
+        for (size_t i = 0; i < g.size(); ++i) {
+          if (std::isnan(g[i])) continue;  // another part's
+          ++compared;
+          differ += std::memcmp(&g[i], &want[i], sizeof(float)) != 0;
+        }
+        EXPECT_EQ(differ, 0) << name;
+      }
+      EXPECT_GT(compared, 0);
+    }
+  }
+}
+
+TEST(TensorParallel, MoeLayersAskForTheTokenSplit) {
+  const ModelConfig c =
+      parse_model_config(read_text_file(kRoot + "/configs/tiny.json"), "tiny.json");
+  ModelSpec spec;
+  spec.micro_batch = 1;
+  spec.seq_len = 8;
+  spec.tp = {.part = 0, .parts = 2};
+  try {
+    Model m(c, spec);
+    FAIL() << "an MoE model under --tp 2 was built";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("vocabulary 257 does not divide over 2"),
+              std::string::npos)
+        << e.what();
+  }
+  ModelConfig even = c;
+  even.vocab_size = 256;
+  try {
+    Model m(even, spec);
+    FAIL() << "an MoE model under --tp 2 was built";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("MoE layers under --tp 2 need sequence parallelism"),
+              std::string::npos)
+        << e.what();
   }
 }
 

@@ -11,20 +11,21 @@ namespace moet {
 
 DecoderBlock::DecoderBlock(const ModelConfig& c, ParamStore& ps, const std::string& p, bool moe,
                            std::unique_ptr<TokenDispatcher> dispatcher,
-                           const PrecisionPolicy& precision, int64_t layer)
+                           const PrecisionPolicy& precision, int64_t layer,
+                           const TensorParallel& tp)
     : eps_(c.rms_norm_eps),
       lin_(precision.decoder(layer, c.num_hidden_layers)),
       in_norm_(ps.declare(p + "input_layernorm.weight", {c.hidden_size}, Init::Ones, false)),
       post_norm_(
           ps.declare(p + "post_attention_layernorm.weight", {c.hidden_size}, Init::Ones, false)),
       attn_(c, ps, p + "self_attn.", precision.decoder(layer, c.num_hidden_layers),
-            precision.attention()) {
+            precision.attention(), tp) {
   const ops::LinearPrecision lin = precision.decoder(layer, c.num_hidden_layers);
   if (moe)
     moe_ = std::make_unique<MoeLayer>(c, ps, p + "mlp.", std::move(dispatcher), lin,
-                                      precision.combine());
+                                      precision.combine(), tp);
   else
-    mlp_ = std::make_unique<SwiGluMlp>(c.hidden_size, c.intermediate_size, ps, p + "mlp.", lin);
+    mlp_ = std::make_unique<SwiGluMlp>(c.hidden_size, c.intermediate_size, ps, p + "mlp.", lin, tp);
 }
 
 void DecoderBlock::set_trace(TraceRecorder* rec, int lane) {

@@ -18,7 +18,7 @@ class DecoderBlock {
   // k - 1).
   DecoderBlock(const ModelConfig& c, ParamStore& ps, const std::string& prefix, bool moe,
                std::unique_ptr<TokenDispatcher> dispatcher, const PrecisionPolicy& precision = {},
-               int64_t layer = 0);
+               int64_t layer = 0, const TensorParallel& tp = {});
   void plan(Workspace& ws);
   // out = block(in); `in` must stay unchanged until backward.
   void forward(const Tensor& in_ND, Tensor& out_ND, const RopeCache& rope);

@@ -7,6 +7,7 @@
 #include "model/kv_cache.h"
 #include "model/local_dispatcher.h"
 #include "model/rope.h"
+#include "model/vocab_parallel.h"
 #include "model/weight_grads.h"
 
 namespace moet {
@@ -18,6 +19,7 @@ Model::Model(const ModelConfig& c, const ModelSpec& spec)
       T_(spec.seq_len),
       lw_(spec.loss_weights),
       part_(spec.shared ? spec.shared->part() : spec.part),
+      tp_(spec.shared ? spec.shared->tp_ : spec.tp),
       recompute_plan_(spec.shared ? spec.shared->recompute_plan() : spec.recompute),
       shared_(spec.shared) {
   MOET_ASSERT(!(spec.shared && spec.store));
@@ -34,7 +36,8 @@ Model::Model(const ModelConfig& c, const ModelSpec& spec)
   MOET_CHECK(T <= c.max_position_embeddings, "sequence length ", T,
              " exceeds max_position_embeddings (", c.max_position_embeddings, ")");
   if (!dispatchers) dispatchers = [](int64_t e) { return std::make_unique<LocalDispatcher>(e); };
-  const int64_t D = c.hidden_size, V = c.vocab_size;
+  const int64_t D = c.hidden_size, V = tp_.local(c.vocab_size, "vocabulary");
+  const WeightShard vocab_part{.dim = 0, .part = tp_.part, .parts = tp_.parts};
   const bool mtp = part_.loss && c.num_nextn_predict_layers > 0;
   // The MTP modules embed their inputs: without the embedding slot they read a replica (or,
   // on the rank of the embedding's part, the embedding) and hand their gradients to that part.
@@ -45,25 +48,27 @@ Model::Model(const ModelConfig& c, const ModelSpec& spec)
              "train a copy of the embedding");
   if (part_.embedding || mtp) {
     embed_ = ps.declare("model.embed_tokens.weight", {V, D}, Init::Normal, true, !replica);
+    if (tp_.parts > 1) ps.set_shard(embed_, vocab_part);
     if (!part_.embedding_on_rank) embed_->replica = replica;
   }
   for (int64_t l = part_.first_layer; l < part_.end_layer; ++l) {
     bool moe = c.is_moe_layer(l);
     blocks_.push_back(std::make_unique<DecoderBlock>(
         c, ps, "model.layers." + std::to_string(l) + ".", moe,
-        moe ? dispatchers(c.n_routed_experts) : nullptr, precision_, l));
+        moe ? dispatchers(c.n_routed_experts) : nullptr, precision_, l, tp_));
     if (moe) moe_layers_.push_back(blocks_.back()->moe());
   }
   if (part_.loss) {
     lm_head_ =
         c.tie_word_embeddings ? embed_ : ps.declare("lm_head.weight", {V, D}, Init::Normal, true);
+    if (tp_.parts > 1 && lm_head_ != embed_) ps.set_shard(lm_head_, vocab_part);
     head_ = std::make_unique<LmHead>(c.rms_norm_eps, D, ps, "model.norm.weight", lm_head_,
-                                     precision_.head());
+                                     precision_.head(), tp_);
     for (int64_t k = 1; k <= c.num_nextn_predict_layers; ++k) {
       std::string p = "model.layers." + std::to_string(c.num_hidden_layers + k - 1) + ".";
       mtp_.push_back(std::make_unique<MtpModule>(
           c, ps, p, k, embed_, lm_head_, c.mtp_is_moe() ? dispatchers(c.n_routed_experts) : nullptr,
-          precision_));
+          precision_, tp_));
       if (c.mtp_is_moe()) moe_layers_.push_back(mtp_.back()->block().moe());
     }
   }
@@ -198,7 +203,7 @@ void Model::forward_begin(const int32_t* seq, double grad_scale) {
       in[b * T_ + t] = tok;
       tgt[b * T_ + t] = next;
     }
-  if (part_.embedding) ops::embedding_forward(inputs_N_, embed_->value, hidden_[0]);
+  if (part_.embedding) vocab_parallel_embedding_forward(tp_, inputs_N_, embed_->value, hidden_[0]);
 }
 
 void Model::forward_stage(int64_t l, MoeStage stage) {
@@ -251,7 +256,7 @@ void Model::forward_cached(const int32_t* tokens_T, KvCache& cache, Tensor& logi
                " out of range [0, ", cfg_.vocab_size, ")");
     in[t] = tokens_T[t];
   }
-  ops::embedding_forward(inputs_N_, embed_->value, hidden_[0]);
+  vocab_parallel_embedding_forward(tp_, inputs_N_, embed_->value, hidden_[0]);
   const RopeCache rope = cache.rope_at(pos, T_);
   for (int64_t l = 0; l < num_layers(); ++l)
     blocks_[l]->forward_cached(hidden_[l], hidden_[l + 1], rope, cache.layer(l), pos);
@@ -329,9 +334,9 @@ void Model::backward_end() {
     for (size_t k = mtp_de_.size(); k-- > 0;) {
       MtpModule::shifted_tokens(tokens_BT1_.i32(), B_, T_, int64_t(k) + 1, mtp_tok_N_.i32(),
                                 nullptr);
-      ops::embedding_backward(mtp_tok_N_, mtp_de_[k], embed_->grad);
+      vocab_parallel_embedding_backward(tp_, mtp_tok_N_, mtp_de_[k], embed_->grad);
     }
-  ops::embedding_backward(inputs_N_, input_grad(), embed_->grad);
+  vocab_parallel_embedding_backward(tp_, inputs_N_, input_grad(), embed_->grad);
 }
 
 }  // namespace moet

@@ -83,6 +83,10 @@ struct ModelSpec {
   // read; store must be null). With --a2a-overlap each micro-batch is split over two lanes whose
   // stages interleave, so one lane's all-to-alls travel under the other lane's compute.
   Model* shared = nullptr;
+  // The tensor-parallel part this rank holds (model/tensor_parallel.h): attention's heads, the
+  // dense MLPs' and shared experts' FFN dimension, the vocabulary; and whether sums over a split
+  // dimension are TP-invariant (--deterministic). Not read with `shared` (shared's is used).
+  TensorParallel tp = {};
 };
 
 class Model {
@@ -189,6 +193,7 @@ class Model {
   int64_t B_, T_;
   LossWeights lw_;
   ModelPart part_;
+  TensorParallel tp_;
   ParamStore params_;
   ParamStore* store_ = &params_;  // where the parameters are declared
   Weight *embed_ = nullptr, *lm_head_ = nullptr;

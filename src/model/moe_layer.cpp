@@ -9,7 +9,7 @@ namespace moet {
 
 MoeLayer::MoeLayer(const ModelConfig& c, ParamStore& ps, const std::string& p,
                    std::unique_ptr<TokenDispatcher> dispatcher, const ops::LinearPrecision& experts,
-                   ops::Format combine)
+                   ops::Format combine, const TensorParallel& tp)
     : D_(c.hidden_size),
       F_(c.moe_intermediate_size),
       lin_(experts),
@@ -17,9 +17,14 @@ MoeLayer::MoeLayer(const ModelConfig& c, ParamStore& ps, const std::string& p,
       handover_(ops::is_fp4(dispatch_) ? ops::Format::BF16 : dispatch_),
       combine_(combine),
       dispatcher_(std::move(dispatcher)) {
+  // Routed experts under tensor parallelism need its tokens split over the group (Megatron
+  // requires sequence parallelism for MoE with TP): not built yet (docs/parallel.md).
+  MOET_CHECK(tp.parts == 1, "MoE layers under --tp ", tp.parts,
+             " need sequence parallelism's token split, which moet does not have yet: run --tp 1 "
+             "(with --ep for the experts), or a model without MoE layers");
   if (c.n_shared_experts > 0)
     shared_ = std::make_unique<SwiGluMlp>(c.hidden_size, c.shared_intermediate_size(), ps,
-                                          p + "shared_experts.", experts);
+                                          p + "shared_experts.", experts, tp);
   dispatcher_->set_payload_formats(dispatch_, combine_);
   spec_.n_experts = c.n_routed_experts;
   spec_.n_group = c.n_group;

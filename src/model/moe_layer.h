@@ -32,7 +32,7 @@ class MoeLayer {
   // experts in the format of their fprop and come back in `combine` (PrecisionPolicy).
   MoeLayer(const ModelConfig& c, ParamStore& ps, const std::string& prefix,
            std::unique_ptr<TokenDispatcher> dispatcher, const ops::LinearPrecision& experts = {},
-           ops::Format combine = ops::Format::F32);
+           ops::Format combine = ops::Format::F32, const TensorParallel& tp = {});
   void plan(Workspace& ws);
   // xq (every call below): x's operands in the experts' formats (plan_input_operand), written by
   // x's producer — its rows are the tokens dispatched, its cols the shared expert's wgrad

@@ -4,14 +4,16 @@
 
 #include "kernels/ops.h"
 #include "model/operands.h"
+#include "model/vocab_parallel.h"
 #include "model/weight_grads.h"
 
 namespace moet {
 
 MtpModule::MtpModule(const ModelConfig& c, ParamStore& ps, const std::string& p, int64_t depth,
                      Weight* embed, Weight* head, std::unique_ptr<TokenDispatcher> dispatcher,
-                     const PrecisionPolicy& precision)
-    : k_(depth),
+                     const PrecisionPolicy& precision, const TensorParallel& tp)
+    : tp_(tp),
+      k_(depth),
       eps_(c.rms_norm_eps),
       embed_(embed),
       enorm_(ps.declare(p + "enorm.weight", {c.hidden_size}, Init::Ones, false)),
@@ -20,9 +22,9 @@ MtpModule::MtpModule(const ModelConfig& c, ParamStore& ps, const std::string& p,
           ps.declare(p + "eh_proj.weight", {c.hidden_size, 2 * c.hidden_size}, Init::Normal, true)),
       eh_lin_(precision.head()),
       block_(c, ps, p, c.mtp_is_moe(), std::move(dispatcher), precision,
-             c.num_hidden_layers + depth - 1),
+             c.num_hidden_layers + depth - 1, tp),
       head_(c.rms_norm_eps, c.hidden_size, ps, p + "shared_head.norm.weight", head,
-            precision.head()) {
+            precision.head(), tp) {
   ps.reserve_operands(eh_proj_, eh_lin_);
 }
 
@@ -75,7 +77,7 @@ double MtpModule::forward(const Tensor& h_prev_ND, const int32_t* seq, const Rop
                           double head_grad_scale) {
   const int64_t N = h_prev_ND.size(0), T = rope.cos_TR2.size(0), B = N / T;
   shifted_tokens(seq, B, T, k_, in_tok_N_.i32(), tgt_N_.i32());
-  ops::embedding_forward(in_tok_N_, embed_->value, e_ND_);
+  vocab_parallel_embedding_forward(tp_, in_tok_N_, embed_->value, e_ND_);
   ops::rmsnorm_forward(e_ND_, enorm_->value, eps_, en_ND_, e_rstd_N_);
   ops::rmsnorm_forward(h_prev_ND, hnorm_->value, eps_, hn_ND_, h_rstd_N_);
   ops::concat_cols(en_ND_, hn_ND_, cat_N2D_, cat_q_);
@@ -100,7 +102,7 @@ void MtpModule::backward(const Tensor& h_prev_ND, const Tensor& d_out_ND, double
   if (de_out_)
     ops::copy(de_ND_, *de_out_);
   else
-    ops::embedding_backward(in_tok_N_, de_ND_, embed_->grad);
+    vocab_parallel_embedding_backward(tp_, in_tok_N_, de_ND_, embed_->grad);
 }
 
 }  // namespace moet

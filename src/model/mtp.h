@@ -16,7 +16,7 @@ class MtpModule {
   // depth: k >= 1; prefix: "model.layers.{num_hidden_layers + k - 1}.".
   MtpModule(const ModelConfig& c, ParamStore& ps, const std::string& prefix, int64_t depth,
             Weight* embed, Weight* head, std::unique_ptr<TokenDispatcher> dispatcher,
-            const PrecisionPolicy& precision = {});
+            const PrecisionPolicy& precision = {}, const TensorParallel& tp = {});
   // block_ws: where its decoder block plans (the recompute region's under recomputation; the same
   // scratch).
   void plan(Workspace& ws, Workspace& block_ws);
@@ -42,6 +42,7 @@ class MtpModule {
   LmHead& head() { return head_; }
 
  private:
+  TensorParallel tp_;  // the vocabulary part of the embedding it reads
   int64_t k_;
   double eps_;
   Weight *embed_, *enorm_, *hnorm_, *eh_proj_;
