@@ -427,6 +427,16 @@ TEST(TensorParallel, WholeDenseModelEqualsOneProcessBitwise) {
   }
 }
 
+// Building c under spec throws moet::Error with `text` in its one line.
+void expect_refusal(const ModelConfig& c, const ModelSpec& spec, const std::string& text) {
+  try {
+    Model m(c, spec);
+    ADD_FAILURE() << "built a model that should be refused with: " << text;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
+  }
+}
+
 TEST(TensorParallel, MoeLayersAskForTheTokenSplit) {
   const ModelConfig c =
       parse_model_config(read_text_file(kRoot + "/configs/tiny.json"), "tiny.json");
@@ -434,24 +444,10 @@ TEST(TensorParallel, MoeLayersAskForTheTokenSplit) {
   spec.micro_batch = 1;
   spec.seq_len = 8;
   spec.tp = {.part = 0, .parts = 2};
-  try {
-    Model m(c, spec);
-    FAIL() << "an MoE model under --tp 2 was built";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("vocabulary 257 does not divide over 2"),
-              std::string::npos)
-        << e.what();
-  }
+  expect_refusal(c, spec, "vocabulary 257 does not divide over 2");
   ModelConfig even = c;
   even.vocab_size = 256;
-  try {
-    Model m(even, spec);
-    FAIL() << "an MoE model under --tp 2 was built";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("MoE layers under --tp 2 need sequence parallelism"),
-              std::string::npos)
-        << e.what();
-  }
+  expect_refusal(even, spec, "MoE layers under --tp 2 need sequence parallelism");
 }
 
 TEST(TensorParallel, RefusesWhatDoesNotDivide) {
