@@ -115,6 +115,10 @@ grep -q "^#5 " "$tmp/plan" || fail "plan has no 5th layout"
 grep -q "^why #1: .* beats " "$tmp/plan" || fail "plan does not say why #1 wins"
 grep -q "^error band: " "$tmp/plan" || fail "plan gives no error band"
 grep -q "equivalent to #1 within the model's error" "$tmp/plan" || fail "plan marks no equivalent layout"
+# every layout shown says whether moet train runs it (the record's TP1 layouts all run)
+[[ $(grep -c '^#[0-9].*\[moet train runs it\]$' "$tmp/plan") == 5 ]] ||
+  fail "plan does not mark the layouts moet train runs"
+grep -q "^moet train runs 5 of the 5 layouts shown$" "$tmp/plan" || fail "plan has no runs line"
 
 # Bad input: non-zero exit, exactly one line on stderr saying what is wrong.
 expect_error "EP 48 does not divide the 256 routed experts" "$moet" simulate "${record[@]}" --gpus 256 --ep 48

@@ -73,6 +73,20 @@ TEST(Simulator, H100RecordWithinTwelvePercentOfPublished) {
   EXPECT_GT(p.breakdown.launch, 0);  // no CUDA graphs: host-launched
 }
 
+// The planner says which layouts moet train runs: the GB300 record's (TP1 EP32) yes, the H100
+// recipe's TP2 and an ETP layout not yet.
+TEST(Simulator, PlannerSaysWhatMoetTrainLacks) {
+  SimLayout l;
+  l.gpus = 256, l.pp = 2, l.vpp = 8, l.ep = 32, l.gbs = 4096;
+  EXPECT_EQ(engine_lacks(l), "");
+  l.tp = 2;
+  EXPECT_EQ(engine_lacks(l), "--tp 2");
+  l.etp = 2;
+  EXPECT_EQ(engine_lacks(l), "--tp 2 --etp 2");
+  l.tp = 1;
+  EXPECT_EQ(engine_lacks(l), "--etp 2");
+}
+
 TEST(Simulator, Gb300ScalingTo1024KeepsPublishedEfficiency) {
   // The recipes' large-batch variant (GBS 15360, row D6) at 256 and 1,024 GPUs: within a point
   // of the published 98.5% (the blog does not state the batch of its scaling run).

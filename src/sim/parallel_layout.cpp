@@ -152,6 +152,15 @@ PipelineScheduleSpec SimLayout::schedule_spec(int64_t m) const {
   return s;
 }
 
+std::string engine_lacks(const SimLayout& l) {
+  // The layers are tensor-parallel (model/tensor_parallel.h), but moet train has neither --tp
+  // nor --etp yet (issue 40); PP, VPP, EP, DP, every schedule and recompute choice it runs.
+  std::string lacks;
+  if (l.tp > 1) lacks += str("--tp ", l.tp);
+  if (l.etp > 1) lacks += str(lacks.empty() ? "" : " ", "--etp ", l.etp);
+  return lacks;
+}
+
 std::string describe(const SimLayout& l) {
   std::string rc;
   if (l.recompute == "selective")

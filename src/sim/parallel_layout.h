@@ -71,5 +71,8 @@ std::vector<size_t> stages_of_slots(const ModelConfig& c, const SimLayout& l);
 std::string format_pp_layout(const ModelConfig& c, const SimLayout& l,
                              const std::vector<size_t>& stage_of);
 std::string describe(const SimLayout& l);  // "TP1 PP2 VPP8 EP32 ETP1 MBS1 GBS4096"
+// What `moet train` lacks to run layout l: "" when it runs it, else the missing flags ("--tp 2",
+// "--etp 2"), so the planner never recommends a layout as if the engine could run it.
+std::string engine_lacks(const SimLayout& l);
 
 }  // namespace moet::sim

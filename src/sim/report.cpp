@@ -101,16 +101,21 @@ void print_plan(std::FILE* out, const SystemSpec& s, const Plan& plan, size_t to
   std::fprintf(out, "%s\n", flops_line(plan.ranked.front()).c_str());
   const double best = plan.ranked.front().tflops_per_gpu;
   const double width = band ? std::max(std::abs(band->low), std::abs(band->high)) : 0;
-  size_t equivalent = 0;
-  for (size_t i = 0; i < std::min(top, plan.ranked.size()); ++i) {
+  size_t equivalent = 0, runs = 0, shown = std::min(top, plan.ranked.size());
+  for (size_t i = 0; i < shown; ++i) {
     const Prediction& p = plan.ranked[i];
     const bool same = i > 0 && band && best / p.tflops_per_gpu - 1 < width;
     equivalent += same;
-    std::fprintf(out, "#%zu  %-52s %8.1f TFLOP/s/GPU %8.1f tokens/s/GPU  MFU %.1f%%%s\n", i + 1,
-                 describe(p.layout).c_str(), p.tflops_per_gpu, p.tokens_per_s_per_gpu, 100 * p.mfu,
-                 same ? "  (equivalent to #1 within the model's error)" : "");
+    const std::string lacks = engine_lacks(p.layout);
+    runs += lacks.empty();
+    std::fprintf(out, "#%zu  %-52s %8.1f TFLOP/s/GPU %8.1f tokens/s/GPU  MFU %.1f%%%s  [%s]\n",
+                 i + 1, describe(p.layout).c_str(), p.tflops_per_gpu, p.tokens_per_s_per_gpu,
+                 100 * p.mfu, same ? "  (equivalent to #1 within the model's error)" : "",
+                 lacks.empty() ? "moet train runs it" : ("moet train lacks " + lacks).c_str());
     print_breakdown(out, p);
   }
+  std::fprintf(out, "moet train runs %zu of the %zu layouts shown%s\n", runs, shown,
+               runs == shown ? "" : " (the others need --tp or --etp: docs/parallel.md)");
   std::fprintf(out, "why #1: %s\n", explain_winner(plan).c_str());
   if (band) {
     std::fprintf(out, "error band: %s\n", band_line(*band, "full").c_str());
