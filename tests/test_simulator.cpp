@@ -87,6 +87,35 @@ TEST(Simulator, PlannerSaysWhatMoetTrainLacks) {
   EXPECT_EQ(engine_lacks(l), "--etp 2");
 }
 
+// Context parallelism on the H100 recipe at 32K tokens (DeepSeek-V3's first long-context phase):
+// CP 2 over twice the GPUs keeps the data-parallel size; each rank holds half the sequence, so
+// about half the activations and half the attention work, and pays the KV-latent exchange.
+TEST(Simulator, ContextParallelHalvesActivationsAndAttention) {
+  SimLayout one = h100_record();
+  one.seq = 32768, one.gbs = 256;
+  SimLayout two = one;
+  two.cp = 2, two.gpus = 2 * one.gpus;
+  ASSERT_EQ(two.dp(), one.dp());
+  const SystemSpec s = load_system("h100-sxm");
+  const Prediction p1 = simulate(dsv3(), one, s), p2 = simulate(dsv3(), two, s);
+  EXPECT_EQ(p1.breakdown.cp_comm, 0);
+  EXPECT_GT(p2.breakdown.cp_comm, 0);
+  EXPECT_NEAR(p2.memory.activations / p1.memory.activations, 0.5, 0.1)
+      << p2.memory.activations << " vs " << p1.memory.activations << " GB";
+  EXPECT_NEAR(p2.breakdown.attention / p1.breakdown.attention, 0.5, 0.01);
+  EXPECT_LT(p2.step_time_s, p1.step_time_s);  // half the work per rank, minus the exchange
+  EXPECT_NE(describe(two).find("TP2 CP2 PP8"), std::string::npos) << describe(two);
+  EXPECT_EQ(engine_lacks(two), "--tp 2 --cp 2");
+  two.seq = 32766;  // not a multiple of 2·CP = 4
+  try {
+    validate(dsv3(), two);
+    FAIL() << "an odd split accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("does not split into the 2·CP = 4"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Simulator, Gb300ScalingTo1024KeepsPublishedEfficiency) {
   // The recipes' large-batch variant (GBS 15360, row D6) at 256 and 1,024 GPUs: within a point
   // of the published 98.5% (the blog does not state the batch of its scaling run).
@@ -143,8 +172,9 @@ TEST(Simulator, BreakdownAddsUpToTheStep) {
     const Breakdown& b = p.breakdown;
     EXPECT_NEAR(b.compute + b.a2a_exposed + b.pp_bubble + b.dp_exposed + b.optimizer, p.step_time_s,
                 1e-9 * p.step_time_s);
-    EXPECT_NEAR(b.gemm + b.attention + b.memory_bound + b.tp_comm + b.launch + b.contention,
-                b.compute, 1e-9 * b.compute);
+    EXPECT_NEAR(
+        b.gemm + b.attention + b.memory_bound + b.tp_comm + b.cp_comm + b.launch + b.contention,
+        b.compute, 1e-9 * b.compute);
     EXPECT_LE(b.a2a_exposed, b.a2a_total * (1 + 1e-9));
     EXPECT_LE(b.dp_exposed, b.dp_total * 1.2);
     const double tokens = double(l.gbs * l.seq);

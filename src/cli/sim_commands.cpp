@@ -99,6 +99,10 @@ CLI::App* add_simulate_command(CLI::App& app, SimulateArgs& a) {
       ->delimiter(',')
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   c->add_option("--tp", a.tp, "tensor parallel")->capture_default_str();
+  c->add_option("--cp", a.cp,
+                "context parallel: each sequence in 2·CP load-balanced chunks over CP ranks, MLA's "
+                "KV latent all-gathered")
+      ->capture_default_str();
   c->add_option("--pp", a.pp, "pipeline parallel")->capture_default_str();
   c->add_option("--vpp", a.vpp, "virtual pipeline stages per rank")->capture_default_str();
   c->add_option("--ep", a.ep, "expert parallel")->capture_default_str();
@@ -178,7 +182,7 @@ void run_simulate(const SimulateArgs& a) {
   const ModelConfig c = load_model_config(a.model);
   const sim::SystemSpec s = sim::load_system(a.system);
   sim::SimLayout l;
-  l.tp = a.tp, l.pp = a.pp, l.vpp = a.vpp, l.ep = a.ep, l.etp = a.etp, l.mbs = a.mbs;
+  l.tp = a.tp, l.cp = a.cp, l.pp = a.pp, l.vpp = a.vpp, l.ep = a.ep, l.etp = a.etp, l.mbs = a.mbs;
   l.gbs = a.gbs, l.seq = a.seq, l.precision = precision_flag(a.precision);
   l.mtp = a.mtp.value_or(-1);
   for (RecomputeModule m : a.recompute_modules) l.recompute_modules.add(m);

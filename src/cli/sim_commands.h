@@ -14,7 +14,7 @@ namespace moet::cli {
 struct SimulateArgs {
   std::string model, system;
   std::vector<int64_t> gpus;
-  int64_t tp = 1, pp = 1, vpp = 1, ep = 1, etp = 1, mbs = 1, gbs = 0, seq = 4096;
+  int64_t tp = 1, cp = 1, pp = 1, vpp = 1, ep = 1, etp = 1, mbs = 1, gbs = 0, seq = 4096;
   std::optional<int64_t> mtp;  // unset: the model config's
   std::string precision = "bf16", recompute = "none", pp_layout, cuda_graphs = "full";
   std::string pipeline_schedule;  // empty: interleaved 1F1B (1F1B with --vpp 1)

@@ -52,7 +52,8 @@ class SlotBuilder {
     // emulated cluster, whose nodes are namespaces of that one machine).
     share_ = s.compute_shared ? static_cast<int>(l.gpus) : 1;
     hbm_ = s.hbm_tbps * 1e12 * s.eff.hbm / share_;
-    tokens_ = static_cast<double>(l.mbs * l.seq);
+    // this rank's tokens: under context parallelism 2 of the sequence's 2·CP chunks
+    tokens_ = static_cast<double>(l.mbs * l.seq) / double(l.cp);
   }
 
   SlotCost embedding() {
@@ -166,7 +167,9 @@ class SlotBuilder {
 
   void attention_core(SlotCost& w, double heads) {
     const double dqk = double(c_.qk_head_dim()), dv = double(c_.v_head_dim);
-    const double flops = double(l_.mbs) * double(l_.seq) * double(l_.seq) * heads * (dqk + dv);
+    // under context parallelism the load-balanced chunks give each rank 1/CP of the pairs
+    const double flops =
+        double(l_.mbs) * double(l_.seq) * double(l_.seq) * heads * (dqk + dv) / double(l_.cp);
     SlotCost g = start("");
     g.attn_f += flops / (peak(high_) * s_.eff.attention_fwd);
     g.attn_b += 2.5 * flops / (peak(high_) * s_.eff.attention_bwd);  // S = QKᵀ recomputed
@@ -182,6 +185,20 @@ class SlotBuilder {
     const double t = bytes / (s_.nvlink_gbps * 1e9 * s_.eff.collective_nvlink);
     w.tp_f += 2 * pairs * t;
     w.tp_b += 2 * pairs * t;
+  }
+
+  // Context parallelism: MLA's compressed KV latent (c_kv and the shared rope key, kv_lora_rank
+  // + rope dims per token, not the heads' keys and values) all-gathered over the CP ranks in
+  // forward, its gradient reduce-scattered in backward; over NVLink while TP·CP ranks fit a
+  // domain, else over the scale-out NICs.
+  void cp_collective(SlotCost& w, double width) const {
+    if (l_.cp == 1) return;
+    const double bytes = double(l_.mbs * l_.seq) * width * a_ * double(l_.cp - 1) / double(l_.cp);
+    const bool nvlink = l_.tp * l_.cp <= s_.ranks_per_domain(static_cast<int>(l_.gpus));
+    const double bw = nvlink ? s_.nvlink_gbps * 1e9 * s_.eff.collective_nvlink
+                             : s_.scaleout_gbps * 1e9 * s_.eff.collective_scaleout;
+    w.cp_f += bytes / bw;
+    w.cp_b += bytes / bw;
   }
 
   // in_layer: the input and post-attention norms (`layernorm`), not MLA's latent norms
@@ -212,11 +229,16 @@ class SlotBuilder {
       gemm(up, t, n * dqk, h(), 1, true, false);
     }
     gemm(w, t, rkv + dr, h(), 1, true);  // kv_a (replicated over TP)
-    norm(up, rkv, t, false);
-    gemm(up, t, n * (dn + dv), rkv, 1, true, false);
+    // context parallelism: every rank's latents gathered, the keys and values of the whole
+    // sequence made from them here (tk rows; t without CP)
+    cp_collective(w, rkv + dr);
+    const double tk = t * double(l_.cp);
+    norm(up, rkv, tk, false);
+    gemm(up, tk, n * (dn + dv), rkv, 1, true, false);
     // RoPE and assembling per-head q, k (shared rope key broadcast) and contiguous v.
-    mem(up, 2 * t * n * (2 * dqk + dv), 3 * t * n * (2 * dqk + dv), 3, 3);
-    up.act_bytes += t * n * (2 * dqk + dv) * a_;  // q, k, v for attention's backward
+    const double qkv = t * n * dqk + tk * n * (dqk + dv);
+    mem(up, 2 * qkv, 3 * qkv, 3, 3);
+    up.act_bytes += qkv * a_;  // q, k, v for attention's backward
     merge_group(w, up, RecomputeModule::kMlaUpProj);
     attention_core(w, n);
     // o_proj: its input is the attention output, saved with core attention's

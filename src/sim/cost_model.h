@@ -14,11 +14,13 @@ namespace moet::sim {
 
 // Seconds (forward / backward) of one slot for one micro-batch on one GPU.
 struct SlotCost {
-  std::string name;                   // "embedding", "dense 0", "moe 3", "mtp 0", "loss"
-  double gemm_f = 0, gemm_b = 0;      // GEMMs (FP8/MXFP8 where the precision says so)
-  double attn_f = 0, attn_b = 0;      // core attention
-  double mem_f = 0, mem_b = 0;        // memory-bound kernels (norms, activations, permutes, casts)
-  double tp_f = 0, tp_b = 0;          // tensor-parallel all-gather / reduce-scatter (exposed)
+  std::string name;               // "embedding", "dense 0", "moe 3", "mtp 0", "loss"
+  double gemm_f = 0, gemm_b = 0;  // GEMMs (FP8/MXFP8 where the precision says so)
+  double attn_f = 0, attn_b = 0;  // core attention
+  double mem_f = 0, mem_b = 0;    // memory-bound kernels (norms, activations, permutes, casts)
+  double tp_f = 0, tp_b = 0;      // tensor-parallel all-gather / reduce-scatter (exposed)
+  double cp_f = 0,
+         cp_b = 0;  // context-parallel KV-latent all-gather / its gradient's reduce-scatter
   double launch_f = 0, launch_b = 0;  // per-kernel cost, and host launch time the GPU waits for
   // Kernels, forward / backward: all of them, and those of the MoE dispatch, experts and
   // combine (which partial CUDA graphs leave uncaptured).
@@ -40,8 +42,8 @@ struct SlotCost {
   double redo_bytes = 0;
   double dense_params = 0;   // parameters on this GPU, reduced over DP
   double expert_params = 0;  // parameters on this GPU, reduced over expert-DP
-  double fwd() const { return gemm_f + attn_f + mem_f + tp_f + launch_f; }
-  double bwd() const { return gemm_b + attn_b + mem_b + tp_b + launch_b; }
+  double fwd() const { return gemm_f + attn_f + mem_f + tp_f + cp_f + launch_f; }
+  double bwd() const { return gemm_b + attn_b + mem_b + tp_b + cp_b + launch_b; }
 };
 
 // Bytes of one activation element (2 on GPUs, 4 in fp32).

@@ -23,6 +23,7 @@ void validate(const ModelConfig& c, const SimLayout& l) {
     throw Error(str("--cuda-graphs '", l.cuda_graphs, "' is not one of full, partial, none"));
   positive(l.gpus, "--gpus");
   positive(l.tp, "--tp");
+  positive(l.cp, "--cp");
   positive(l.pp, "--pp");
   positive(l.vpp, "--vpp");
   positive(l.ep, "--ep");
@@ -41,9 +42,15 @@ void validate(const ModelConfig& c, const SimLayout& l) {
                     " must be at least 1 (the busiest rank's expert rows over the mean)"));
   if (l.vpp > 1 && l.pp == 1 && l.schedule == PipelineScheduleKind::kInterleaved)
     throw Error("--vpp > 1 needs --pp > 1");
-  if (l.gpus % (l.tp * l.pp) != 0)
-    throw Error(str("--gpus ", l.gpus, " does not divide by TP×PP = ", l.tp, "×", l.pp, " = ",
-                    l.tp * l.pp));
+  if (l.gpus % (l.tp * l.cp * l.pp) != 0)
+    throw Error(l.cp == 1 ? str("--gpus ", l.gpus, " does not divide by TP×PP = ", l.tp, "×", l.pp,
+                                " = ", l.tp * l.pp)
+                          : str("--gpus ", l.gpus, " does not divide by TP×CP×PP = ", l.tp, "×",
+                                l.cp, "×", l.pp, " = ", l.tp * l.cp * l.pp));
+  if (l.seq % (2 * l.cp) != 0)
+    throw Error(str("--seq ", l.seq, " does not split into the 2·CP = ", 2 * l.cp,
+                    " load-balanced chunks of context parallelism: choose a --cp whose 2·CP "
+                    "divides the sequence"));
   if (c.num_attention_heads % l.tp != 0)
     throw Error(
         str("TP ", l.tp, " does not divide the ", c.num_attention_heads, " attention heads"));
@@ -53,9 +60,10 @@ void validate(const ModelConfig& c, const SimLayout& l) {
     if (c.moe_intermediate_size % l.etp != 0)
       throw Error(
           str("ETP ", l.etp, " does not divide moe_intermediate_size ", c.moe_intermediate_size));
-    if ((l.tp * l.dp()) % (l.ep * l.etp) != 0)
-      throw Error(str("EP×ETP = ", l.ep * l.etp, " does not divide the ", l.tp * l.dp(),
-                      " GPUs of a pipeline stage (TP×DP)"));
+    if ((l.tp * l.cp * l.dp()) % (l.ep * l.etp) != 0)
+      throw Error(str("EP×ETP = ", l.ep * l.etp, " does not divide the ", l.tp * l.cp * l.dp(),
+                      l.cp == 1 ? " GPUs of a pipeline stage (TP×DP)"
+                                : " GPUs of a pipeline stage (TP×CP×DP)"));
   } else if (l.ep > 1) {
     throw Error("--ep > 1 needs a model with routed experts");
   }
@@ -157,6 +165,7 @@ std::string engine_lacks(const SimLayout& l) {
   // nor --etp yet (issue 40); PP, VPP, EP, DP, every schedule and recompute choice it runs.
   std::string lacks;
   if (l.tp > 1) lacks += str("--tp ", l.tp);
+  if (l.cp > 1) lacks += str(lacks.empty() ? "" : " ", "--cp ", l.cp);
   if (l.etp > 1) lacks += str(lacks.empty() ? "" : " ", "--etp ", l.etp);
   return lacks;
 }
@@ -170,8 +179,8 @@ std::string describe(const SimLayout& l) {
   const std::string sched = l.schedule == PipelineScheduleKind::kInterleaved
                                 ? ""
                                 : std::string(" ") + pipeline_schedule_name(l.schedule);
-  return str("TP", l.tp, " PP", l.pp, " VPP", l.vpp, sched, " EP", l.ep, " ETP", l.etp, " DP",
-             l.dp(), " MBS", l.mbs, " GBS", l.gbs, rc);
+  return str("TP", l.tp, l.cp > 1 ? str(" CP", l.cp) : std::string(), " PP", l.pp, " VPP", l.vpp,
+             sched, " EP", l.ep, " ETP", l.etp, " DP", l.dp(), " MBS", l.mbs, " GBS", l.gbs, rc);
 }
 
 }  // namespace moet::sim

@@ -16,6 +16,9 @@ namespace moet::sim {
 struct SimLayout {
   int64_t gpus = 1;
   int64_t tp = 1, pp = 1, vpp = 1, ep = 1, etp = 1;
+  // Context parallelism: each sequence split over cp ranks in 2·cp load-balanced chunks (rank i
+  // holds chunks i and 2·cp−1−i), MLA's compressed KV latent all-gathered over them.
+  int64_t cp = 1;
   int64_t mbs = 1;  // sequences per micro-batch
   int64_t gbs = 1;  // sequences per optimizer step
   int64_t seq = 4096;
@@ -46,7 +49,7 @@ struct SimLayout {
   // dispatch, experts and combine launch kernel by kernel), "none" (every kernel launched).
   std::string cuda_graphs = "full";
 
-  int64_t dp() const { return gpus / (tp * pp); }               // data-parallel size
+  int64_t dp() const { return gpus / (tp * cp * pp); }          // data-parallel size
   int64_t edp() const { return gpus / (etp * ep * pp); }        // expert-data-parallel size
   int64_t micro_batches() const { return gbs / (mbs * dp()); }  // per rank per step
   int64_t stages() const { return pp * vpp; }                   // virtual pipeline stages

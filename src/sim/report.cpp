@@ -11,24 +11,28 @@ namespace moet::sim {
 namespace {
 
 nlohmann::json breakdown_json(const Breakdown& b) {
-  return {
-      {"compute", b.compute},       {"a2a_exposed", b.a2a_exposed},   {"pp_bubble", b.pp_bubble},
-      {"dp_exposed", b.dp_exposed}, {"optimizer", b.optimizer},       {"gemm", b.gemm},
-      {"attention", b.attention},   {"memory_bound", b.memory_bound}, {"tp_comm", b.tp_comm},
-      {"launch", b.launch},         {"contention", b.contention},     {"recompute", b.recompute},
-      {"a2a_total", b.a2a_total},   {"dp_total", b.dp_total}};
+  return {{"compute", b.compute},     {"a2a_exposed", b.a2a_exposed},
+          {"pp_bubble", b.pp_bubble}, {"dp_exposed", b.dp_exposed},
+          {"optimizer", b.optimizer}, {"gemm", b.gemm},
+          {"attention", b.attention}, {"memory_bound", b.memory_bound},
+          {"tp_comm", b.tp_comm},     {"cp_comm", b.cp_comm},
+          {"launch", b.launch},       {"contention", b.contention},
+          {"recompute", b.recompute}, {"a2a_total", b.a2a_total},
+          {"dp_total", b.dp_total}};
 }
 
 void print_breakdown(std::FILE* out, const Prediction& p) {
   const Breakdown& b = p.breakdown;
   auto pct = [&](double x) { return 100 * x / p.step_time_s; };
+  char cp[32] = "";  // context parallelism's exchange, when there is one
+  if (b.cp_comm > 0) std::snprintf(cp, sizeof cp, ", CP %.3f", b.cp_comm);
   std::fprintf(out,
                "    step %.3f s = compute %.3f (%.0f%%: GEMM %.3f, attention %.3f, memory-bound "
-               "%.3f, TP %.3f, launch %.3f, comm contention %.3f)\n"
+               "%.3f, TP %.3f%s, launch %.3f, comm contention %.3f)\n"
                "               + all-to-all exposed %.3f (%.0f%% of %.3f) + pipeline bubble %.3f "
                "(%.0f%%) + DP exposed %.3f (of %.3f) + optimizer %.3f\n",
                p.step_time_s, b.compute, pct(b.compute), b.gemm, b.attention, b.memory_bound,
-               b.tp_comm, b.launch, b.contention, b.a2a_exposed,
+               b.tp_comm, cp, b.launch, b.contention, b.a2a_exposed,
                b.a2a_total > 0 ? 100 * b.a2a_exposed / b.a2a_total : 0.0, b.a2a_total, b.pp_bubble,
                pct(b.pp_bubble), b.dp_exposed, b.dp_total, b.optimizer);
   const MemoryUse& m = p.memory;

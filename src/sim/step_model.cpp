@@ -90,7 +90,7 @@ std::vector<size_t> balanced_stages(const std::vector<SlotCost>& slots, size_t n
 
 struct RankWork {
   double f = 0, b = 0;
-  double gemm = 0, attn = 0, mem = 0, tp = 0, launch = 0, recompute = 0, a2a = 0;
+  double gemm = 0, attn = 0, mem = 0, tp = 0, cp = 0, launch = 0, recompute = 0, a2a = 0;
   double a2a_nvl = 0, a2a_nic = 0, act = 0, dense = 0, expert = 0;
   double redo = 0;  // the most any one slot's recomputation makes again
   int layers = 0;
@@ -165,7 +165,10 @@ void data_parallel(Breakdown& b, const SimLayout& l, const SystemSpec& s, const 
   const bool quant = is_fp8_recipe(l.precision);
   // FP8 primary weights (Megatron's --fp8-param-gather): gathered in one byte.
   const double grad_b = 4, param_b = quant ? 1 : act_b;
-  const double kd = members_per_domain(l.dp(), l.tp, rpd), gd = double(l.dp()) / kd;
+  // dense gradients over the data- and context-parallel ranks (stride TP), as Megatron's dp-cp
+  // group
+  const int64_t dcp = l.dp() * l.cp;
+  const double kd = members_per_domain(dcp, l.tp, rpd), gd = double(dcp) / kd;
   const double ke = members_per_domain(l.edp(), l.ep * l.etp, rpd), ge = double(l.edp()) / ke;
   auto coll = [&](double bytes_per_param) {
     return collective_s(s, slow.dense * bytes_per_param, kd, gd, share) +
@@ -207,6 +210,7 @@ void place_slots(const std::vector<SlotCost>& slots, const std::vector<SlotCost>
     r.f += lanes * t.fwd(), r.b += lanes * t.bwd();
     r.gemm += lanes * (t.gemm_f + t.gemm_b), r.attn += lanes * (t.attn_f + t.attn_b);
     r.mem += lanes * (t.mem_f + t.mem_b), r.tp += lanes * (t.tp_f + t.tp_b);
+    r.cp += lanes * (t.cp_f + t.cp_b);
     r.launch += lanes * (t.launch_f + t.launch_b), r.recompute += lanes * t.recompute;
     r.a2a += lanes * (t.a2a_f + t.a2a_b);
     r.a2a_nvl += w.a2a_bytes_nvlink, r.a2a_nic += w.a2a_bytes_scaleout;
@@ -326,6 +330,7 @@ Prediction simulate(const ModelConfig& c, const SimLayout& l, const SystemSpec& 
   b.pp_bubble = std::max(0.0, tl.step_s - rt.busy());
   b.gemm = double(m) * slow.gemm, b.attention = double(m) * slow.attn;
   b.memory_bound = double(m) * slow.mem, b.tp_comm = double(m) * slow.tp;
+  b.cp_comm = double(m) * slow.cp;
   b.launch = double(m) * slow.launch, b.contention = rt.contention;
   b.recompute = double(m) * slow.recompute, b.a2a_total = double(m) * slow.a2a;
 

@@ -12,10 +12,11 @@
 namespace moet::sim {
 
 // Seconds per step. compute + a2a_exposed + pp_bubble + dp_exposed + optimizer = step time;
-// compute = gemm + attention + memory_bound + tp_comm + launch + contention.
+// compute = gemm + attention + memory_bound + tp_comm + cp_comm + launch + contention.
 struct Breakdown {
   double compute = 0, a2a_exposed = 0, pp_bubble = 0, dp_exposed = 0, optimizer = 0;
   double gemm = 0, attention = 0, memory_bound = 0, tp_comm = 0, launch = 0, contention = 0;
+  double cp_comm = 0;    // context parallelism's KV-latent exchange (exposed)
   double recompute = 0;  // forward work redone in backward (inside compute)
   double a2a_total = 0;  // dispatch + combine before overlap
   double dp_total = 0;   // gradient reduce-scatter + parameter all-gather before overlap
