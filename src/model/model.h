@@ -141,6 +141,8 @@ class Model {
   // runs the backward hooks it held back. Kept backwards finish in the order they ran.
   void defer_weight_gradients(bool on);
   void weight_gradients();
+  // Backwards whose weight gradients are kept and not yet computed.
+  int64_t deferred_backwards() const { return int64_t(held_hooks_.size()); }
   int64_t kept_weight_gradient_bytes() const { return wgrad_.kept_bytes(); }
   // Buffers the kept copies have allocated so far (they are pooled and reused).
   int64_t weight_gradient_buffers() const { return wgrad_.buffers_allocated(); }

@@ -320,7 +320,14 @@ void PipelineExecutor::combined(const PipelinePass& f, const PipelinePass& b, co
       mb.defer_weight_gradients(false);
     }
     pp_.progress();
-    if (i < nb && delay_wgrad_) mb.weight_gradients();  // under the exchanges in flight
+    if (i < nb && delay_wgrad_) {  // under the exchanges in flight
+      // weight_gradients() runs the oldest kept backward: it must be this stage's (a schedule
+      // that left an I pass's W pending on this slot would need the newest run instead)
+      MOET_CHECK(mb.deferred_backwards() == 1, "--delay-wgrad-compute: chunk ", b.chunk,
+                 " micro-batch ", b.microbatch, " still keeps ", mb.deferred_backwards() - 1,
+                 " earlier backward's weight gradients; this schedule cannot delay them");
+      mb.weight_gradients();
+    }
   }
   end_forward(f.chunk, f.microbatch, true, grad_scale, losses);
   end_backward(b.chunk, b.microbatch);
