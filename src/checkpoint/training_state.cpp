@@ -51,7 +51,9 @@ std::vector<StatePiece> training_state_pieces(const StateHolder& h, bool owned_o
   std::vector<StatePiece> out;
   const auto& weights = h.params->weights();
   for (const Weight& w : weights) {
-    if (!(w.expert ? own_expert : own_dense)) continue;
+    // a weight every tensor-parallel part holds whole is written by part 0's
+    const bool own_replicated = own_dense && (!owned_only || w.shard.parts > 1 || h.tp_part == 0);
+    if (!(w.expert ? own_expert : own_replicated)) continue;
     if (owned_only && w.replica) continue;  // the stage that trains it saves it
     const std::vector<int64_t> shape = global_shape(w, h.ep);
     const int64_t n = w.value.numel();

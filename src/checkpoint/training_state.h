@@ -43,6 +43,10 @@ struct StateHolder {
   // Under pipeline parallelism world_rank is the rank in the stage's data-parallel group (the
   // stage's rank 0 saves its dense weights) and params holds that stage's weights only.
   bool pipeline_stage = false;
+  // Under tensor parallelism world_rank is the rank among the ranks of this part (the data-
+  // parallel group), and rank 0 of each part saves its part of the split weights; the
+  // replicated weights are saved by part 0's.
+  int tp_part = 0;
 };
 
 // owned_only: the pieces this process writes; otherwise every piece it holds (to load).

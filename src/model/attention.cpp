@@ -33,10 +33,10 @@ MlaAttention::MlaAttention(const ModelConfig& c, ParamStore& ps, const std::stri
   kv_b_ = ps.declare(p + "kv_b_proj.weight", {H_ * (P_ + U_), C_}, Init::Normal, true);
   o_ = ps.declare(p + "o_proj.weight", {D, H_ * U_}, Init::Normal, true);
   for (Weight* w : {q_a_, q_b_, kv_a_, kv_b_, o_}) ps.reserve_operands(w, lin);
-  if (tp.parts > 1) {  // this part's heads: rows of the up-projections, columns of o
-    ps.set_shard(q_b_, {.dim = 0, .part = tp.part, .parts = tp.parts});
-    ps.set_shard(kv_b_, {.dim = 0, .part = tp.part, .parts = tp.parts});
-    ps.set_shard(o_, {.dim = 1, .part = tp.part, .parts = tp.parts});
+  if (tp.active()) {  // this part's heads: rows of the up-projections, columns of o
+    ps.set_shard(q_b_, tp.shard(0));
+    ps.set_shard(kv_b_, tp.shard(0));
+    ps.set_shard(o_, tp.shard(1));
   }
 }
 

@@ -16,9 +16,9 @@ SwiGluMlp::SwiGluMlp(int64_t D, int64_t F, ParamStore& ps, const std::string& p,
   down_ = ps.declare(p + "down_proj.weight", {D, F_}, Init::Normal, true);
   ps.reserve_operands(gate_up_, lin);
   ps.reserve_operands(down_, lin);
-  if (tp.parts > 1) {  // this part's rows of gate and of up, its columns of down
-    ps.set_shard(gate_up_, {.dim = 0, .segments = 2, .part = tp.part, .parts = tp.parts});
-    ps.set_shard(down_, {.dim = 1, .part = tp.part, .parts = tp.parts});
+  if (tp.active()) {  // this part's rows of gate and of up, its columns of down
+    ps.set_shard(gate_up_, tp.shard(0, 2));
+    ps.set_shard(down_, tp.shard(1));
   }
 }
 

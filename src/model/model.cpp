@@ -37,7 +37,7 @@ Model::Model(const ModelConfig& c, const ModelSpec& spec)
              " exceeds max_position_embeddings (", c.max_position_embeddings, ")");
   if (!dispatchers) dispatchers = [](int64_t e) { return std::make_unique<LocalDispatcher>(e); };
   const int64_t D = c.hidden_size, V = tp_.local(c.vocab_size, "vocabulary");
-  const WeightShard vocab_part{.dim = 0, .part = tp_.part, .parts = tp_.parts};
+  const WeightShard vocab_part = tp_.shard(0);
   const bool mtp = part_.loss && c.num_nextn_predict_layers > 0;
   // The MTP modules embed their inputs: without the embedding slot they read a replica (or,
   // on the rank of the embedding's part, the embedding) and hand their gradients to that part.
@@ -48,7 +48,7 @@ Model::Model(const ModelConfig& c, const ModelSpec& spec)
              "train a copy of the embedding");
   if (part_.embedding || mtp) {
     embed_ = ps.declare("model.embed_tokens.weight", {V, D}, Init::Normal, true, !replica);
-    if (tp_.parts > 1) ps.set_shard(embed_, vocab_part);
+    if (tp_.active()) ps.set_shard(embed_, vocab_part);
     if (!part_.embedding_on_rank) embed_->replica = replica;
   }
   for (int64_t l = part_.first_layer; l < part_.end_layer; ++l) {
@@ -61,7 +61,7 @@ Model::Model(const ModelConfig& c, const ModelSpec& spec)
   if (part_.loss) {
     lm_head_ =
         c.tie_word_embeddings ? embed_ : ps.declare("lm_head.weight", {V, D}, Init::Normal, true);
-    if (tp_.parts > 1 && lm_head_ != embed_) ps.set_shard(lm_head_, vocab_part);
+    if (tp_.active() && lm_head_ != embed_) ps.set_shard(lm_head_, vocab_part);
     head_ = std::make_unique<LmHead>(c.rms_norm_eps, D, ps, "model.norm.weight", lm_head_,
                                      precision_.head(), tp_);
     for (int64_t k = 1; k <= c.num_nextn_predict_layers; ++k) {

@@ -117,6 +117,7 @@ class Model {
   // part's first layer).
   int64_t num_layers() const { return int64_t(blocks_.size()); }
   const ModelPart& part() const { return part_; }
+  const TensorParallel& tensor_parallel() const { return tp_; }
   // Pipeline hand-offs (ModelPart): the input hidden state (write before forward_begin's stages
   // when the part has no embedding), the output hidden state, the gradient of the output (write
   // before backward_begin when the part has no loss) and that of the input (after backward_end).

@@ -69,13 +69,36 @@ std::vector<int64_t> Weight::whole_shape() const {
   return s;
 }
 
+double Weight::grad_square_sum() const {
+  if (shard.pieces == 0) return ops::sum_squares(grad);
+  int64_t inner = 1;
+  for (int j = shard.dim + 1; j < grad.ndim; ++j) inner *= grad.shape[j];
+  const int64_t S = grad.shape[shard.dim], outer = grad.numel() / (S * inner);
+  const int64_t block = S / shard.segments, width = block / shard.pieces;
+  constexpr int64_t kMaxPieces = 64;
+  MOET_ASSERT(shard.pieces <= kMaxPieces && width * shard.pieces == block);
+  double sums[kMaxPieces] = {};
+  const float* g = grad.f32();
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t d = 0; d < S; ++d) {
+      const float* row = g + (o * S + d) * inner;
+      double acc = sums[(d % block) / width];
+      for (int64_t i = 0; i < inner; ++i) acc += double(row[i]) * double(row[i]);
+      sums[(d % block) / width] = acc;
+    }
+  for (int64_t stride = 1; stride < shard.pieces; stride *= 2)
+    for (int64_t p = 0; p + stride < shard.pieces; p += 2 * stride) sums[p] += sums[p + stride];
+  return sums[0];
+}
+
 void ParamStore::set_shard(Weight* w, const WeightShard& shard) {
   MOET_ASSERT(shard.dim >= 0 && shard.dim < w->value.ndim && shard.segments >= 1 &&
               0 <= shard.part && shard.part < shard.parts &&
               w->value.shape[shard.dim] % shard.segments == 0);
-  if (owner_ || (w->shard.parts > 1)) {  // declared again (a bound or shared store)
+  if (owner_ || w->shard.parts > 1 || w->shard.pieces > 0) {  // declared again (bound, shared)
     MOET_ASSERT(w->shard.dim == shard.dim && w->shard.parts == shard.parts &&
-                w->shard.part == shard.part && w->shard.segments == shard.segments);
+                w->shard.part == shard.part && w->shard.segments == shard.segments &&
+                w->shard.pieces == shard.pieces);
     return;
   }
   w->shard = shard;

@@ -27,6 +27,9 @@ enum class Init { Normal, Ones, Zeros };
 struct WeightShard {
   int dim = 0;
   int64_t segments = 1, part = 0, parts = 1;
+  // TP-invariant sums (--deterministic): this part's pieces of the split dimension, of each
+  // block (0: the weight is summed plainly).
+  int64_t pieces = 0;
 };
 
 struct Weight {
@@ -47,6 +50,10 @@ struct Weight {
   // A tensor-parallel part: the whole weight's shape and where each element lies in it.
   WeightShard shard;
   std::vector<int64_t> whole_shape() const;
+  // Σ g² of the gradient: one fixed-order sum, or with shard.pieces each piece of the split
+  // dimension summed apart in element order and the pieces added in the pairwise tree — so the
+  // parts' values, added over the tensor-parallel group in the same tree, are one process's.
+  double grad_square_sum() const;
   // Calls run(local, whole, n) for the runs of elements [begin, begin + n) of this weight that
   // lie contiguously in the whole weight (local and whole: element indices; whole without
   // init_offset) — one run for an unsharded weight.

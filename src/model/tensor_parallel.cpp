@@ -19,6 +19,17 @@ int64_t TensorParallel::local(int64_t n, const char* what) const {
   return n / parts;
 }
 
+bool tp_invariant_sums_possible(const ModelConfig& c) {
+  auto divides = [](int64_t n) { return n % TensorParallel::kPieces == 0; };
+  return divides(c.num_attention_heads) && divides(c.intermediate_size) && divides(c.vocab_size) &&
+         (c.n_shared_experts == 0 || divides(c.shared_intermediate_size()));
+}
+
+bool tp_invariant_sums(const ModelConfig& c, const PrecisionPolicy& precision) {
+  return tp_invariant_sums_possible(c) &&
+         (precision.recipe == Recipe::FP32 || precision.recipe == Recipe::BF16);
+}
+
 namespace {
 
 // Buffers the invariant sums reuse (grown to fit, so a step like the last allocates nothing).

@@ -27,6 +27,9 @@
 #include <cstdint>
 
 #include "kernels/ops.h"
+#include "model/config.h"
+#include "model/params.h"
+#include "model/recipe.h"
 
 namespace moet {
 
@@ -56,7 +59,23 @@ struct TensorParallel {
   int64_t local(int64_t n, const char* what) const;
   // Whether the linears below differ from a plain linear at all.
   bool active() const { return parts > 1 || invariant; }
+  // What a weight split along `dim` (of `segments` blocks) is: its part, and under invariant
+  // sums its pieces (its gradient's Σ g² is then summed by piece, Weight::grad_square_sum).
+  WeightShard shard(int dim, int64_t segments = 1) const {
+    return {.dim = dim,
+            .segments = segments,
+            .part = part,
+            .parts = parts,
+            .pieces = invariant ? kPieces / parts : 0};
+  }
 };
+
+// Whether a run can use TP-invariant sums: the model's split dimensions (heads, FFN sizes,
+// vocabulary) divide into kPieces pieces and its recipe multiplies in fp32 or bf16 (the formats
+// the invariant sums run). --deterministic uses them then, on one process too, so that any
+// --tp dividing kPieces gives its bits.
+bool tp_invariant_sums_possible(const ModelConfig& c);
+bool tp_invariant_sums(const ModelConfig& c, const PrecisionPolicy& precision);
 
 // y_NO = x_ND · w_ODᵀ summed over the parts, for a row-parallel linear (x and w hold this part's
 // columns); y += with o.accumulate. The same on every rank of the group.

@@ -41,7 +41,7 @@ void AdamW::grad_square_sums(SquareSums& out) const {
     if (!w.trainable) continue;
     out.expert.push_back(w.expert);
     if (!w.expert) {
-      out.sq.push_back(ops::sum_squares(w.grad));
+      out.sq.push_back(w.grad_square_sum());
       continue;
     }
     const int64_t experts = w.grad.size(0), per = w.grad.numel() / experts;

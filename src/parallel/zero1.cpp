@@ -96,6 +96,14 @@ void Zero1::grad_square_sums(SquareSums& out) {
   std::fill(dense_sq_.begin(), dense_sq_.end(), 0.0);
   std::fill(expert_sq_.begin(), expert_sq_.end(), 0.0);
   float* g = params_.all_grads().f32();
+  // Weights whose Σ g² is summed by tensor-parallel piece (--deterministic, Weight::
+  // grad_square_sum) need their whole reduced gradient: every rank's ranges are all-gathered
+  // first, as the parameters are after the step (the ranges not this rank's are not read again).
+  bool by_piece = false;
+  for (const Weight& w : params_.weights()) by_piece |= w.trainable && w.shard.pieces > 0;
+  if (by_piece)
+    for (size_t i = 0; i < runs_.size(); ++i)
+      runs_[i].group->allgather_ranges(g + runs_[i].offset, bounds(i));
   for (const WeightInfo& w : weights_)
     for (int64_t k = 0; k < w.units * w.per_unit; ++k) {
       const Chunk& c = chunks_[w.first + size_t(k)];
@@ -124,6 +132,14 @@ void Zero1::grad_square_sums(SquareSums& out) {
     out.sq.push_back(w.expert ? tree_sum<double>(0, int(w.units), [&](int u) { return unit(u); })
                               : unit(0));
     if (w.expert) expert_sums_.push_back(out.sq.back());
+  }
+  if (by_piece) {  // AdamW::grad_square_sums' entries are its trainable weights in order
+    size_t i = 0;
+    for (const Weight& w : params_.weights()) {
+      if (!w.trainable) continue;
+      if (w.shard.pieces > 0) out.sq[i] = w.grad_square_sum();
+      ++i;
+    }
   }
   if (expert_sums_.empty()) return;
   layout_.ep_group->allreduce_sum(expert_sums_.data(), int64_t(expert_sums_.size()));

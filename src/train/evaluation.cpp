@@ -124,6 +124,7 @@ HeldOutLoss evaluate_in_training(ParallelRun& par, int64_t B, const TokenDataset
   // the mean of the ranks' means (each rank evaluates as many batches), and the standard error
   // over all W x batches batch losses
   double s[2] = {sums.sum / double(batches), sums.squares};
+  if (par.tp_rank != 0) s[0] = s[1] = 0;  // a tensor-parallel group's parts share one loss
   if (world) world->allreduce_sum(s, 2);
   HeldOutLoss h;
   h.loss = s[0] / double(W);

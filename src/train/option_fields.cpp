@@ -199,6 +199,10 @@ std::vector<OptionField> parallel_fields() {
   return {
       MOET_OPTION("parallel", "threads", parallel.threads, "--threads", kValue,
                   "threads (default: all cores)"),
+      MOET_OPTION("parallel", "tp", parallel.tp, "--tp", kValueShown,
+                  "tensor-parallel size (Megatron's --tensor-model-parallel-size; under mpirun): "
+                  "attention heads, dense MLPs, shared experts and the vocabulary split over tp "
+                  "consecutive ranks (models without MoE layers: docs/parallel.md)"),
       MOET_OPTION("parallel", "ep", parallel.ep, "--ep", kValueShown,
                   "expert-parallel size: ranks per expert group (under mpirun)"),
       MOET_OPTION("parallel", "a2a_overlap", parallel.a2a_overlap, "--a2a-overlap", kValue,

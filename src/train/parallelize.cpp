@@ -11,6 +11,8 @@
 #include "parallel/pipeline_layout.h"
 #include "parallel/pipeline_norm.h"
 #include "parallel/rank_grid.h"
+#include "parallel/tp_grad_norm.h"
+#include "parallel/tp_group.h"
 
 namespace moet {
 
@@ -153,6 +155,28 @@ DispatcherFactory expert_dispatchers(ParallelRun& r, const TrainOptions& o, Trac
   };
 }
 
+// This rank's coordinates in Megatron's grid (tp-cp-ep-dp-pp, the pipeline outermost; cp = 1
+// today) and its groups: the pipeline's, the data-parallel one (the ranks that hold the same
+// weights; the world without --pp and --tp), the tensor-parallel one. Returns the data-parallel
+// group, over which the layout's expert groups and the gradient reduction run.
+Communicator* split_groups(ParallelRun& r, Communicator& world) {
+  const RankGrid grid = RankGrid::attention(r.world_size, r.tp, 1, r.pp);
+  r.pp_rank = int(grid.coordinate(r.world_rank, "pp"));
+  r.dp_rank = int(grid.coordinate(r.world_rank, "dp"));
+  r.tp_rank = int(grid.coordinate(r.world_rank, "tp"));
+  Communicator* data_parallel = &world;
+  if (r.pp > 1) r.pp_group = world.split(int(grid.group_of(r.world_rank, "pp")), r.pp_rank);
+  if (r.pp > 1 || r.tp > 1) {
+    r.dp_group = world.split(int(grid.group_of(r.world_rank, "dp")), r.dp_rank);
+    data_parallel = r.dp_group.get();
+  }
+  if (r.tp > 1) {
+    r.tp_group = world.split(int(grid.group_of(r.world_rank, "tp")), r.tp_rank);
+    r.tp_collectives = std::make_unique<CommunicatorTpGroup>(*r.tp_group);
+  }
+  return data_parallel;
+}
+
 }  // namespace
 
 std::unique_ptr<ParallelRun> parallelize(const TrainOptions& o, const ModelConfig& cfg,
@@ -165,19 +189,11 @@ std::unique_ptr<ParallelRun> parallelize(const TrainOptions& o, const ModelConfi
   r.pp = int(o.parallel.pp);
   MOET_CHECK(r.world_size % r.pp == 0, "--pp ", o.parallel.pp, " does not divide the ",
              r.world_size, " ranks");
-  r.dp = r.world_size / r.pp;
-  // Megatron's grid (tp-cp-ep-dp-pp, the pipeline outermost; tp = cp = 1 today)
-  const RankGrid grid = RankGrid::attention(r.world_size, 1, 1, r.pp);
-  r.pp_rank = int(grid.coordinate(r.world_rank, "pp"));
-  r.dp_rank = int(grid.coordinate(r.world_rank, "dp"));
+  r.tp = int(o.parallel.tp);
+  r.dp = r.world_size / (r.pp * r.tp);
   DispatcherFactory dispatchers;
   if (world) {
-    Communicator* stage_world = world;
-    if (r.pp > 1) {
-      r.pp_group = world->split(int(grid.group_of(r.world_rank, "pp")), r.pp_rank);
-      r.dp_group = world->split(int(grid.group_of(r.world_rank, "dp")), r.dp_rank);
-      stage_world = r.dp_group.get();
-    }
+    Communicator* stage_world = split_groups(r, *world);
     r.layout = make_parallel_layout(*stage_world, int(o.parallel.ep));
     if (choose_overlap(o.parallel.overlap, threads).on && stage_world->size() > 1) {
       r.stream = std::make_unique<CommStream>();
@@ -192,7 +208,12 @@ std::unique_ptr<ParallelRun> parallelize(const TrainOptions& o, const ModelConfi
       .loss_weights = {o.optim.mtp_lambda, o.optim.balance_alpha, o.optim.z_loss_coef},
       .dispatchers = dispatchers,
       .precision = precision,
-      .recompute = o.recompute.plan()};
+      .recompute = o.recompute.plan(),
+      // --deterministic: TP-invariant sums, on one process too, so that any --tp gives its bits
+      .tp = {.part = r.tp_rank,
+             .parts = r.tp,
+             .group = r.tp_collectives.get(),
+             .invariant = o.parallel.deterministic && tp_invariant_sums(cfg, precision)}};
   if (r.pp == 1) {
     // --deterministic: a model for one sequence, run B times per micro-batch; --a2a-overlap:
     // two lanes of B/2 sequences over one set of parameters.
@@ -247,6 +268,10 @@ std::unique_ptr<ParallelRun> parallelize(const TrainOptions& o, const ModelConfi
           std::make_shared<PipelineGradNorm>(*r.pp_group, r.params(), cfg.num_hidden_layers);
       dp.set_norm_combiner([norm](const SquareSums& sums) { return (*norm)(sums); });
     } else {
+      if (r.tp > 1) {  // the split weights' Σ g² added over the tensor-parallel group
+        auto norm = std::make_shared<TensorParallelGradNorm>(*r.tp_group, r.params());
+        dp.set_norm_combiner([norm](const SquareSums& sums) { return (*norm)(sums); });
+      }
       // gradient buckets start when the last lane to finish a block has finished it
       r.models.back()->set_backward_hook([&dp](int64_t layer) { dp.on_layer_done(layer); });
     }

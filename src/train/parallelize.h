@@ -38,8 +38,10 @@ struct ParallelRun {
   int world_size = 1, world_rank = 0;
   int pp = 1, pp_rank = 0;  // pipeline stages and this rank's
   int dp = 1, dp_rank = 0;  // data-parallel ranks per stage and this rank's
-  std::unique_ptr<Communicator> pp_group, dp_group;
-  std::optional<ParallelLayout> layout;  // over the stage's data-parallel group
+  int tp = 1, tp_rank = 0;  // tensor-parallel parts and this rank's
+  std::unique_ptr<Communicator> pp_group, dp_group, tp_group;
+  std::unique_ptr<TpGroup> tp_collectives;  // the layers' collectives over tp_group
+  std::optional<ParallelLayout> layout;     // over the stage's data-parallel group
   std::unique_ptr<CommStream> stream;
   std::vector<ExpertExchangeDispatcher*> exchanges;
   ParamStore stage_params;  // --pp: this stage's parameters (the models declare into it)

@@ -42,8 +42,12 @@ void print_layout(const RunHeader& h, int64_t DP) {
   const TrainOptions& o = *h.options;
   const ParallelRun& par = *h.run;
   const int64_t W = h.world_size, ep = o.parallel.ep;
-  std::printf("layout: %lld ranks = pp %lld x dp %lld", (long long)W, (long long)o.parallel.pp,
-              (long long)DP);
+  if (o.parallel.tp > 1)
+    std::printf("layout: %lld ranks = pp %lld x dp %lld x tp %lld", (long long)W,
+                (long long)o.parallel.pp, (long long)DP, (long long)o.parallel.tp);
+  else
+    std::printf("layout: %lld ranks = pp %lld x dp %lld", (long long)W, (long long)o.parallel.pp,
+                (long long)DP);
   if (o.parallel.chunks() > 1)
     std::printf(" (vpp %lld chunks per stage)", (long long)o.parallel.chunks());
   std::printf("; experts over ep %lld ranks, each expert's replicas over edp %lld", (long long)ep,
@@ -52,7 +56,7 @@ void print_layout(const RunHeader& h, int64_t DP) {
   std::printf("\n");
   // Megatron's two grids over the same ranks (parallel folding; parallel/rank_grid.h)
   std::printf("grids: attention %s; experts %s\n",
-              RankGrid::attention(W, 1, 1, o.parallel.pp).describe().c_str(),
+              RankGrid::attention(W, o.parallel.tp, 1, o.parallel.pp).describe().c_str(),
               RankGrid::experts(W, 1, ep, o.parallel.pp).describe().c_str());
   const OverlapChoice overlap = choose_overlap(o.parallel.overlap, ops::num_threads());
   const bool on = par.stream != nullptr;
@@ -129,6 +133,16 @@ void print_run_header(const RunHeader& h) {
   std::printf(" | %s\n", ops::kernel_description(main, h.recipe.auto_why.empty()).c_str());
   if (!h.recipe.other.empty()) std::printf("precision: %s\n", h.recipe.other.c_str());
   std::printf("data: %s\n", h.data.c_str());
+  if (o.parallel.deterministic)  // whether a --tp layout gives these bits (docs/parallel.md)
+    std::printf(
+        "deterministic: %s\n",
+        par.model().tensor_parallel().invariant
+            ? str("TP-invariant sums (", TensorParallel::kPieces, " pieces): every --tp dividing ",
+                  TensorParallel::kPieces, " gives these bits")
+                  .c_str()
+            : "plain sums over split dimensions (a --tp layout would differ in the last "
+              "bits: the model's heads, FFN or vocabulary do not divide into pieces, or "
+              "the recipe is not fp32 or bf16)");
   const int64_t seqs = DP * A * B;
   std::printf("global batch: micro-batch %lld x grad-accum %lld", (long long)B, (long long)A);
   if (h.world_size > 1) std::printf(" x dp %lld", (long long)DP);

@@ -52,6 +52,7 @@ void check_numbers(const TrainOptions& o) {
   check_flag_at_least("--log-expert-load", o.logging.log_expert_load, 0);
   check_flag_at_least("--eval-every", o.logging.eval_every, 0);
   check_flag_at_least("--eval-batches", o.logging.eval_batches, 0);
+  check_flag_positive("--tp", o.parallel.tp);
   check_flag_positive("--ep", o.parallel.ep);
   check_flag_at_least("--ep-ranks-per-node", o.parallel.ep_ranks_per_node, 0);
   check_flag_positive("--pp", o.parallel.pp);
@@ -122,12 +123,12 @@ void check_combinations(const TrainOptions& o) {
   MOET_CHECK(
       o.parallel.pp > 1 || o.parallel.pipeline_schedule == PipelineScheduleKind::kInterleaved,
       "--pipeline-schedule needs --pp > 1");
-  MOET_CHECK(!o.parallel.delay_wgrad_compute ||
-                 (o.parallel.pp > 1 &&
-                  (o.parallel.a2a_overlap ||
-                   o.parallel.pipeline_schedule == PipelineScheduleKind::kDualPipeV)),
-             "--delay-wgrad-compute delays the weight gradients of a combined pass: it needs "
-             "--a2a-overlap under --pp, or --pipeline-schedule dualpipev");
+  MOET_CHECK(
+      !o.parallel.delay_wgrad_compute ||
+          (o.parallel.pp > 1 && (o.parallel.a2a_overlap ||
+                                 o.parallel.pipeline_schedule == PipelineScheduleKind::kDualPipeV)),
+      "--delay-wgrad-compute delays the weight gradients of a combined pass: it needs "
+      "--a2a-overlap under --pp, or --pipeline-schedule dualpipev");
   MOET_CHECK(o.parallel.pp == 1 || o.checkpoint.init_from.empty() ||
                  !is_hf_directory(o.checkpoint.init_from),
              "--pp cannot start from a Hugging Face directory yet: convert it with moet "
@@ -166,9 +167,26 @@ void check_train_layout(const TrainOptions& o, const ModelConfig& cfg, const Com
              " needs several processes: start moet with mpirun -np N (N divisible by --pp)");
   MOET_CHECK(!o.parallel.zero1 || world,
              "--zero1 shards over data-parallel ranks: start moet with mpirun -np N");
+  MOET_CHECK(o.parallel.tp == 1 || world, "--tp ", o.parallel.tp,
+             " needs several processes: start moet with mpirun -np N (N divisible by --tp)");
   const int64_t W = world ? world->size() : 1;
   MOET_CHECK(W % o.parallel.pp == 0, "--pp ", o.parallel.pp, " does not divide the ", W, " ranks");
-  const int64_t stage = W / o.parallel.pp;  // the ranks of a pipeline stage, split into --ep groups
+  MOET_CHECK(W % (o.parallel.pp * o.parallel.tp) == 0, "--tp ", o.parallel.tp, " --pp ",
+             o.parallel.pp, " do not divide the ", W, " ranks: run a multiple of ",
+             o.parallel.pp * o.parallel.tp, " ranks");
+  if (o.parallel.tp > 1) {
+    // what tensor parallelism runs with today (docs/parallel.md, "Tensor parallelism")
+    MOET_CHECK(cfg.num_moe_layers() == 0, "--tp ", o.parallel.tp,
+               ": the model has MoE layers, whose routed experts under TP need sequence "
+               "parallelism's token split, not built yet: run --tp 1 with --ep, or a dense model");
+    MOET_CHECK(o.parallel.pp == 1 && !o.parallel.zero1, "--tp ", o.parallel.tp,
+               " runs without --pp and --zero1 so far: drop them, or run --tp 1");
+    MOET_CHECK(!o.parallel.deterministic || tp_invariant_sums_possible(cfg), "--tp ", o.parallel.tp,
+               " --deterministic: the model's heads, FFN and vocabulary must "
+               "divide into ",
+               TensorParallel::kPieces, " pieces: run without --deterministic");
+  }
+  const int64_t stage = W / (o.parallel.pp * o.parallel.tp);  // a stage's data-parallel ranks
   MOET_CHECK(stage % o.parallel.ep == 0, "--ep ", o.parallel.ep, " does not divide the ", stage,
              " ranks", o.parallel.pp > 1 ? " of a pipeline stage" : "");
   MOET_CHECK(o.parallel.ep_ranks_per_node == 0 || o.parallel.ep % o.parallel.ep_ranks_per_node == 0,

@@ -66,7 +66,9 @@ StateHolder state_of(const TrainOptions& o, TrainSession& s) {
   state.params = &par.model().params();
   state.adamw = &s.runner->optimizer();
   state.zero1 = par.dp_sync ? par.dp_sync->zero1_state() : nullptr;
-  state.world_rank = par.pipeline ? par.dp_rank : s.rank;
+  // a stage's (or a tensor-parallel part's) rank among the ranks that hold the same weights
+  state.world_rank = par.pipeline || par.tp > 1 ? par.dp_rank : s.rank;
+  state.tp_part = par.tp_rank;
   state.edp_rank = par.layout ? par.layout->edp_group->rank() : 0;
   state.ep = int(o.parallel.ep);
   state.pipeline_stage = par.pipeline != nullptr;
@@ -188,8 +190,8 @@ std::unique_ptr<TrainSession> start_training(const TrainOptions& o, Communicator
   s->outputs = std::make_unique<TrainOutputs>(o, s->rank, s->ranks, resuming);
   const int64_t rss_before_model = current_rss_bytes();
   const int64_t B = o.data.micro_batch, T = o.data.seq, A = o.data.grad_accum;
-  const int DP =
-      s->ranks / int(o.parallel.pp);  // data-parallel ranks per stage: the batch is DP x A x B
+  const int DP = s->ranks / int(o.parallel.pp *
+                                o.parallel.tp);  // data-parallel ranks: the batch is DP x A x B
   // Sample-indexed data number the global batch's sequences consecutively (the cursor is the
   // step: a resumed run reads what the uninterrupted one would have). Planned before the model
   // is built, so that data too small is refused before the start-up note.
