@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "core/tree_sum.h"
 
 namespace moet {
 
@@ -86,8 +87,7 @@ double Weight::grad_square_sum() const {
       for (int64_t i = 0; i < inner; ++i) acc += double(row[i]) * double(row[i]);
       sums[(d % block) / width] = acc;
     }
-  for (int64_t stride = 1; stride < shard.pieces; stride *= 2)
-    for (int64_t p = 0; p + stride < shard.pieces; p += 2 * stride) sums[p] += sums[p + stride];
+  tree_sum_arrays(sums, shard.pieces, 1);  // ((p0 + p1) + (p2 + p3))
   return sums[0];
 }
 

@@ -5,6 +5,7 @@
 
 #include "core/bf16.h"
 #include "core/error.h"
+#include "core/tree_sum.h"
 #include "model/weight_grads.h"
 
 namespace moet {
@@ -98,13 +99,7 @@ void invariant_sum(const TensorParallel& tp, const Tensor& a, bool a_cols, const
     Tensor c(sums + p * M * N, DType::F32, {M, N});
     ops::gemm(ap, !a_cols, bp, b_cols, c);
   }
-  // the pairwise tree: ((p0 + p1) + (p2 + p3)) ...
-  for (int64_t stride = 1; stride < pieces; stride *= 2)
-    for (int64_t p = 0; p + stride < pieces; p += 2 * stride) {
-      Tensor acc(sums + p * M * N, DType::F32, {M, N});
-      const Tensor x(sums + (p + stride) * M * N, DType::F32, {M, N});
-      ops::add(acc, x, acc);
-    }
+  tree_sum_arrays(sums, pieces, M * N);  // the pairwise tree: ((p0 + p1) + (p2 + p3))
   if (tp.group) tp.group->sum(sums, M * N);
   const Tensor total(sums, DType::F32, {M, N});
   if (accumulate)
@@ -178,11 +173,7 @@ void head_sum(const TensorParallel& tp, const Tensor& x_NHK, int64_t k0, Tensor&
       for (int64_t h = 1; h < per_piece; ++h)
         for (int64_t r = 0; r < R; ++r) acc[r] += first[h * K + r];
     }
-  for (int64_t stride = 1; stride < pieces; stride *= 2)
-    for (int64_t p = 0; p + stride < pieces; p += 2 * stride) {
-      Tensor acc(sums + p * N * R, DType::F32, {N, R});
-      ops::add(acc, Tensor(sums + (p + stride) * N * R, DType::F32, {N, R}), acc);
-    }
+  tree_sum_arrays(sums, pieces, N * R);
   if (tp.group) tp.group->sum(sums, N * R);
   ops::copy(Tensor(sums, DType::F32, {N, R}), out_NR);
 }

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/tree_sum.h"
 
 namespace moet {
 
@@ -42,7 +43,8 @@ double vocab_parallel_cross_entropy(const TensorParallel& tp, Tensor& logits_NV,
   for (int64_t n = 0; n < N; ++n)
     maxima[size_t(n)] = *std::max_element(lg + n * V, lg + (n + 1) * V);
   if (tp.group) {
-    std::vector<float> mine(maxima.begin(), maxima.begin() + N);
+    thread_local std::vector<float> mine;  // reused: a step allocates nothing
+    mine.assign(maxima.begin(), maxima.begin() + N);
     tp.group->gather(mine.data(), N * int64_t(sizeof(float)), maxima.data());
     for (int64_t p = 1; p < tp.parts; ++p)
       for (int64_t n = 0; n < N; ++n)
@@ -50,9 +52,7 @@ double vocab_parallel_cross_entropy(const TensorParallel& tp, Tensor& logits_NV,
   }
   const Tensor max_N(maxima.data(), DType::F32, {N});
   ops::cross_entropy_part_sums(logits_NV, max_N, pieces, sums.data());
-  for (int64_t stride = 1; stride < pieces; stride *= 2)
-    for (int64_t p = 0; p + stride < pieces; p += 2 * stride)
-      for (int64_t n = 0; n < N; ++n) sums[size_t(p * N + n)] += sums[size_t((p + stride) * N + n)];
+  tree_sum_arrays(sums.data(), pieces, N);  // ((p0 + p1) + (p2 + p3)) per row
   // after the row sums, each row's target logit (from the part that holds it; 0 elsewhere)
   double* target_logit = sums.data() + pieces * N;
   const int32_t* t = targets_N.i32();
