@@ -34,10 +34,13 @@ a = [json.loads(l) for l in open(sys.argv[1])]
 b = [json.loads(l) for l in open(sys.argv[2])]
 assert len(a) == len(b) == 4, (len(a), len(b))
 # Step 1 is one forward and backward from the same weights: only the GEMMs' accumulation order
-# differs (measured on Zen 4: loss 2e-8, gradient norm 2e-5 relative). After it AdamW's first
+# differs (measured on Zen 4: loss 2e-8, gradient norm 2e-5 relative). In the FP8 recipes an
+# output a last bit apart can quantize to the neighbouring FP8 code for the next GEMM, so their
+# gradient norm strays further (Intel Xeon with AMX, mxfp8: 2.1e-4). After step 1 AdamW's first
 # updates are close to lr * sign(g), so a gradient element near zero that the two orders round
 # to opposite signs moves its weight by 2 lr: steps 2-4 drift more (gradient norm up to 2.2e-3).
-bound = {1: {"loss": 1e-6, "grad_norm": 1e-4}}
+fp8 = sys.argv[3] != "bf16"
+bound = {1: {"loss": 1e-6, "grad_norm": 1e-3 if fp8 else 1e-4}}
 for x, y in zip(a, b):
     for k in ("loss", "grad_norm"):
         rel = abs(x[k] - y[k]) / abs(x[k])
