@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # `moet train --tp N` end to end (docs/parallel.md, "Tensor parallelism"), on a dense model
 # (tests/configs/dense-tp.json: tiny.json's shapes, dense layers only, a 256-word vocabulary):
-#   - --deterministic: 2 ranks --tp 2, 4 ranks --tp 2 (two data-parallel groups) and 4 ranks
-#     --tp 4 write checkpoints `moet checkpoint diff` finds identical to one process with the
+#   - --deterministic: 2 ranks --tp 2, 4 ranks --tp 2 (two data-parallel groups, with and
+#     without --zero1), 4 ranks --tp 4, and 4 ranks --tp 2 --pp 2 (with and without --vpp 2)
+#     write checkpoints `moet checkpoint diff` finds identical to one process with the
 #     same global batch (every parameter and AdamW moment, as whole tensors), in fp32 and bf16,
 #     and with --recompute-granularity selective;
 #   - a checkpoint saved under --tp 2 resumed by one process, and one saved by one process
 #     resumed under --tp 2, continue exactly as a straight run (losses and gradient norms);
+#   - --tp 2 --pp 2 reports the parts' share of the weights and each stage's activations in the
+#     header, the TP collectives' bytes and seconds in the metrics and their spans in the trace;
 #   - without --deterministic, --tp 2 trains the same model to within rounding;
-#   - refusals in one line: a model with MoE layers, --tp with --pp, a world --tp does not divide.
+#   - refusals in one line: a model with MoE layers, a world --tp does not divide.
 # Usage: mpi_tensor_parallel_cli.sh MOET SOURCE_DIR MPIEXEC [MPIEXEC-FLAGS...] (no -np)
 set -euo pipefail
 moet="$1" src="$2"
@@ -22,7 +25,7 @@ fail() {
   exit 1
 }
 det=(train --model "$config" --data mock --steps 3 --seq 32 --grad-accum 2 --quiet
-     --peak-tflops 1 --threads 1 --eval-batches 0 --deterministic)
+     --peak-tflops 1 --threads 1 --eval-batches 0 --deterministic --grad-clip 0.5)
 identical() {  # reference, candidate, what
   local out
   out="$("$moet" checkpoint diff "$1" "$2" 2>&1)" || fail "$3: $out"
@@ -32,7 +35,8 @@ identical() {  # reference, candidate, what
 for extra in "" "--precision bf16" "--recompute-granularity selective"; do
   # shellcheck disable=SC2086
   "$moet" "${det[@]}" $extra --micro-batch 4 --out "$dir/one"
-  for layout in "2 4 --tp 2" "4 2 --tp 2" "4 4 --tp 4"; do
+  for layout in "2 4 --tp 2" "4 2 --tp 2" "4 2 --tp 2 --zero1" "4 4 --tp 4" \
+    "4 4 --tp 2 --pp 2 --pp-layout Et|ttmL" "4 4 --tp 2 --pp 2 --vpp 2 --pp-layout Et|t|t|mL"; do
     read -r np mb flags <<<"$layout"
     rm -rf "$dir/tp"
     # shellcheck disable=SC2086
@@ -66,6 +70,40 @@ exact "$dir/cut.jsonl" >"$dir/b.txt"
 diff "$dir/a.txt" "$dir/b.txt" >/dev/null || fail "saved by one process, resumed under --tp 2, differs"
 echo "ok: a one-process checkpoint resumed under --tp 2 continues as the straight run"
 
+# what a --tp 2 --pp 2 run reports: in the header the share of each kind of weight a part holds
+# and the stages' activations (each stage's first rank's: the later stage holds two layers, the
+# MTP module and the loss), the TP collectives' bytes and seconds in the metrics (part of
+# comm_bytes), their spans in the trace's "tp" category
+"${mpi[@]}" -np 4 "$moet" train --model "$config" --data mock --steps 2 --seq 32 --micro-batch 2 \
+  --grad-accum 2 --peak-tflops 1 --threads 1 --eval-batches 0 --tp 2 --pp 2 --pp-layout "Et|ttmL" \
+  --metrics "$dir/tp.jsonl" --trace "$dir/t.json" >"$dir/tp.txt"
+python3 - "$dir" <<'PY' || fail "--tp 2 --pp 2 reports"
+import json, re, sys
+d = sys.argv[1]
+head = open(d + "/tp.txt").read()
+assert "layout: 4 ranks = pp 2 x dp 1 x tp 2\n" in head, head
+# stage 0's share of each kind of weight: half the MLPs' and the vocabulary's, more than half of
+# attention's (its down-projections and norms are whole on every part), all of the rest
+share = dict(re.findall(r"(attention|MLPs|vocabulary|norms and the rest) [0-9.]+M of [0-9.]+M \((\d+)%\)",
+                        head))
+assert share.keys() == {"attention", "MLPs", "vocabulary", "norms and the rest"}, head
+assert share["MLPs"] == share["vocabulary"] == "50" and share["norms and the rest"] == "100", share
+assert 50 < int(share["attention"]) < 75, share
+stages = [float(x) for x in re.findall(r"stage \d (\d+\.\d) MB", head)]
+assert len(stages) == 2 and stages[1] > stages[0], head
+for line in open(d + "/tp.jsonl"):
+    m = json.loads(line)
+    assert m["tp_bytes"] > 0 and m["tp_comm_s"] > 0, m
+    assert m["comm_bytes"] >= m["tp_bytes"] + m["grad_sync_bytes"], m
+    assert len(m["pp_idle_s"]) == 2, m
+def tp_spans(rank):
+    events = json.load(open(f"{d}/t.rank{rank}.json"))["traceEvents"]
+    return {e["name"] for e in events if e.get("cat") == "tp"}
+# the first stage sums (embedding, layers); the last gathers too (the cross-entropy's maxima)
+assert tp_spans(0) == {"tp sum"} and tp_spans(2) == {"tp sum", "tp gather"}, (tp_spans(0), tp_spans(2))
+PY
+echo "ok: --tp 2 --pp 2: stage activations, tp_bytes and tp_comm_s, the trace's tp spans"
+
 # plain sums: the same training to rounding
 plain=(train --model "$config" --data mock --steps 3 --seq 32 --micro-batch 2 --quiet
        --peak-tflops 1 --threads 1 --eval-batches 0)
@@ -93,8 +131,6 @@ refuse() {  # np, expected text, flags...
 }
 refuse 2 "the model has MoE layers" train --model "$src/configs/tiny.json" --data mock --steps 1 \
   --seq 32 --tp 2 --quiet
-refuse 4 "runs without --pp and --zero1" train --model "$config" --data mock --steps 1 --seq 32 \
-  --tp 2 --pp 2 --quiet
 refuse 3 "do not divide the 3 ranks" train --model "$config" --data mock --steps 1 --seq 32 \
   --tp 2 --quiet
 echo "mpi_tensor_parallel_cli: ok"

@@ -30,7 +30,8 @@ StepMetrics full_sample() {
   m.max_expert_load = 1.42, m.tokens = 49152, m.step_time_s = 0.52, m.data_wait_s = 0.0015;
   m.a2a_s = 0.11, m.exposed_comm_s = 0.07, m.ep_load_imbalance = 1.17, m.a2a_exposed_s = 0.03;
   m.grad_sync_s = 0.02, m.comm_bytes = 3.5e6, m.grad_sync_bytes = 1.5e6;
-  m.comm_bytes_other_nodes = 2.5e5, m.elapsed_s = 6.25, m.eta_s = 150.5, m.peak_rss_mb = 812.5;
+  m.comm_bytes_other_nodes = 2.5e5, m.tp_comm_s = 0.015625, m.tp_bytes = 7.5e5;
+  m.elapsed_s = 6.25, m.eta_s = 150.5, m.peak_rss_mb = 812.5;
   m.save_s = 0.375, m.pp_run_s = 0.48, m.pp_bubble = 0.21, m.pp_bytes = 2.25e6;
   m.pp_schedule_s = 0.47, m.pp_idle_s = {0.25, 0.125}, m.pp_idle_formula_s = 0.375;
   m.pp_forward_s = 0.0625, m.pp_backward_s = 0.125, m.pp_weight_s = 0.03125;
@@ -53,6 +54,7 @@ const char* const kFullLine =
     R"("max_expert_load":1.42,"tokens":49152,"step_time_s":0.52,"data_wait_s":0.0015,)"
     R"("a2a_s":0.11,"exposed_comm_s":0.07,"a2a_exposed_s":0.03,"grad_sync_s":0.02,)"
     R"("comm_bytes":3500000.0,"grad_sync_bytes":1500000.0,"comm_bytes_other_nodes":250000.0,)"
+    R"("tp_comm_s":0.015625,"tp_bytes":750000.0,)"
     R"("ep_load_imbalance":1.17,"elapsed_s":6.25,"eta_s":150.5,"peak_rss_mb":812.5,)"
     R"("save_s":0.375,"pp_run_s":0.48,"pp_bubble":0.21,"pp_bytes":2250000.0,)"
     R"("pp_schedule_s":0.47,"pp_idle_s":[0.25,0.125],"pp_idle_formula_s":0.375,)"

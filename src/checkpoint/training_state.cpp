@@ -82,6 +82,10 @@ std::vector<StatePiece> training_state_pieces(const StateHolder& h, bool owned_o
       if (wend <= at) continue;
       MOET_ASSERT(w.offset <= at && w.trainable);
       const int64_t len = std::min(wend, r.offset + r.n) - at;
+      if (owned_only && w.shard.parts == 1 && h.tp_part != 0) {  // part 0 writes replicated ones
+        at += len;
+        continue;
+      }
       const std::vector<int64_t> shape = global_shape(w, h.ep);
       const int64_t in_weight = at - w.offset, local = at - r.offset;
       add_pieces(out, "adam_m/" + w.name, shape, w, in_weight, len, r.m, local);

@@ -45,6 +45,8 @@ inline constexpr const char* kDispatch = "dispatch";
 inline constexpr const char* kCombine = "combine";
 inline constexpr const char* kGradSync = "grad_sync";
 inline constexpr const char* kPipeline = "pipeline";
+// --tp: the layers' sums and all-gathers over the tensor-parallel group, on the compute lane.
+inline constexpr const char* kTensorParallel = "tp";
 inline constexpr const char* kWait = "wait";
 // Small collectives for the metrics, after a step (the experts' load over the ep group).
 inline constexpr const char* kMetrics = "metrics";

@@ -107,6 +107,9 @@ std::string format_progress_line(const StepMetrics& m) {
     if (has(m.pp_bytes))
       parts += (parts.empty() ? "" : ", ") + fmt("%.1f", m.pp_bytes / 1e6) +
                " MB between pipeline stages (all ranks)";
+    if (has(m.tp_bytes))
+      parts += (parts.empty() ? "" : ", ") + fmt("%.1f", m.tp_bytes / 1e6) +
+               " MB tensor-parallel in " + fmt("%.3f", m.tp_comm_s) + " s";
     if (!parts.empty()) s += " (" + parts + ")";
   } else if (has(m.pp_bytes)) {
     s += " | " + fmt("%.1f", m.pp_bytes / 1e6) + " MB sent between pipeline stages (all ranks)";

@@ -50,6 +50,10 @@ struct StepMetrics {
   double comm_bytes = kNone;
   double grad_sync_bytes = kNone;
   double comm_bytes_other_nodes = kNone;  // the part of comm_bytes that left the node
+  // --tp: seconds rank 0 spent in the layers' collectives over its tensor-parallel group and the
+  // bytes it sent there (part of comm_bytes).
+  double tp_comm_s = kNone;
+  double tp_bytes = kNone;
   double elapsed_s = kNone;
   double eta_s = kNone;
   double peak_rss_mb = kNone;  // the process's peak resident set size so far (MB)
@@ -199,6 +203,8 @@ inline constexpr MetricField kStepMetricFields[] = {
     {MOET_FIELD(comm_bytes), kIfMeasured, kStep, "bytes", kRank0, "comm-bytes"},
     {MOET_FIELD(grad_sync_bytes), kIfMeasured, kStep, "bytes", kRank0, "grad-sync-bytes"},
     {MOET_FIELD(comm_bytes_other_nodes), kIfMeasured, kStep, "bytes", kRank0},
+    {MOET_FIELD(tp_comm_s), kIfMeasured, kStep, "s", kRank0, "tp-comm-time"},
+    {MOET_FIELD(tp_bytes), kIfMeasured, kStep, "bytes", kRank0, "tp-bytes"},
     {MOET_FIELD(ep_load_imbalance), kIfMeasured, kStep, "ratio", kRank0EpGroup,
      "ep-load-imbalance"},
     {MOET_FIELD(elapsed_s), kIfMeasured, kStep, "s", kRank0},

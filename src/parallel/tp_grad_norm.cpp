@@ -13,13 +13,13 @@ TensorParallelGradNorm::TensorParallelGradNorm(Communicator& tp, const ParamStor
   parts_.resize(split_.size());
 }
 
-double TensorParallelGradNorm::operator()(const SquareSums& local) {
+const SquareSums& TensorParallelGradNorm::sums(const SquareSums& local) {
   global_.sq.assign(local.sq.begin(), local.sq.end());
   global_.expert.assign(local.expert.begin(), local.expert.end());
   for (size_t k = 0; k < split_.size(); ++k) parts_[k] = local.sq[split_[k]];
   tp_.allreduce_sum(parts_.data(), int64_t(parts_.size()));
   for (size_t k = 0; k < split_.size(); ++k) global_.sq[split_[k]] = parts_[k];
-  return global_.norm();
+  return global_;
 }
 
 }  // namespace moet

@@ -16,7 +16,9 @@ namespace moet {
 class TensorParallelGradNorm {
  public:
   TensorParallelGradNorm(Communicator& tp, const ParamStore& params);
-  double operator()(const SquareSums& local);
+  // `local` with the split weights' entries summed over the group (the same on every rank)
+  const SquareSums& sums(const SquareSums& local);
+  double operator()(const SquareSums& local) { return sums(local).norm(); }
 
  private:
   Communicator& tp_;

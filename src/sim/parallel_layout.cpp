@@ -161,9 +161,9 @@ PipelineScheduleSpec SimLayout::schedule_spec(int64_t m) const {
 }
 
 std::string engine_lacks(const SimLayout& l) {
-  // moet train runs --tp only for models without MoE layers, without --pp and ZeRO-1 (the
-  // planner's layouts are MoE models with the distributed optimizer), and has no --cp or --etp
-  // yet (issue 40); PP, VPP, EP, DP, every schedule and recompute choice it runs.
+  // moet train runs --tp only for models without MoE layers (the planner's layouts are MoE
+  // models), and has no --cp or --etp yet (issue 40); PP, VPP, EP, DP, every schedule and
+  // recompute choice it runs.
   std::string lacks;
   if (l.tp > 1) lacks += str("--tp ", l.tp);
   if (l.cp > 1) lacks += str(lacks.empty() ? "" : " ", "--cp ", l.cp);

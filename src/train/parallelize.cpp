@@ -194,6 +194,7 @@ std::unique_ptr<ParallelRun> parallelize(const TrainOptions& o, const ModelConfi
   DispatcherFactory dispatchers;
   if (world) {
     Communicator* stage_world = split_groups(r, *world);
+    if (r.tp_collectives) r.tp_collectives->set_trace(trace);
     r.layout = make_parallel_layout(*stage_world, int(o.parallel.ep));
     if (choose_overlap(o.parallel.overlap, threads).on && stage_world->size() > 1) {
       r.stream = std::make_unique<CommStream>();
@@ -262,16 +263,20 @@ std::unique_ptr<ParallelRun> parallelize(const TrainOptions& o, const ModelConfi
                       moment_dtypes(o.optim));
     DataParallel& dp = *r.dp_sync;
     dp.set_trace(trace);
+    // the split weights' Σ g² added over the tensor-parallel group, then the stages' entries
+    // gathered over the pipeline
+    std::shared_ptr<TensorParallelGradNorm> tp_norm;
+    if (r.tp > 1) tp_norm = std::make_shared<TensorParallelGradNorm>(*r.tp_group, r.params());
     if (r.pipeline) {
       r.pipeline->set_final_gradient_hook([&dp](int64_t layer) { dp.on_layer_done(layer); });
       auto norm =
           std::make_shared<PipelineGradNorm>(*r.pp_group, r.params(), cfg.num_hidden_layers);
-      dp.set_norm_combiner([norm](const SquareSums& sums) { return (*norm)(sums); });
+      dp.set_norm_combiner([norm, tp_norm](const SquareSums& sums) {
+        return (*norm)(tp_norm ? tp_norm->sums(sums) : sums);
+      });
     } else {
-      if (r.tp > 1) {  // the split weights' Σ g² added over the tensor-parallel group
-        auto norm = std::make_shared<TensorParallelGradNorm>(*r.tp_group, r.params());
-        dp.set_norm_combiner([norm](const SquareSums& sums) { return (*norm)(sums); });
-      }
+      if (tp_norm)
+        dp.set_norm_combiner([tp_norm](const SquareSums& sums) { return (*tp_norm)(sums); });
       // gradient buckets start when the last lane to finish a block has finished it
       r.models.back()->set_backward_hook([&dp](int64_t layer) { dp.on_layer_done(layer); });
     }

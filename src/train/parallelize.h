@@ -21,6 +21,7 @@
 #include "parallel/expert_exchange_dispatcher.h"
 #include "parallel/layout.h"
 #include "parallel/pipeline_executor.h"
+#include "parallel/tp_group.h"
 #include "train/train_options.h"
 #include "train/train_step.h"
 
@@ -40,8 +41,8 @@ struct ParallelRun {
   int dp = 1, dp_rank = 0;  // data-parallel ranks per stage and this rank's
   int tp = 1, tp_rank = 0;  // tensor-parallel parts and this rank's
   std::unique_ptr<Communicator> pp_group, dp_group, tp_group;
-  std::unique_ptr<TpGroup> tp_collectives;  // the layers' collectives over tp_group
-  std::optional<ParallelLayout> layout;     // over the stage's data-parallel group
+  std::unique_ptr<CommunicatorTpGroup> tp_collectives;  // the layers' collectives over tp_group
+  std::optional<ParallelLayout> layout;                 // over the stage's data-parallel group
   std::unique_ptr<CommStream> stream;
   std::vector<ExpertExchangeDispatcher*> exchanges;
   ParamStore stage_params;  // --pp: this stage's parameters (the models declare into it)

@@ -37,6 +37,31 @@ DelayedNote::~DelayedNote() {
 
 namespace {
 
+// --tp: what share of the weights this rank holds, by kind (attention, the MLPs — dense and
+// shared experts —, the vocabulary's embedding and heads, the rest, which every part holds whole).
+void print_tensor_parallel(const ParallelRun& par) {
+  enum Kind { kAttention, kMlp, kVocabulary, kRest, kKinds };
+  const char* names[kKinds] = {"attention", "MLPs", "vocabulary", "norms and the rest"};
+  double here[kKinds] = {}, whole[kKinds] = {};
+  for (const Weight& w : par.models[0]->params().weights()) {
+    const std::string& n = w.name;
+    const Kind k =
+        n.find(".self_attn.") != std::string::npos ? kAttention
+        : n.find(".mlp.") != std::string::npos     ? kMlp
+        : n.find("embed_tokens") != std::string::npos || n.find("head") != std::string::npos
+            ? kVocabulary
+            : kRest;
+    here[k] += double(w.value.numel());
+    whole[k] += double(w.value.numel()) * double(w.shard.parts);
+  }
+  std::printf("tensor parallel: this rank's parameters%s:", par.pipeline ? " (of its stage)" : "");
+  for (int k = 0; k < kKinds; ++k)
+    if (whole[k] > 0)
+      std::printf("%s %s %.3fM of %.3fM (%.0f%%)", k ? "," : "", names[k], here[k] / 1e6,
+                  whole[k] / 1e6, 100 * here[k] / whole[k]);
+  std::printf("\n");
+}
+
 // Under mpirun: the ranks' layout, the global batch it makes, and how communication runs.
 void print_layout(const RunHeader& h, int64_t DP) {
   const TrainOptions& o = *h.options;
@@ -50,8 +75,9 @@ void print_layout(const RunHeader& h, int64_t DP) {
                 (long long)DP);
   if (o.parallel.chunks() > 1)
     std::printf(" (vpp %lld chunks per stage)", (long long)o.parallel.chunks());
-  std::printf("; experts over ep %lld ranks, each expert's replicas over edp %lld", (long long)ep,
-              (long long)(DP / ep));
+  if (h.config->num_moe_layers() > 0)
+    std::printf("; experts over ep %lld ranks, each expert's replicas over edp %lld", (long long)ep,
+                (long long)(DP / ep));
   if (o.parallel.zero1) std::printf("; ZeRO-1 (AdamW moments sharded over dp)");
   std::printf("\n");
   // Megatron's two grids over the same ranks (parallel folding; parallel/rank_grid.h)
@@ -65,6 +91,7 @@ void print_layout(const RunHeader& h, int64_t DP) {
                  : "on the compute thread, not overlapped",
               overlap.why.c_str(),
               on || !overlap.on ? "" : "; one data-parallel rank: nothing to overlap");
+  if (par.tp > 1) print_tensor_parallel(par);
   if (ep > 1)
     std::printf("expert exchange: %s over %lld ranks%s\n", dispatcher_name(o.parallel.dispatcher),
                 (long long)ep,
@@ -166,8 +193,10 @@ void print_run_header(const RunHeader& h) {
         classic ? double(spec.stages - 1) / double(spec.chunks * spec.microbatches)
                 : simulate_pipeline(spec, 1.0, 2.0).bubble_fraction);
     for (int64_t r = 0; r < spec.stages; ++r) {
+      // stage r's first rank (the pipeline is the grid's outermost dimension)
+      const size_t first = size_t(r * DP * o.parallel.tp);
       std::printf(" stage %lld %.1f MB (", (long long)r,
-                  double(h.activations_per_rank[size_t(r * DP)]) / 1048576.0);
+                  double(h.activations_per_rank[first]) / 1048576.0);
       const std::vector<int64_t> slots = PipelineExecutor::slots_per_chunk(spec, r);
       for (size_t c = 0; c < slots.size(); ++c)
         std::printf("%s%lld", c ? "," : "", (long long)slots[c]);

@@ -102,6 +102,11 @@ void StepRecorder::communication(StepMetrics& m) {
   m.a2a_exposed_s = a2a_exposed;
   m.grad_sync_bytes = double(dp.take_sync_bytes());
   m.comm_bytes = bytes + m.grad_sync_bytes;
+  if (CommunicatorTpGroup* tp = par_.tp_collectives.get()) {
+    m.tp_comm_s = tp->take_seconds();
+    m.tp_bytes = double(tp->take_bytes());
+    m.comm_bytes += m.tp_bytes;
+  }
   if (rows_mean > 0) m.ep_load_imbalance = rows_max / rows_mean;
 }
 
@@ -128,7 +133,8 @@ void StepRecorder::pipeline(StepMetrics& m) {
   for (int r = 0; r < world.size(); ++r) sent += all[size_t(r * n + 2)];
   std::vector<double> f(size_t(P * V)), b(size_t(P * V)), compute(static_cast<size_t>(P));
   for (int64_t r = 0; r < P; ++r) {
-    const double* x = all.data() + r * par_.dp * n;  // the stage's data-parallel rank 0
+    // the stage's first rank (data-parallel and tensor-parallel rank 0)
+    const double* x = all.data() + r * par_.dp * par_.tp * n;
     run = std::max(run, x[0]);
     for (int k = 0; k < 10; ++k) kinds[k] += x[3 + k];
     for (int64_t c = 0; c < V; ++c) {
@@ -162,6 +168,7 @@ void StepRecorder::pipeline(StepMetrics& m) {
 
 void StepRecorder::forget_exchanges() {
   for (ExpertExchangeDispatcher* d : par_.exchanges) d->reset_timers(), d->reset_bytes();
+  if (CommunicatorTpGroup* tp = par_.tp_collectives.get()) tp->take_seconds(), tp->take_bytes();
 }
 
 }  // namespace moet

@@ -179,8 +179,6 @@ void check_train_layout(const TrainOptions& o, const ModelConfig& cfg, const Com
     MOET_CHECK(cfg.num_moe_layers() == 0, "--tp ", o.parallel.tp,
                ": the model has MoE layers, whose routed experts under TP need sequence "
                "parallelism's token split, not built yet: run --tp 1 with --ep, or a dense model");
-    MOET_CHECK(o.parallel.pp == 1 && !o.parallel.zero1, "--tp ", o.parallel.tp,
-               " runs without --pp and --zero1 so far: drop them, or run --tp 1");
     MOET_CHECK(!o.parallel.deterministic || tp_invariant_sums_possible(cfg), "--tp ", o.parallel.tp,
                " --deterministic: the model's heads, FFN and vocabulary must "
                "divide into ",
