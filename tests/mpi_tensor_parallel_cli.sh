@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # `moet train --tp N` end to end (docs/parallel.md, "Tensor parallelism"), on a dense model
-# (tests/configs/dense-tp.json: tiny.json's shapes, dense layers only, a 256-word vocabulary):
+# (tests/configs/dense-tp.json: tiny.json's shapes, dense layers only, a 260-word vocabulary —
+# the byte tokenizer's 257 ids fit, and it divides into 4 pieces):
 #   - --deterministic: 2 ranks --tp 2, 4 ranks --tp 2 (two data-parallel groups, with and
 #     without --zero1), 4 ranks --tp 4, and 4 ranks --tp 2 --pp 2 (with and without --vpp 2)
 #     write checkpoints `moet checkpoint diff` finds identical to one process with the
 #     same global batch (every parameter and AdamW moment, as whole tensors), in fp32 and bf16,
 #     and with --recompute-granularity selective;
+#   - moet eval, generate and export-hf read a --tp 2 checkpoint as the one-process one (the same
+#     loss, text and files);
 #   - a checkpoint saved under --tp 2 resumed by one process, and one saved by one process
 #     resumed under --tp 2, continue exactly as a straight run (losses and gradient norms);
 #   - --tp 2 --pp 2 reports the parts' share of the weights and each stage's activations in the
@@ -47,6 +50,27 @@ for extra in "" "--precision bf16" "--recompute-granularity selective"; do
   done
   rm -rf "$dir/one"
 done
+
+# eval, generate and export-hf from a --tp 2 checkpoint: checkpoints hold whole tensors, so they
+# read it as one process's
+rm -rf "$dir/tp"
+"$moet" "${det[@]}" --micro-batch 4 --out "$dir/one"
+"${mpi[@]}" -np 2 "$moet" "${det[@]}" --micro-batch 4 --tp 2 --out "$dir/tp"
+for run in one tp; do
+  "$moet" eval --checkpoint "$dir/$run" --data mock --batches 2 --threads 1 --json |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["loss"])' >"$dir/$run-eval.txt"
+  "$moet" generate --checkpoint "$dir/$run" --prompt "The cat" --max-new-tokens 8 --threads 1 \
+    2>/dev/null >"$dir/$run-gen.txt"
+  "$moet" export-hf "$dir/$run" "$dir/$run-hf" >/dev/null
+done
+cmp -s "$dir/one-eval.txt" "$dir/tp-eval.txt" || fail "eval of a --tp 2 checkpoint differs"
+[ -s "$dir/one-gen.txt" ] && cmp -s "$dir/one-gen.txt" "$dir/tp-gen.txt" ||
+  fail "generate from a --tp 2 checkpoint differs"
+for f in config.json model.safetensors; do
+  cmp -s "$dir/one-hf/$f" "$dir/tp-hf/$f" || fail "export-hf of a --tp 2 checkpoint: $f differs"
+done
+echo "ok: eval ($(cat "$dir/tp-eval.txt")), generate and export-hf read a --tp 2 checkpoint as one process's"
+rm -rf "$dir/one" "$dir/tp"
 
 # resuming across layouts: saved at step 2 of 4, the last checkpoint removed, resumed
 run=(train --model "$config" --data mock --seq 32 --micro-batch 2 --quiet --peak-tflops 1
