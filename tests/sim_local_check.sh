@@ -2,7 +2,8 @@
 # The performance model against moet's own measured CPU runs: calibrate this machine with
 # `moet bench`, train configs/small.json in seven layouts (one process; mpirun -np 2 with --ep 2,
 # and with --ep 2 --a2a-overlap, whose two lanes the simulator's event timeline runs; --pp 2 with
-# 1F1B; --pp 2 --vpp 2 interleaved; --pp 2 with the V schedules zbv and dualpipev) and one
+# 1F1B; --pp 2 --vpp 2 interleaved; --pp 2 with the V schedules zbv and dualpipev), its dense
+# variant (every layer a dense MLP, a 260-word vocabulary) under mpirun -np 2 --tp 2, and one
 # process with activation recomputation
 # (full, and selective with the published recipes' modules), predict each step time with `moet simulate
 # --system local` (the pipeline bubble from the engine's own schedule), and require each within
@@ -23,10 +24,20 @@ mpi=("$@")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 small=$root/configs/small.json
+# --tp runs models without MoE layers: small.json with dense MLPs only and a vocabulary --tp divides
+dense=$tmp/small-dense.json
+/usr/bin/python3 - "$small" "$dense" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["first_k_dense_replace"] = c["num_hidden_layers"]
+c["vocab_size"] = 260
+json.dump(c, open(sys.argv[2], "w"), indent=1)
+PY
 # fp32 on both sides: `moet bench` calibrates the fp32 kernels (the local system has no bf16
 # peak), and `moet train`'s default precision (auto) is bf16 on CPUs with bf16 GEMMs.
 train=(train --model "$small" --steps 8 --eval-batches 0 --quiet --overwrite-metrics
   --precision fp32)
+train_dense=(train --model "$dense" "${train[@]:3}")
 
 stat() {  # stat FILE FIELD min|median: over the steps after the first two
   /usr/bin/python3 - "$1" "$2" "$3" <<'PY'
@@ -43,7 +54,7 @@ predict() {  # predict SYSTEM_FILE FLAGS...: predicted step seconds (the runs' o
     a2a=()
     shift
   fi
-  "$moet" simulate --model "$small" --system "$system" --seq 256 --mbs 8 \
+  "$moet" simulate --model "${model:-$small}" --system "$system" --seq 256 --mbs 8 \
     --precision fp32 ${a2a[@]+"${a2a[@]}"} --no-dp-overlap --no-distributed-optimizer --json "$@" \
     2>/dev/null | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["step_time_s"])'
 }
@@ -63,6 +74,7 @@ v_sim=(--gpus 2 --pp 2 --pp-layout "Et|tt|tt|tmL" --mbs 2 --gbs 8)
 sel=(mla_up_proj moe_act layernorm)
 full_sim=("${one[@]}" --recompute full)
 sel_sim=("${one[@]}" --recompute selective --recompute-modules "${sel[@]}")
+tp_sim=(--gpus 2 --tp 2 --gbs 8)
 "$moet" bench --out "$tmp/cal0.json" --overwrite >/dev/null
 : >"$tmp/ratios"
 valid=0
@@ -76,6 +88,7 @@ for r in 1 2 3 4 5 6; do
   for sch in zbv dualpipev; do
     "${mpi[@]}" 2 "$moet" "${train[@]}" "${v[@]}" --pipeline-schedule $sch --metrics "$tmp/$sch$r.jsonl"
   done
+  "${mpi[@]}" 2 "$moet" "${train_dense[@]}" --tp 2 --metrics "$tmp/tp$r.jsonl"
   "$moet" "${train[@]}" --recompute-granularity full --metrics "$tmp/full$r.jsonl"
   "$moet" "${train[@]}" --recompute-granularity selective --recompute-modules "${sel[@]}" \
     --metrics "$tmp/sel$r.jsonl"
@@ -106,6 +119,9 @@ for r in 1 2 3 4 5 6; do
       "$(predict "$after" "${v_sim[@]}" --pipeline-schedule $sch)" \
       "$(stat "$tmp/$sch$r.jsonl" step_time_s min)" >>"$tmp/ratios"
   done
+  echo "$r tp $(model=$dense predict "$before" "${tp_sim[@]}")" \
+    "$(model=$dense predict "$after" "${tp_sim[@]}") $(stat "$tmp/tp$r.jsonl" step_time_s min)" \
+    >>"$tmp/ratios"
   echo "$r full $(predict "$before" "${full_sim[@]}") $(predict "$after" "${full_sim[@]}")" \
     "$(stat "$tmp/full$r.jsonl" step_time_s min)" >>"$tmp/ratios"
   echo "$r sel $(predict "$before" "${sel_sim[@]}") $(predict "$after" "${sel_sim[@]}")" \
@@ -120,7 +136,7 @@ fi
 /usr/bin/python3 - "$tmp/ratios" <<'PY'
 import statistics, sys
 runs = {"one": [], "two": [], "ov": [], "pp": [], "vpp": [], "zbv": [], "dualpipev": [],
-        "full": [], "sel": []}
+        "tp": [], "full": [], "sel": []}
 for line in open(sys.argv[1]):
     r, run, p_before, p_after, measured, *imb = line.split()
     p = (float(p_before) + float(p_after)) / 2
@@ -136,6 +152,7 @@ for run, label in (("one", "one process"), ("two", "mpirun -np 2 --ep 2"),
                    ("vpp", "mpirun -np 2 --pp 2 --vpp 2 (interleaved)"),
                    ("zbv", "mpirun -np 2 --pp 2 --pipeline-schedule zbv"),
                    ("dualpipev", "mpirun -np 2 --pp 2 --pipeline-schedule dualpipev"),
+                   ("tp", "mpirun -np 2 --tp 2 (the dense variant)"),
                    ("full", "one process, --recompute-granularity full"),
                    ("sel", "one process, selective mla_up_proj moe_act layernorm")):
     m = statistics.median(runs[run])
