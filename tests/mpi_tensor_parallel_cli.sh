@@ -2,9 +2,10 @@
 # `moet train --tp N` end to end (docs/parallel.md, "Tensor parallelism"), on a dense model
 # (tests/configs/dense-tp.json: tiny.json's shapes, dense layers only, a 260-word vocabulary —
 # the byte tokenizer's 257 ids fit, and it divides into 4 pieces):
-#   - --deterministic: 2 ranks --tp 2, 4 ranks --tp 2 (two data-parallel groups, with and
-#     without --zero1), 4 ranks --tp 4, and 4 ranks --tp 2 --pp 2 (with and without --vpp 2)
-#     write checkpoints `moet checkpoint diff` finds identical to one process with the
+#   - --deterministic: 2 ranks --tp 2, 4 ranks --tp 2 (two data-parallel groups; and with --zero1
+#     and the communication thread, --overlap on, beside the layers' TP collectives), 4 ranks
+#     --tp 4, 4 ranks --tp 2 --pp 2 (with and without --vpp 2), and 8 ranks --tp 2 --pp 2 (dp 2,
+#     --zero1, --overlap on) write checkpoints `moet checkpoint diff` finds identical to one process with the
 #     same global batch (every parameter and AdamW moment, as whole tensors), in fp32 and bf16,
 #     and with --recompute-granularity selective;
 #   - moet eval, generate and export-hf read a --tp 2 checkpoint as the one-process one (the same
@@ -39,8 +40,9 @@ identical() {  # reference, candidate, what
 for extra in "" "--precision bf16" "--recompute-granularity selective"; do
   # shellcheck disable=SC2086
   "$moet" "${det[@]}" $extra --micro-batch 4 --out "$dir/one"
-  for layout in "2 4 --tp 2" "4 2 --tp 2" "4 2 --tp 2 --zero1" "4 4 --tp 4" \
-    "4 4 --tp 2 --pp 2 --pp-layout Et|ttmL" "4 4 --tp 2 --pp 2 --vpp 2 --pp-layout Et|t|t|mL"; do
+  for layout in "2 4 --tp 2" "4 2 --tp 2" "4 2 --tp 2 --zero1 --overlap on" "4 4 --tp 4" \
+    "4 4 --tp 2 --pp 2 --pp-layout Et|ttmL" "4 4 --tp 2 --pp 2 --vpp 2 --pp-layout Et|t|t|mL" \
+    "8 2 --tp 2 --pp 2 --pp-layout Et|ttmL --zero1 --overlap on"; do
     read -r np mb flags <<<"$layout"
     rm -rf "$dir/tp"
     # shellcheck disable=SC2086
