@@ -177,6 +177,30 @@ Communicator* split_groups(ParallelRun& r, Communicator& world) {
   return data_parallel;
 }
 
+// Under mpirun: the gradient reduction over the data-parallel group, started as each block's
+// gradients are final, and the gradient norm's combiner — the split weights' Σ g² added over the
+// tensor-parallel group, then the stages' entries gathered over the pipeline.
+void connect_data_parallel(ParallelRun& r, const TrainOptions& o, const ModelConfig& cfg,
+                           TraceRecorder* trace) {
+  r.dp_sync.emplace(*r.layout, r.params(), r.stream.get(), o.parallel.zero1,
+                    moment_dtypes(o.optim));
+  DataParallel& dp = *r.dp_sync;
+  dp.set_trace(trace);
+  std::shared_ptr<TensorParallelGradNorm> tp_norm;
+  if (r.tp > 1) tp_norm = std::make_shared<TensorParallelGradNorm>(*r.tp_group, r.params());
+  if (r.pipeline) {
+    r.pipeline->set_final_gradient_hook([&dp](int64_t layer) { dp.on_layer_done(layer); });
+    auto norm = std::make_shared<PipelineGradNorm>(*r.pp_group, r.params(), cfg.num_hidden_layers);
+    dp.set_norm_combiner([norm, tp_norm](const SquareSums& sums) {
+      return (*norm)(tp_norm ? tp_norm->sums(sums) : sums);
+    });
+    return;
+  }
+  if (tp_norm) dp.set_norm_combiner([tp_norm](const SquareSums& sums) { return (*tp_norm)(sums); });
+  // gradient buckets start when the last lane to finish a block has finished it
+  r.models.back()->set_backward_hook([&dp](int64_t layer) { dp.on_layer_done(layer); });
+}
+
 }  // namespace
 
 std::unique_ptr<ParallelRun> parallelize(const TrainOptions& o, const ModelConfig& cfg,
@@ -258,29 +282,7 @@ std::unique_ptr<ParallelRun> parallelize(const TrainOptions& o, const ModelConfi
     r.pipeline->set_delay_weight_gradients(o.parallel.delay_wgrad_compute);
   }
   for (auto& m : r.models) m->set_trace(trace);
-  if (r.layout) {
-    r.dp_sync.emplace(*r.layout, r.params(), r.stream.get(), o.parallel.zero1,
-                      moment_dtypes(o.optim));
-    DataParallel& dp = *r.dp_sync;
-    dp.set_trace(trace);
-    // the split weights' Σ g² added over the tensor-parallel group, then the stages' entries
-    // gathered over the pipeline
-    std::shared_ptr<TensorParallelGradNorm> tp_norm;
-    if (r.tp > 1) tp_norm = std::make_shared<TensorParallelGradNorm>(*r.tp_group, r.params());
-    if (r.pipeline) {
-      r.pipeline->set_final_gradient_hook([&dp](int64_t layer) { dp.on_layer_done(layer); });
-      auto norm =
-          std::make_shared<PipelineGradNorm>(*r.pp_group, r.params(), cfg.num_hidden_layers);
-      dp.set_norm_combiner([norm, tp_norm](const SquareSums& sums) {
-        return (*norm)(tp_norm ? tp_norm->sums(sums) : sums);
-      });
-    } else {
-      if (tp_norm)
-        dp.set_norm_combiner([tp_norm](const SquareSums& sums) { return (*tp_norm)(sums); });
-      // gradient buckets start when the last lane to finish a block has finished it
-      r.models.back()->set_backward_hook([&dp](int64_t layer) { dp.on_layer_done(layer); });
-    }
-  }
+  if (r.layout) connect_data_parallel(r, o, cfg, trace);
   return run;
 }
 
