@@ -5,9 +5,9 @@
 #   - --deterministic: 2 ranks --tp 2, 4 ranks --tp 2 (two data-parallel groups; and with --zero1
 #     and the communication thread, --overlap on, beside the layers' TP collectives), 4 ranks
 #     --tp 4, 4 ranks --tp 2 --pp 2 (with and without --vpp 2), and 8 ranks --tp 2 --pp 2 (dp 2,
-#     --zero1, --overlap on) write checkpoints `moet checkpoint diff` finds identical to one process with the
-#     same global batch (every parameter and AdamW moment, as whole tensors), in fp32 and bf16,
-#     and with --recompute-granularity selective;
+#     --zero1, --overlap on; fp32 only) write checkpoints `moet checkpoint diff` finds identical
+#     to one process with the same global batch (every parameter and AdamW moment, as whole
+#     tensors), in fp32 and bf16, and with --recompute-granularity selective;
 #   - moet eval, generate and export-hf read a --tp 2 checkpoint as the one-process one (the same
 #     loss, text and files);
 #   - a checkpoint saved under --tp 2 resumed by one process, and one saved by one process
@@ -44,6 +44,7 @@ for extra in "" "--precision bf16" "--recompute-granularity selective"; do
     "4 4 --tp 2 --pp 2 --pp-layout Et|ttmL" "4 4 --tp 2 --pp 2 --vpp 2 --pp-layout Et|t|t|mL" \
     "8 2 --tp 2 --pp 2 --pp-layout Et|ttmL --zero1 --overlap on"; do
     read -r np mb flags <<<"$layout"
+    [[ $np == 8 && -n "$extra" ]] && continue  # 8 ranks on 2 cores: fp32 only, to keep CI short
     rm -rf "$dir/tp"
     # shellcheck disable=SC2086
     "${mpi[@]}" -np "$np" "$moet" "${det[@]}" $extra --micro-batch "$mb" $flags --out "$dir/tp"
