@@ -1,6 +1,7 @@
 # Helpers of the command-line tests (sourced): failing with a message, the losses of a metrics
-# file, a run directory stopped at a checkpoint, and one-line refusals (refused: one line of
-# output in all; expect_error: one line on stderr).
+# file, a run directory stopped at a checkpoint, two checkpoints `moet checkpoint diff` finds
+# identical, and one-line refusals (refused: one line of output in all; expect_error: one line
+# on stderr).
 
 fail() {
   echo "FAIL: $*"
@@ -14,12 +15,25 @@ stopped_at() {
   cp -r "$1/$(printf 'step-%07d' "$2")" "$3/"
   printf 'step-%07d\n' "$2" >"$3/latest"
 }
+identical_checkpoints() {  # MOET REFERENCE CANDIDATE WHAT: every tensor bitwise equal
+  local out
+  out="$("$1" checkpoint diff "$2" "$3" 2>&1)" || fail "$4: $out"
+  [[ "$out" == *"identical: "*" 0 differences"* ]] || fail "$4: $out"
+  echo "ok: $4 (${out##*identical: })"
+}
 refused() {  # refused TEXT COMMAND...: the command fails with one line containing TEXT
   local expect="$1" out
   shift
   if out=$("$@" 2>&1); then fail "accepted: $*"; fi
   [ "$(printf '%s\n' "$out" | wc -l)" -eq 1 ] || fail "expected one line, got: $out"
   [[ "$out" == *"$expect"* ]] || fail "expected '$expect' in: $out"
+}
+mpi_refused() {  # NP TEXT ARGS...: `${mpi[@]} -np NP $moet ARGS` fails saying TEXT (any rank)
+  local np="$1" want="$2" err
+  shift 2
+  if err="$("${mpi[@]}" -np "$np" "$moet" "$@" 2>&1)"; then fail "accepted: $*"; fi
+  [[ "$err" == *"$want"* ]] || fail "refusal of '$*' does not say '$want': $err"
+  echo "ok: refused ($want)"
 }
 expect_error() {  # expect_error TEXT COMMAND...: the command fails with one stderr line holding TEXT
   local want="$1" err

@@ -25,18 +25,10 @@ mpi=("$@")
 config="$src/tests/configs/dense-tp.json"
 dir="$(mktemp -d)"
 trap 'rm -rf "$dir"' EXIT
-fail() {
-  echo "FAIL: $*"
-  exit 1
-}
+# shellcheck source=cli_util.sh
+source "$(dirname "$0")/cli_util.sh"
 det=(train --model "$config" --data mock --steps 3 --seq 32 --grad-accum 2 --quiet
      --peak-tflops 1 --threads 1 --eval-batches 0 --deterministic --grad-clip 0.5)
-identical() {  # reference, candidate, what
-  local out
-  out="$("$moet" checkpoint diff "$1" "$2" 2>&1)" || fail "$3: $out"
-  [[ "$out" == *"identical: "*" 0 differences"* ]] || fail "$3: $out"
-  echo "ok: $3 (${out##*identical: })"
-}
 for extra in "" "--precision bf16" "--recompute-granularity selective"; do
   # shellcheck disable=SC2086
   "$moet" "${det[@]}" $extra --micro-batch 4 --out "$dir/one"
@@ -48,7 +40,7 @@ for extra in "" "--precision bf16" "--recompute-granularity selective"; do
     rm -rf "$dir/tp"
     # shellcheck disable=SC2086
     "${mpi[@]}" -np "$np" "$moet" "${det[@]}" $extra --micro-batch "$mb" $flags --out "$dir/tp"
-    identical "$dir/one/step-0000003" "$dir/tp/step-0000003" \
+    identical_checkpoints "$moet" "$dir/one/step-0000003" "$dir/tp/step-0000003" \
       "$np ranks $flags${extra:+ $extra} = one process --deterministic, bitwise"
   done
   rm -rf "$dir/one"
@@ -78,14 +70,13 @@ rm -rf "$dir/one" "$dir/tp"
 # resuming across layouts: saved at step 2 of 4, the last checkpoint removed, resumed
 run=(train --model "$config" --data mock --seq 32 --micro-batch 2 --quiet --peak-tflops 1
      --threads 1 --eval-batches 0 --deterministic --steps 4)
-exact() { grep -o '"\(step\|loss\|lm_loss\|mtp_loss\|grad_norm\)":[^,}]*' "$1"; }
 "$moet" "${run[@]}" --metrics "$dir/straight.jsonl"
-exact "$dir/straight.jsonl" >"$dir/a.txt"
+losses "$dir/straight.jsonl" >"$dir/a.txt"
 "${mpi[@]}" -np 2 "$moet" "${run[@]}" --tp 2 --out "$dir/cut" --save-every 2 \
   --metrics "$dir/cut.jsonl"
 rm -r "$dir/cut/step-0000004"
 "$moet" "${run[@]}" --out "$dir/cut" --resume auto --metrics "$dir/cut.jsonl" --overwrite-metrics
-exact "$dir/cut.jsonl" >"$dir/b.txt"
+losses "$dir/cut.jsonl" >"$dir/b.txt"
 diff "$dir/a.txt" "$dir/b.txt" >/dev/null || fail "saved under --tp 2, resumed by one process, differs"
 echo "ok: a --tp 2 checkpoint resumed by one process continues as the straight run"
 rm -rf "$dir/cut"
@@ -94,7 +85,7 @@ rm -rf "$dir/cut"
 rm -r "$dir/cut/step-0000004"
 "${mpi[@]}" -np 2 "$moet" "${run[@]}" --tp 2 --out "$dir/cut" --resume auto \
   --metrics "$dir/cut.jsonl" --overwrite-metrics
-exact "$dir/cut.jsonl" >"$dir/b.txt"
+losses "$dir/cut.jsonl" >"$dir/b.txt"
 diff "$dir/a.txt" "$dir/b.txt" >/dev/null || fail "saved by one process, resumed under --tp 2, differs"
 echo "ok: a one-process checkpoint resumed under --tp 2 continues as the straight run"
 
@@ -165,15 +156,8 @@ done
 echo "ok: --tp 2 trains as one process in mxfp8, fp8-blockwise and nvfp4 (to 2e-3)"
 
 # refusals: one line, non-zero, nothing written
-refuse() {  # np, expected text, flags...
-  local np="$1" want="$2" err
-  shift 2
-  if err="$("${mpi[@]}" -np "$np" "$moet" "$@" 2>&1)"; then fail "accepted: $*"; fi
-  [[ "$err" == *"$want"* ]] || fail "refusal of '$*' does not say '$want': $err"
-  echo "ok: refused ($want)"
-}
-refuse 2 "the model has MoE layers" train --model "$src/configs/tiny.json" --data mock --steps 1 \
+mpi_refused 2 "the model has MoE layers" train --model "$src/configs/tiny.json" --data mock --steps 1 \
   --seq 32 --tp 2 --quiet
-refuse 3 "do not divide the 3 ranks" train --model "$config" --data mock --steps 1 --seq 32 \
+mpi_refused 3 "do not divide the 3 ranks" train --model "$config" --data mock --steps 1 --seq 32 \
   --tp 2 --quiet
 echo "mpi_tensor_parallel_cli: ok"
