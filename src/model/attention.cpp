@@ -6,6 +6,7 @@
 #include "kernels/ops.h"
 #include "model/kv_cache.h"
 #include "model/operands.h"
+#include "model/sequence_parallel.h"
 #include "model/tensor_parallel.h"
 #include "model/weight_grads.h"
 
@@ -44,12 +45,14 @@ void MlaAttention::plan(Workspace& ws) {
   wgrad_ = ws.wgrad;
   B_ = ws.B;
   T_ = ws.T;
-  const int64_t N = ws.N(), K = P_ + R_, W = P_ + U_;
+  // N: every token (the up-projections, core attention); S: this part's (x, the down-projections
+  // and their norms; N without sequence parallelism)
+  const int64_t N = ws.N(), S = tp_.tokens(N), K = P_ + R_, W = P_ + U_;
   Arena& a = ws.act;
-  cq_raw_NQ_ = a.alloc_f32({N, Q_});
-  cq_rstd_N_ = a.alloc_f32({N});
-  ckv_NC_ = a.alloc_f32({N, C_});
-  ckv_rstd_N_ = a.alloc_f32({N});
+  cq_raw_NQ_ = a.alloc_f32({S, Q_});
+  cq_rstd_N_ = a.alloc_f32({S});
+  ckv_NC_ = a.alloc_f32({S, C_});
+  ckv_rstd_N_ = a.alloc_f32({S});
   q_NHK_ = ws.kept(RecomputeModule::kMlaUpProj).alloc_f32({N, H_, K});
   k_NHK_ = ws.kept(RecomputeModule::kMlaUpProj).alloc_f32({N, H_, K});
   v_NHU_ = ws.kept(RecomputeModule::kMlaUpProj).alloc_f32({N, H_, U_});
@@ -59,26 +62,38 @@ void MlaAttention::plan(Workspace& ws) {
   o_NHU_ = ws.kept(RecomputeModule::kCoreAttn).alloc_f32({N, H_, U_});
   // the normalised latents are read only by q_b and kv_b (made again with them, as Megatron's
   // norm-fused up-projections are); o also by attention's backward
+  // Under sequence parallelism the normalised latents are kept on this part's tokens and
+  // gathered into temporaries for the up-projections, again in backward for their weight
+  // gradients (as Megatron keeps a column-parallel input's shard).
   Arena& up = ws.kept(RecomputeModule::kMlaUpProj);
-  const GemmInput cq = plan_gemm_input(up, N, Q_, lin_), ckvn = plan_gemm_input(up, N, C_, lin_);
+  Arena& s = ws.scratch;
+  Arena& whole = tp_.sequence_parallel ? s : up;
+  const GemmInput cq = plan_gemm_input(whole, N, Q_, lin_),
+                  ckvn = plan_gemm_input(whole, N, C_, lin_);
   cq_NQ_ = cq.values, cq_q_ = cq.q;
   ckvn_NC_ = ckvn.values, ckvn_q_ = ckvn.q;
   o_q_ = plan_input_operand(ws.kept(RecomputeModule::kCoreAttn), N, H_ * U_, lin_);
-  Arena& s = ws.scratch;
-  kva_NA_ = s.alloc_f32({N, C_ + R_});
+  if (tp_.sequence_parallel) {
+    cq_shard_NQ_ = up.alloc_f32({S, Q_});
+    ckvn_shard_NC_ = up.alloc_f32({S, C_});
+    kr_shard_NR_ = s.alloc_f32({S, R_});
+    staging_NX_ = s.alloc_f32({N, std::max(Q_, C_)});
+    dkr_shard_NR_ = s.alloc_f32({S, R_});
+  }
+  kva_NA_ = s.alloc_f32({S, C_ + R_});
   kv_NHW_ = s.alloc_f32({N, H_, W});
   do_NHU_ = s.alloc_f32({N, H_, U_});
   dk_NHK_ = s.alloc_f32({N, H_, K});
   dv_NHU_ = s.alloc_f32({N, H_, U_});
   dkr_NR_ = s.alloc_f32({N, R_});
-  dckvn_NC_ = s.alloc_f32({N, C_});
-  dckv_NC_ = s.alloc_f32({N, C_});
-  dcq_NQ_ = s.alloc_f32({N, Q_});
+  dckvn_NC_ = s.alloc_f32({S, C_});
+  dckv_NC_ = s.alloc_f32({S, C_});
+  dcq_NQ_ = s.alloc_f32({S, Q_});
   // gradients read only by the projections' backward (dq also written by attention first)
   const GemmInput dkv = plan_gemm_input(s, N, H_ * W, lin_, true),
-                  dkva = plan_gemm_input(s, N, C_ + R_, lin_, true),
+                  dkva = plan_gemm_input(s, S, C_ + R_, lin_, true),
                   dq = plan_gemm_input(s, N, H_ * K, lin_, true, true),
-                  dcq_raw = plan_gemm_input(s, N, Q_, lin_, true);
+                  dcq_raw = plan_gemm_input(s, S, Q_, lin_, true);
   dkv_NHW_ = dkv.values.view({N, H_, W}), dkv_q_ = dkv.q;
   dkva_NA_ = dkva.values, dkva_q_ = dkva.q;
   dq_NHK_ = dq.values.view({N, H_, K}), dq_q_ = dq.q;
@@ -93,8 +108,30 @@ void MlaAttention::project_queries(const Tensor& x_ND, const ops::Operand& xq,
   up_project_queries(rope);
 }
 
+void MlaAttention::latent_norm(const Tensor& latent_NC, const Weight& w, Tensor& rstd_N,
+                               Tensor& shard_NC, const Tensor& out_NC, const ops::Operand& outq) {
+  if (!tp_.sequence_parallel) {
+    Tensor out = out_NC;
+    return ops::rmsnorm_forward(latent_NC, w.value, eps_, out, rstd_N, outq);
+  }
+  ops::rmsnorm_forward(latent_NC, w.value, eps_, shard_NC, rstd_N);
+  gather_latent(shard_NC, out_NC, outq);
+}
+
+void MlaAttention::gather_latent(const Tensor& shard_NC, const Tensor& out_NC,
+                                 const ops::Operand& outq) {
+  Tensor staging(staging_NX_.ptr, DType::F32, {out_NC.size(0), out_NC.size(1)});
+  sp_gather_input(tp_, shard_NC, {out_NC, outq}, staging);
+}
+
+Tensor MlaAttention::shard_rows(const Tensor& table_TR2) const {
+  if (!tp_.sequence_parallel) return table_TR2;
+  const int64_t T = table_TR2.size(0), S = T / tp_.parts;
+  return table_TR2.rows(tp_.part * S, (tp_.part + 1) * S);
+}
+
 void MlaAttention::up_project_queries(const RopeCache& rope) {
-  ops::rmsnorm_forward(cq_raw_NQ_, q_a_norm_->value, eps_, cq_NQ_, cq_rstd_N_, cq_q_);
+  latent_norm(cq_raw_NQ_, *q_a_norm_, cq_rstd_N_, cq_shard_NQ_, cq_NQ_, cq_q_);
   const int64_t N = cq_NQ_.size(0), K = P_ + R_;
   Tensor q2 = q_NHK_.view({N, H_ * K});
   ops::linear_forward(cq_NQ_, q_b_->value, q2,
@@ -103,7 +140,7 @@ void MlaAttention::up_project_queries(const RopeCache& rope) {
 }
 
 void MlaAttention::up_project_keys_values() {
-  ops::rmsnorm_forward(ckv_NC_, kv_a_norm_->value, eps_, ckvn_NC_, ckv_rstd_N_, ckvn_q_);
+  latent_norm(ckv_NC_, *kv_a_norm_, ckv_rstd_N_, ckvn_shard_NC_, ckvn_NC_, ckvn_q_);
   const int64_t N = ckvn_NC_.size(0);
   Tensor kv2 = kv_NHW_.view({N, H_ * (P_ + U_)});
   ops::linear_forward(ckvn_NC_, kv_b_->value, kv2,
@@ -134,15 +171,19 @@ void MlaAttention::recompute(const RecomputeModules& modules, const RopeCache& r
 
 void MlaAttention::forward(const Tensor& x_ND, Tensor& y_ND, const RopeCache& rope,
                            const ops::Operand& xq) {
-  const int64_t N = x_ND.size(0);
+  const int64_t N = B_ * T_, S = x_ND.size(0);
   project_queries(x_ND, xq, rope);
   // keys and values: one projection to the compressed kv (first C outputs) and the shared rope
-  // key (last R)
+  // key (last R), rotated at its tokens' positions (under sequence parallelism this part's, then
+  // gathered)
   ops::linear_forward(x_ND, kv_a_->value, kva_NA_,
                       {.precision = lin_, .wq = kv_a_->operands(), .xq = &xq});
-  ops::split_cols(kva_NA_, ckv_NC_, kr_NR_);
-  Tensor kr = kr_NR_.view({N, 1, R_});
-  ops::rope_forward(kr, 0, rope.cos_TR2, rope.sin_TR2);
+  const bool sp = tp_.sequence_parallel;
+  Tensor& kr_mine = sp ? kr_shard_NR_ : kr_NR_;
+  ops::split_cols(kva_NA_, ckv_NC_, kr_mine);
+  Tensor kr = kr_mine.view({S, 1, R_});
+  ops::rope_forward(kr, 0, shard_rows(rope.cos_TR2), shard_rows(rope.sin_TR2));
+  if (sp) sp_gather(tp_, kr_shard_NR_, kr_NR_);
   up_project_keys_values();
   core_attention(rope);
   row_parallel_forward(tp_, o_NHU_.view({N, H_ * U_}), o_->value, y_ND,
@@ -210,7 +251,8 @@ void MlaAttention::forward_cached(const Tensor& x_ND, Tensor& y_ND, const RopeCa
 void MlaAttention::backward(const Tensor& dy_ND, const Tensor& x_ND, Tensor& dx_ND,
                             const RopeCache& rope, const ops::Operand& dyq,
                             const ops::Operand& xq) {
-  const int64_t N = x_ND.size(0), K = P_ + R_;
+  const int64_t N = B_ * T_, S = x_ND.size(0), K = P_ + R_;
+  const bool sp = tp_.sequence_parallel;
   Tensor do2 = do_NHU_.view({N, H_ * U_});
   linear_backward(wgrad_, dy_ND, o_NHU_.view({N, H_ * U_}), o_->value, do2, o_->grad,
                   {.precision = lin_, .wq = o_->operands(), .xq = &o_q_, .dyq = &dyq});
@@ -223,30 +265,38 @@ void MlaAttention::backward(const Tensor& dy_ND, const Tensor& x_ND, Tensor& dx_
   // keys/values path
   ops::mla_split_kv_backward(dk_NHK_, dv_NHU_, dkv_NHW_, dkr_NR_, dkv_q_);
   // the shared rope key's gradient sums every head's: under tensor parallelism over the parts
+  // (under sequence parallelism the latents' gradients are reduce-scattered to this part's
+  // tokens, the down-projections' backward runs on them)
   if (tp_.active()) head_sum(tp_, dk_NHK_, P_, dkr_NR_);
+  if (sp) sp_shard(tp_, dkr_NR_, dkr_shard_NR_, false);
+  Tensor& dkr_mine = sp ? dkr_shard_NR_ : dkr_NR_;
+  // the latents again for the up-projections' weight gradients (temporaries: a recomputation's
+  // gather is overwritten by the FFN's backward, which shares their bytes)
+  if (sp) gather_latent(ckvn_shard_NC_, ckvn_NC_, ckvn_q_);
   column_parallel_backward(
       wgrad_, tp_, 1, dkv_NHW_.view({N, H_ * (P_ + U_)}), ckvn_NC_, kv_b_->value, dckvn_NC_,
       kv_b_->grad, {.precision = lin_, .wq = kv_b_->operands(), .xq = &ckvn_q_, .dyq = &dkv_q_});
-  ops::rmsnorm_backward(dckvn_NC_, ckv_NC_, kv_a_norm_->value, ckv_rstd_N_, dckv_NC_, false,
-                        kv_a_norm_->grad);
-  Tensor dkr = dkr_NR_.view({N, 1, R_});
-  ops::rope_backward(dkr, 0, rope.cos_TR2, rope.sin_TR2);
-  ops::concat_cols(dckv_NC_, dkr_NR_, dkva_NA_, dkva_q_);
-  linear_backward(wgrad_, dkva_NA_, x_ND, kv_a_->value, dx_ND, kv_a_->grad,
-                  {.precision = lin_, .wq = kv_a_->operands(), .xq = &xq, .dyq = &dkva_q_});
+  norm_backward(tp_, dckvn_NC_, ckv_NC_, kv_a_norm_->value, ckv_rstd_N_, dckv_NC_, false,
+                kv_a_norm_->grad);
+  Tensor dkr = dkr_mine.view({S, 1, R_});
+  ops::rope_backward(dkr, 0, shard_rows(rope.cos_TR2), shard_rows(rope.sin_TR2));
+  ops::concat_cols(dckv_NC_, dkr_mine, dkva_NA_, dkva_q_);
+  token_linear_backward(wgrad_, tp_, dkva_NA_, x_ND, kv_a_->value, dx_ND, kv_a_->grad,
+                        {.precision = lin_, .wq = kv_a_->operands(), .xq = &xq, .dyq = &dkva_q_});
   // query path
   ops::rope_backward(dq_NHK_, P_, rope.cos_TR2, rope.sin_TR2, dq_q_);
+  if (sp) gather_latent(cq_shard_NQ_, cq_NQ_, cq_q_);
   column_parallel_backward(
       wgrad_, tp_, 1, dq_NHK_.view({N, H_ * K}), cq_NQ_, q_b_->value, dcq_NQ_, q_b_->grad,
       {.precision = lin_, .wq = q_b_->operands(), .xq = &cq_q_, .dyq = &dq_q_});
-  ops::rmsnorm_backward(dcq_NQ_, cq_raw_NQ_, q_a_norm_->value, cq_rstd_N_, dcq_raw_NQ_, false,
-                        q_a_norm_->grad, dcq_raw_q_);
-  linear_backward(wgrad_, dcq_raw_NQ_, x_ND, q_a_->value, dx_ND, q_a_->grad,
-                  {.precision = lin_,
-                   .wq = q_a_->operands(),
-                   .xq = &xq,
-                   .dyq = &dcq_raw_q_,
-                   .accumulate = true});
+  norm_backward(tp_, dcq_NQ_, cq_raw_NQ_, q_a_norm_->value, cq_rstd_N_, dcq_raw_NQ_, false,
+                q_a_norm_->grad, dcq_raw_q_);
+  token_linear_backward(wgrad_, tp_, dcq_raw_NQ_, x_ND, q_a_->value, dx_ND, q_a_->grad,
+                        {.precision = lin_,
+                         .wq = q_a_->operands(),
+                         .xq = &xq,
+                         .dyq = &dcq_raw_q_,
+                         .accumulate = true});
 }
 
 }  // namespace moet

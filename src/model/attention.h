@@ -25,8 +25,10 @@ class MlaAttention {
   // lin: the formats of the projections' GEMMs; attn: of core attention's products
   // (PrecisionPolicy). tp: the part of the heads this rank holds (model/tensor_parallel.h): the
   // query and key/value up-projections are column-parallel by heads, the output projection
-  // row-parallel; the down-projections and their norms are replicated, as Megatron places them
-  // without sequence parallelism.
+  // row-parallel; the down-projections and their norms are replicated. Under sequence
+  // parallelism (model/sequence_parallel.h) x is this part's tokens, as are y and dx: the
+  // down-projections and their norms run on them (their weight gradients summed over the parts'
+  // tokens), and the latents are all-gathered before the up-projections, as Megatron does.
   MlaAttention(const ModelConfig& c, ParamStore& ps, const std::string& prefix,
                const ops::LinearPrecision& lin = {}, ops::Format attn = ops::Format::F32,
                const TensorParallel& tp = {});
@@ -59,6 +61,15 @@ class MlaAttention {
   void up_project_keys_values();
   // o_NHU_, lse_BHT_ and o's operands from q, k and v.
   void core_attention(const RopeCache& rope);
+  // out = norm(latent) for an up-projection: over every token (under sequence parallelism the
+  // latent is this part's tokens, normalised into shard_NC, then all-gathered).
+  void latent_norm(const Tensor& latent_NC, const Weight& w, Tensor& rstd_N, Tensor& shard_NC,
+                   const Tensor& out_NC, const ops::Operand& outq);
+  // Under sequence parallelism: a normalised latent (every token, with its operands) gathered
+  // from this part's tokens.
+  void gather_latent(const Tensor& shard_NC, const Tensor& out_NC, const ops::Operand& outq);
+  // RoPE tables of this part's positions (the whole sequence's without sequence parallelism).
+  Tensor shard_rows(const Tensor& table_TR2) const;
 
   TensorParallel tp_;
   int64_t H_, P_, R_, U_, Q_, C_;  // H_: this part's heads
@@ -69,6 +80,10 @@ class MlaAttention {
   // kept for backward
   Tensor cq_raw_NQ_, cq_NQ_, cq_rstd_N_, ckv_NC_, ckvn_NC_, ckv_rstd_N_, q_NHK_, k_NHK_, v_NHU_,
       lse_BHT_, o_NHU_;
+  // sequence parallelism's: the latents' norms' outputs on this part's tokens (kept; cq_NQ_ and
+  // ckvn_NC_, gathered, are then temporaries), the rope key there before its gather, a gather's
+  // staging, the rope key's gradient on the shard
+  Tensor cq_shard_NQ_, ckvn_shard_NC_, kr_shard_NR_, staging_NX_, dkr_shard_NR_;
   // temporaries
   Tensor kva_NA_, kr_NR_, kv_NHW_, do_NHU_, dq_NHK_, dk_NHK_, dv_NHU_, dkv_NHW_, dkr_NR_, dckvn_NC_,
       dckv_NC_, dkva_NA_, dcq_NQ_, dcq_raw_NQ_;

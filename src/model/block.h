@@ -46,18 +46,29 @@ class DecoderBlock {
  private:
   // a_ND_ = in + attention(norm(in)), an_ND_ = norm(a_ND_); over the cache when one is given.
   void attention_part(const Tensor& in_ND, const RopeCache& rope, LatentCache* cache, int64_t pos);
+  // an = the post-attention norm of a, as the FFN's GEMMs read it (values and operands, every
+  // token): under sequence parallelism the norm of this part's tokens (kept), then gathered.
+  void post_attention_norm();
+  // Under sequence parallelism: an and its operands gathered from the kept shard (the FFN's
+  // forward, its recomputation and its backward each gather it).
+  void gather_ffn_input();
 
+  TensorParallel tp_;
   double eps_;
   ops::LinearPrecision lin_;  // the formats of its attention and FFN GEMMs
   Weight *in_norm_, *post_norm_;
   MlaAttention attn_;
   std::unique_ptr<SwiGluMlp> mlp_;
   std::unique_ptr<MoeLayer> moe_;
-  // kept
+  // kept (in, out, a, xn, the rstds: this part's tokens under sequence parallelism; an, the
+  // FFN's input: every token — under sequence parallelism a temporary, an_shard kept)
   Tensor xn_ND_, rstd1_N_, a_ND_, an_ND_, rstd2_N_;
   ops::Operand xn_q_, an_q_;  // the norms' outputs as attention's and the FFN's GEMMs read them
-  // temporaries
+  // temporaries (this part's tokens under sequence parallelism)
   Tensor da_ND_, dxn_ND_;
+  // sequence parallelism's: the post-attention norm's output on this part's tokens (kept), a
+  // gather's staging, the output's gradient and da gathered
+  Tensor an_shard_ND_, staging_ND_, dout_all_ND_, da_all_ND_;
   ops::Operand da_q_;           // o_proj's dy, written by the post-attention norm's backward
   RecomputeModules recompute_;  // the selective modules its plan put in the recompute region
   bool recompute_whole_ = false;

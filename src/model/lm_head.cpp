@@ -5,6 +5,7 @@
 
 #include "kernels/ops.h"
 #include "model/operands.h"
+#include "model/sequence_parallel.h"
 #include "model/vocab_parallel.h"
 #include "model/weight_grads.h"
 
@@ -32,17 +33,27 @@ void LmHead::plan(Workspace& ws) {
   // sums) on any number of parts
   chunk_ = std::min(N, chunk_rows(N, V * tp_.parts));
   fn_ND_ = ws.act.alloc_f32({N, D});
-  rstd_N_ = ws.act.alloc_f32({N});
+  rstd_N_ = ws.act.alloc_f32({tp_.tokens(N)});
   lse_N_ = ws.act.alloc_f32({N});
   dfn_ND_ = ws.act.alloc_f32({N, D});
   fn_q_ = plan_input_operand(ws.act, N, D, lin_);
   // a chunk's logits become their gradient in place, read then only by the projection's backward
   const GemmInput lg = plan_gemm_input(ws.scratch, chunk_, V, lin_, true, true);
   logits_CV_ = lg.values, dlogits_q_ = lg.q;
+  if (tp_.sequence_parallel) {
+    fn_shard_ND_ = ws.scratch.alloc_f32({tp_.tokens(N), D});
+    dfn_shard_ND_ = ws.scratch.alloc_f32({tp_.tokens(N), D});
+  }
 }
 
 double LmHead::forward(const Tensor& h_ND, const Tensor& targets_N, double grad_scale) {
-  ops::rmsnorm_forward(h_ND, norm_->value, eps_, fn_ND_, rstd_N_, fn_q_);
+  if (tp_.sequence_parallel) {
+    ops::rmsnorm_forward(h_ND, norm_->value, eps_, fn_shard_ND_, rstd_N_);
+    Tensor no_staging;
+    sp_gather_input(tp_, fn_shard_ND_, {fn_ND_, fn_q_}, no_staging);
+  } else {
+    ops::rmsnorm_forward(h_ND, norm_->value, eps_, fn_ND_, rstd_N_, fn_q_);
+  }
   const int64_t N = fn_ND_.size(0);
   valid_ = 0;
   const int32_t* t = targets_N.i32();
@@ -95,7 +106,9 @@ void LmHead::backward(const Tensor& h_ND, const Tensor& targets_N, double grad_s
     column_parallel_backward(wgrad_, tp_, 1, lg, fn, proj_->value, dfn, proj_->grad,
                              {.precision = lin_, .wq = proj_->operands(), .xq = &fnq, .dyq = &dlq});
   }
-  ops::rmsnorm_backward(dfn_ND_, h_ND, norm_->value, rstd_N_, dh_ND, accumulate, norm_->grad);
+  if (tp_.sequence_parallel) sp_shard(tp_, dfn_ND_, dfn_shard_ND_, false);
+  norm_backward(tp_, tp_.sequence_parallel ? dfn_shard_ND_ : dfn_ND_, h_ND, norm_->value, rstd_N_,
+                dh_ND, accumulate, norm_->grad);
   fused_scale_ = 0;
 }
 
@@ -114,7 +127,7 @@ void LmHead::logits(Tensor& logits_NV) { whole_logits(fn_ND_, fn_q_, logits_NV);
 
 void LmHead::logits_of(const Tensor& h_RD, Tensor& logits_RV) {
   const int64_t R = h_RD.size(0);
-  MOET_ASSERT(R <= fn_ND_.size(0));
+  MOET_ASSERT(R <= fn_ND_.size(0) && !tp_.sequence_parallel);
   Tensor fn = fn_ND_.rows(0, R), rstd = rstd_N_.rows(0, R);
   const ops::Operand fnq = fn_q_.row_range(0, R);
   ops::rmsnorm_forward(h_RD, norm_->value, eps_, fn, rstd, fnq);

@@ -52,7 +52,8 @@ class LmHead {
   ops::LinearPrecision lin_;
   int64_t valid_ = 0, chunk_ = 0;
   double fused_scale_ = 0;                  // the scale forward ran the projection's backward with
-  Tensor fn_ND_, rstd_N_, lse_N_, dfn_ND_;  // kept
+  Tensor fn_ND_, rstd_N_, lse_N_, dfn_ND_;  // kept (rstd: this part's tokens under SP)
+  Tensor fn_shard_ND_, dfn_shard_ND_;       // sequence parallelism's temporaries
   ops::Operand fn_q_;                       // fn as the projection reads it (kept)
   Tensor logits_CV_;                        // temporaries
   ops::Operand dlogits_q_;                  // a chunk's logit gradient as the projection reads it

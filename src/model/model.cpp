@@ -36,6 +36,10 @@ Model::Model(const ModelConfig& c, const ModelSpec& spec)
   MOET_CHECK(T <= c.max_position_embeddings, "sequence length ", T,
              " exceeds max_position_embeddings (", c.max_position_embeddings, ")");
   if (!dispatchers) dispatchers = [](int64_t e) { return std::make_unique<LocalDispatcher>(e); };
+  tp_.seq_len = T;
+  MOET_CHECK(!tp_.sequence_parallel || (tp_.parts > 1 && T % tp_.parts == 0), "sequence length ", T,
+             " does not divide over ", tp_.parts, " sequence-parallel ranks");
+
   const int64_t D = c.hidden_size, V = tp_.local(c.vocab_size, "vocabulary");
   const WeightShard vocab_part = tp_.shard(0);
   const bool mtp = part_.loss && c.num_nextn_predict_layers > 0;
@@ -91,7 +95,8 @@ Model::Model(const ModelConfig& c, const ModelSpec& spec)
 Model::~Model() = default;
 
 void Model::plan_all(Arena& act, Arena& scratch, Arena& recompute) {
-  const int64_t N = B_ * T_, D = cfg_.hidden_size;
+  // the residual stream: this part's tokens under sequence parallelism
+  const int64_t N = B_ * T_, D = cfg_.hidden_size, shard = tp_.tokens(N);
   act.reset();
   rope_.cos_TR2 = act.alloc_f32({T_, cfg_.qk_rope_head_dim / 2});
   rope_.sin_TR2 = act.alloc_f32({T_, cfg_.qk_rope_head_dim / 2});
@@ -99,16 +104,16 @@ void Model::plan_all(Arena& act, Arena& scratch, Arena& recompute) {
   inputs_N_ = act.alloc_i32({N});
   targets_N_ = act.alloc_i32({N});
   hidden_.clear();
-  for (size_t l = 0; l <= blocks_.size(); ++l) hidden_.push_back(act.alloc_f32({N, D}));
-  dh_a_ND_ = act.alloc_f32({N, D});
-  dh_b_ND_ = act.alloc_f32({N, D});
-  dmtp_a_ND_ = act.alloc_f32({N, D});
-  dmtp_b_ND_ = act.alloc_f32({N, D});
+  for (size_t l = 0; l <= blocks_.size(); ++l) hidden_.push_back(act.alloc_f32({shard, D}));
+  dh_a_ND_ = act.alloc_f32({shard, D});
+  dh_b_ND_ = act.alloc_f32({shard, D});
+  dmtp_a_ND_ = act.alloc_f32({shard, D});
+  dmtp_b_ND_ = act.alloc_f32({shard, D});
   // pipeline hand-off of the MTP modules' embedding gradients (ModelPart)
   mtp_de_.clear();
   if (part_.embedding != part_.loss && cfg_.num_nextn_predict_layers > 0) {
     for (int64_t k = 0; k < cfg_.num_nextn_predict_layers; ++k)
-      mtp_de_.push_back(act.alloc_f32({N, D}));
+      mtp_de_.push_back(act.alloc_f32({shard, D}));
     mtp_tok_N_ = act.alloc_i32({N});
   }
   // The decoder layers and the MTP modules' blocks: what recomputation makes again goes into one
@@ -244,8 +249,9 @@ double Model::total_loss(const LossBreakdown& r) const {
 
 void Model::forward_cached(const int32_t* tokens_T, KvCache& cache, Tensor& logits_RV) {
   MOET_CHECK(B_ == 1 && part_.embedding && part_.loss && part_.first_layer == 0 &&
-                 part_.end_layer == cfg_.num_hidden_layers,
-             "decoding with a KV cache needs a whole model with one sequence per micro-batch");
+                 part_.end_layer == cfg_.num_hidden_layers && !tp_.sequence_parallel,
+             "decoding with a KV cache needs a whole model with one sequence per micro-batch "
+             "(without sequence parallelism)");
   const int64_t pos = cache.length(), R = logits_RV.size(0);
   MOET_CHECK(pos + T_ <= cache.capacity(), "the KV cache holds ", cache.capacity(),
              " positions: ", pos, " + ", T_, " do not fit");

@@ -125,7 +125,8 @@ class Model {
   const Tensor& output() const { return hidden_.back(); }
   Tensor& output_grad() { return layer_output_grad(num_layers() - 1); }
   const Tensor& input_grad() { return num_layers() % 2 == 1 ? dh_b_ND_ : dh_a_ND_; }
-  // MTP module k's gradient of its embedded input tokens (k = 1.. at index k − 1), [B·T, D]:
+  // MTP module k's gradient of its embedded input tokens (k = 1.. at index k − 1), [B·T, D] (this
+  // part's tokens under sequence parallelism):
   // filled by the backward of a part with the loss but not the embedding; on a part with the
   // embedding but not the loss, the caller writes them before backward_end, which scatters them
   // into the embedding's gradient before its own, in the order one process adds them. Empty

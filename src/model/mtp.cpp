@@ -4,6 +4,7 @@
 
 #include "kernels/ops.h"
 #include "model/operands.h"
+#include "model/sequence_parallel.h"
 #include "model/vocab_parallel.h"
 #include "model/weight_grads.h"
 
@@ -30,23 +31,25 @@ MtpModule::MtpModule(const ModelConfig& c, ParamStore& ps, const std::string& p,
 
 void MtpModule::plan(Workspace& ws, Workspace& block_ws) {
   wgrad_ = ws.wgrad;
-  const int64_t N = ws.N(), D = enorm_->value.size(0);
+  // the tokens and targets: every token; the rest this part's tokens under sequence parallelism
+  // (the embedding's output reduce-scattered; eh_proj runs on them as the down-projections do)
+  const int64_t N = ws.N(), D = enorm_->value.size(0), S = tp_.tokens(N);
   Arena& a = ws.act;
   in_tok_N_ = a.alloc_i32({N});
   tgt_N_ = a.alloc_i32({N});
-  e_ND_ = a.alloc_f32({N, D});
-  en_ND_ = a.alloc_f32({N, D});
-  e_rstd_N_ = a.alloc_f32({N});
-  hn_ND_ = a.alloc_f32({N, D});
-  h_rstd_N_ = a.alloc_f32({N});
-  const GemmInput cat = plan_gemm_input(a, N, 2 * D, eh_lin_);  // read only by eh_proj
+  e_ND_ = a.alloc_f32({S, D});
+  en_ND_ = a.alloc_f32({S, D});
+  e_rstd_N_ = a.alloc_f32({S});
+  hn_ND_ = a.alloc_f32({S, D});
+  h_rstd_N_ = a.alloc_f32({S});
+  const GemmInput cat = plan_gemm_input(a, S, 2 * D, eh_lin_);  // read only by eh_proj
   cat_N2D_ = cat.values, cat_q_ = cat.q;
-  x_ND_ = a.alloc_f32({N, D});
-  out_ND_ = a.alloc_f32({N, D});
+  x_ND_ = a.alloc_f32({S, D});
+  out_ND_ = a.alloc_f32({S, D});
   Arena& s = ws.scratch;
   // in use while the block runs backward: its output gradient and its input gradient
-  dout_ND_ = s.alloc_f32({N, D});
-  dx_ND_ = s.alloc_f32({N, D});
+  dout_ND_ = s.alloc_f32({S, D});
+  dx_ND_ = s.alloc_f32({S, D});
   // The head's temporaries, the block's and the gradients after the block's backward are never
   // in use at once: the same bytes.
   const size_t own = s.used();
@@ -56,10 +59,10 @@ void MtpModule::plan(Workspace& ws, Workspace& block_ws) {
   block_.plan(block_ws);
   const size_t block_end = s.used();
   s.seek(own);
-  dcat_N2D_ = s.alloc_f32({N, 2 * D});
-  den_ND_ = s.alloc_f32({N, D});
-  dhn_ND_ = s.alloc_f32({N, D});
-  de_ND_ = s.alloc_f32({N, D});
+  dcat_N2D_ = s.alloc_f32({S, 2 * D});
+  den_ND_ = s.alloc_f32({S, D});
+  dhn_ND_ = s.alloc_f32({S, D});
+  de_ND_ = s.alloc_f32({S, D});
   s.seek(std::max({head_end, block_end, s.used()}));
 }
 
@@ -75,7 +78,7 @@ void MtpModule::shifted_tokens(const int32_t* seq, int64_t B, int64_t T, int64_t
 
 double MtpModule::forward(const Tensor& h_prev_ND, const int32_t* seq, const RopeCache& rope,
                           double head_grad_scale) {
-  const int64_t N = h_prev_ND.size(0), T = rope.cos_TR2.size(0), B = N / T;
+  const int64_t N = in_tok_N_.size(0), T = rope.cos_TR2.size(0), B = N / T;
   shifted_tokens(seq, B, T, k_, in_tok_N_.i32(), tgt_N_.i32());
   vocab_parallel_embedding_forward(tp_, in_tok_N_, embed_->value, e_ND_);
   ops::rmsnorm_forward(e_ND_, enorm_->value, eps_, en_ND_, e_rstd_N_);
@@ -93,12 +96,11 @@ void MtpModule::backward(const Tensor& h_prev_ND, const Tensor& d_out_ND, double
   if (!d_out_ND.empty()) ops::add_inplace(dout_ND_, d_out_ND, 1.0);
   block_.recompute(x_ND_, rope);  // what recomputation dropped (model/recompute.h)
   block_.backward(dout_ND_, x_ND_, dx_ND_, false, rope, ls);
-  linear_backward(wgrad_, dx_ND_, cat_N2D_, eh_proj_->value, dcat_N2D_, eh_proj_->grad,
-                  {.precision = eh_lin_, .wq = eh_proj_->operands(), .xq = &cat_q_});
+  token_linear_backward(wgrad_, tp_, dx_ND_, cat_N2D_, eh_proj_->value, dcat_N2D_, eh_proj_->grad,
+                        {.precision = eh_lin_, .wq = eh_proj_->operands(), .xq = &cat_q_});
   ops::split_cols(dcat_N2D_, den_ND_, dhn_ND_);
-  ops::rmsnorm_backward(dhn_ND_, h_prev_ND, hnorm_->value, h_rstd_N_, dh_prev_ND, true,
-                        hnorm_->grad);
-  ops::rmsnorm_backward(den_ND_, e_ND_, enorm_->value, e_rstd_N_, de_ND_, false, enorm_->grad);
+  norm_backward(tp_, dhn_ND_, h_prev_ND, hnorm_->value, h_rstd_N_, dh_prev_ND, true, hnorm_->grad);
+  norm_backward(tp_, den_ND_, e_ND_, enorm_->value, e_rstd_N_, de_ND_, false, enorm_->grad);
   if (de_out_)
     ops::copy(de_ND_, *de_out_);
   else

@@ -33,7 +33,8 @@ class MtpModule {
                 Tensor& dh_prev_ND, const RopeCache& rope, const LossScales& ls);
   DecoderBlock& block() { return block_; }
   // Pipeline stages (ModelPart): backward copies the gradient of the embedded input tokens into
-  // *out ([B·T, D]) instead of adding it to the embedding's gradient, which another stage holds.
+  // *out ([B·T, D], or this part's tokens under sequence parallelism) instead of adding it to the
+  // embedding's gradient, which another stage holds.
   void export_embedding_grad(Tensor* out) { de_out_ = out; }
   // Module k's input tokens (t + k, 0 past the end) and targets (t + k + 1, −1 past the end) of
   // B sequences of T + 1 tokens; either output may be null.

@@ -6,6 +6,7 @@
 #include "core/bf16.h"
 #include "core/error.h"
 #include "core/tree_sum.h"
+#include "model/sequence_parallel.h"
 #include "model/weight_grads.h"
 
 namespace moet {
@@ -89,7 +90,9 @@ void invariant_sum(const TensorParallel& tp, const Tensor& a, bool a_cols, const
   MOET_CHECK(fmt == ops::Format::F32 || fmt == ops::Format::BF16,
              "--deterministic tensor parallelism sums fp32 and bf16 GEMMs apart, not ",
              ops::format_name(fmt), ": run the bf16 recipe, or without --deterministic");
-  const int64_t pieces = TensorParallel::kPieces / tp.parts, M = out_MN.size(0), N = out_MN.size(1);
+  // M: the rows of the products (a sequence-parallel output holds a shard of them)
+  const int64_t pieces = TensorParallel::kPieces / tp.parts, M = a.size(a_cols ? 0 : 1),
+                N = out_MN.size(1);
   MOET_ASSERT(pieces >= 1 && TensorParallel::kPieces % tp.parts == 0);
   PieceBuffers& buf = buffers();
   float* sums = grow(buf.sums, pieces * M * N);
@@ -100,8 +103,9 @@ void invariant_sum(const TensorParallel& tp, const Tensor& a, bool a_cols, const
     ops::gemm(ap, !a_cols, bp, b_cols, c);
   }
   tree_sum_arrays(sums, pieces, M * N);  // the pairwise tree: ((p0 + p1) + (p2 + p3))
+  Tensor total(sums, DType::F32, {M, N});
+  if (M != out_MN.size(0)) return sp_sum_scatter(tp, total, out_MN, accumulate);
   if (tp.group) tp.group->sum(sums, M * N);
-  const Tensor total(sums, DType::F32, {M, N});
   if (accumulate)
     ops::add(out_MN, total, out_MN);
   else
@@ -114,14 +118,17 @@ const Tensor& gemm_source(const Tensor& values, const ops::Operand* q) {
   return q && !q->rows.empty() ? q->rows : values;
 }
 
-// The buffer a partial sum is made in before the group adds it into `out` (accumulate) or it is
-// `out` itself.
-Tensor partial_buffer(Tensor& out, bool accumulate) {
-  if (!accumulate) return out;
-  return Tensor(grow(buffers().sums, out.numel()), DType::F32, {out.size(0), out.size(1)});
+// The buffer this part's product of `rows` rows is made in before the group adds it into `out`:
+// `out` itself when the sum is in place (no accumulation, the same rows), else a temporary.
+Tensor partial_buffer(Tensor& out, int64_t rows, bool accumulate) {
+  if (!accumulate && rows == out.size(0)) return out;
+  return Tensor(grow(buffers().sums, rows * out.size(1)), DType::F32, {rows, out.size(1)});
 }
 
+// out (= or += with accumulate) = Σ over the group of partial; a shard of it when `out` has a
+// sequence-parallel shard's rows (the reduce-scatter).
 void sum_over_group(const TensorParallel& tp, Tensor& partial, Tensor& out, bool accumulate) {
+  if (partial.size(0) != out.size(0)) return sp_sum_scatter(tp, partial, out, accumulate);
   if (tp.group) tp.group->sum(partial.f32(), partial.numel());
   if (accumulate) ops::add(out, partial, out);
 }
@@ -134,7 +141,7 @@ void row_parallel_forward(const TensorParallel& tp, const Tensor& x_ND, const Te
   if (tp.invariant)
     return invariant_sum(tp, gemm_source(x_ND, o.xq), true, w_OD, true, 1, o.precision.fprop, y_NO,
                          o.accumulate);
-  Tensor partial = partial_buffer(y_NO, o.accumulate);
+  Tensor partial = partial_buffer(y_NO, x_ND.size(0), o.accumulate);
   ops::LinearOptions local = o;
   local.accumulate = false;
   ops::linear_forward(x_ND, w_OD, partial, local);
@@ -151,11 +158,53 @@ void column_parallel_backward(WeightGrads* wg, const TensorParallel& tp, int64_t
   if (tp.invariant)
     return invariant_sum(tp, gemm_source(dy_NO, o.dyq), true, w_OD, false, segments,
                          o.precision.dgrad, dx_ND, o.accumulate);
-  Tensor partial = partial_buffer(dx_ND, o.accumulate), no_dw;
+  Tensor partial = partial_buffer(dx_ND, dy_NO.size(0), o.accumulate), no_dw;
   ops::LinearOptions local = o;
   local.accumulate = false;
   ops::linear_backward(dy_NO, x_ND, w_OD, partial, no_dw, local);
   sum_over_group(tp, partial, dx_ND, o.accumulate);
+}
+
+void token_linear_backward(WeightGrads* wg, const TensorParallel& tp, const Tensor& dy_NO,
+                           const Tensor& x_ND, const Tensor& w_OD, Tensor& dx_ND, Tensor& dw_OD,
+                           const ops::LinearOptions& o) {
+  const bool pieces = token_pieces(tp), shard = tp.sequence_parallel && tp.parts > 1;
+  if (!pieces && !shard) return linear_backward(wg, dy_NO, x_ND, w_OD, dx_ND, dw_OD, o);
+  Tensor no_dw;
+  if (!dx_ND.empty()) ops::linear_backward(dy_NO, x_ND, w_OD, dx_ND, no_dw, o);
+  // the weight gradient: this part's pieces (or all its tokens at once), then the parts
+  const int64_t O = w_OD.size(0), D = w_OD.size(1), rows = x_ND.size(0);
+  const int64_t T = shard ? tp.seq_len / tp.parts : tp.seq_len;
+  const int64_t count = pieces ? kTokenPieces / (shard ? tp.parts : 1) : 1;
+  thread_local std::vector<float> partial;
+  float* g = grow(partial, count * O * D);
+  if (pieces) {
+    const ops::Format fmt = o.precision.wgrad;
+    MOET_CHECK(fmt == ops::Format::F32 || fmt == ops::Format::BF16,
+               "--deterministic sums weight gradients by token piece in fp32 and bf16, not ",
+               ops::format_name(fmt));
+    MOET_ASSERT(rows % T == 0);
+    PieceBuffers& buf = buffers();
+    const Tensor& dy = gemm_source(dy_NO, o.dyq);
+    const Tensor& x = gemm_source(x_ND, o.xq);
+    for (int64_t p = 0; p < count; ++p) {
+      Tensor g_p(g + p * O * D, DType::F32, {O, D});
+      for (int64_t b = 0; b < rows / T; ++b) {
+        const Tensor dyp =
+            piece_of(dy.rows(b * T, (b + 1) * T), false, 1, p, count, fmt, buf.a, buf.a16);
+        const Tensor xp =
+            piece_of(x.rows(b * T, (b + 1) * T), false, 1, p, count, fmt, buf.b, buf.b16);
+        ops::gemm(dyp, true, xp, false, g_p, 1.0, b == 0 ? 0.0 : 1.0);
+      }
+    }
+    tree_sum_arrays(g, count, O * D);  // this part's pieces in the tree by piece index
+  } else {
+    Tensor g_all(g, DType::F32, {O, D}), no_dx;
+    ops::fill(g_all, 0.0);
+    ops::linear_backward(dy_NO, x_ND, w_OD, no_dx, g_all, o);
+  }
+  if (shard) tp.group->sum(g, O * D);  // … and the parts' in the same tree
+  ops::add(dw_OD, Tensor(g, DType::F32, {O, D}), dw_OD);
 }
 
 void head_sum(const TensorParallel& tp, const Tensor& x_NHK, int64_t k0, Tensor& out_NR) {

@@ -45,6 +45,9 @@ class TpGroup {
   virtual void sum(double* x, int64_t n) = 0;
   // recv = every rank's `bytes` from send, in rank order.
   virtual void gather(const void* send, int64_t bytes, void* recv) = 0;
+  // Reduce-scatter: x[n·r/P, n·(r+1)/P) on rank r (of P) = Σ over the ranks, each element added
+  // in the same pairwise tree as sum() adds it (the rest of x is left undefined).
+  virtual void sum_scatter(float* x, int64_t n) = 0;
 };
 
 struct TensorParallel {
@@ -53,10 +56,17 @@ struct TensorParallel {
   int64_t part = 0, parts = 1;  // this rank's part of the split dimension
   TpGroup* group = nullptr;     // the tensor-parallel group (null: one part)
   bool invariant = false;       // TP-invariant sums (above)
+  // Sequence parallelism (--sequence-parallel, model/sequence_parallel.h): the residual stream,
+  // the norms and the embedding's output hold this part's tokens of each sequence only; the
+  // column-parallel inputs are all-gathered, the row-parallel outputs reduce-scattered.
+  bool sequence_parallel = false;
+  int64_t seq_len = 0;  // T of the model's micro-batches (set by Model)
 
   // This part's share of a dimension of n (n / parts); throws moet::Error with one line naming
   // `what` when it does not divide (or, with invariant sums, when the pieces do not).
   int64_t local(int64_t n, const char* what) const;
+  // Tokens of this part's shard of N = B·T tokens (N itself without sequence parallelism).
+  int64_t tokens(int64_t N) const { return sequence_parallel ? N / parts : N; }
   // Whether the linears below differ from a plain linear at all.
   bool active() const { return parts > 1 || invariant; }
   // What a weight split along `dim` (of `segments` blocks) is: its part, and under invariant
@@ -78,16 +88,26 @@ bool tp_invariant_sums_possible(const ModelConfig& c);
 bool tp_invariant_sums(const ModelConfig& c, const PrecisionPolicy& precision);
 
 // y_NO = x_ND · w_ODᵀ summed over the parts, for a row-parallel linear (x and w hold this part's
-// columns); y += with o.accumulate. The same on every rank of the group.
+// columns); y += with o.accumulate. The same on every rank of the group — or, when y has a
+// sequence-parallel shard's rows (model/sequence_parallel.h), this part's shard of it (a
+// reduce-scatter, each element the same bits).
 void row_parallel_forward(const TensorParallel& tp, const Tensor& x_ND, const Tensor& w_OD,
                           Tensor& y_NO, const ops::LinearOptions& o);
 // The backward of a column-parallel linear whose weight rows are `segments` equal blocks, each
 // split over the parts: dw_OD (this part's rows) through `wg` as every layer's weight gradients
 // go (at once or kept for a W pass), and dx_ND (the whole, the same on every rank; += with
-// o.accumulate) summed over the parts.
+// o.accumulate) summed over the parts — a shard of it when dx has a shard's rows.
 void column_parallel_backward(WeightGrads* wg, const TensorParallel& tp, int64_t segments,
                               const Tensor& dy_NO, const Tensor& x_ND, const Tensor& w_OD,
                               Tensor& dx_ND, Tensor& dw_OD, const ops::LinearOptions& o);
+
+// The backward of a replicated linear whose input is this part's tokens (MLA's down-projections
+// under sequence parallelism): dx_ND of those tokens (= or += with o.accumulate), and the weight's
+// gradient summed over every part's tokens — and under TP-invariant sums by token piece
+// (model/sequence_parallel.h), on one process too; dw_OD +=. Without either, linear_backward.
+void token_linear_backward(WeightGrads* wg, const TensorParallel& tp, const Tensor& dy_NO,
+                           const Tensor& x_ND, const Tensor& w_OD, Tensor& dx_ND, Tensor& dw_OD,
+                           const ops::LinearOptions& o);
 
 // out_NR = Σ over heads of x_NHK[:, h, k0 : k0 + R], over every part's heads (MLA's rope key is
 // shared by the heads, so its gradient sums theirs). With invariant sums the heads are summed in

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/tree_sum.h"
+#include "model/sequence_parallel.h"
 
 namespace moet {
 
@@ -13,11 +14,24 @@ namespace {
 int64_t first_row(const TensorParallel& tp, int64_t local_rows) { return tp.part * local_rows; }
 }  // namespace
 
+namespace {
+// A [tokens, D] F32 temporary for a sequence-parallel shard's whole (thread-local, grown to fit).
+Tensor whole_rows(const Tensor& tokens_N, const Tensor& shard_ND) {
+  thread_local std::vector<float> buf;
+  const int64_t N = tokens_N.size(0), D = shard_ND.size(1);
+  if (buf.size() < size_t(N * D)) buf.resize(size_t(N * D));
+  return Tensor(buf.data(), DType::F32, {N, D});
+}
+}  // namespace
+
 void vocab_parallel_embedding_forward(const TensorParallel& tp, const Tensor& tokens_N,
                                       const Tensor& table_VD, Tensor& out_ND) {
   if (!tp.active()) return ops::embedding_forward(tokens_N, table_VD, out_ND);
   const int64_t V = table_VD.size(0);
-  ops::embedding_part_forward(tokens_N, table_VD, first_row(tp, V), V * tp.parts, out_ND);
+  const bool shard = out_ND.size(0) != tokens_N.size(0);  // sequence parallelism: a reduce-scatter
+  Tensor all = shard ? whole_rows(tokens_N, out_ND) : out_ND;
+  ops::embedding_part_forward(tokens_N, table_VD, first_row(tp, V), V * tp.parts, all);
+  if (shard) return sp_sum_scatter(tp, all, out_ND, false);
   if (tp.group) tp.group->sum(out_ND.f32(), out_ND.numel());
 }
 
@@ -25,7 +39,12 @@ void vocab_parallel_embedding_backward(const TensorParallel& tp, const Tensor& t
                                        const Tensor& dout_ND, Tensor& dtable_VD) {
   if (!tp.active()) return ops::embedding_backward(tokens_N, dout_ND, dtable_VD);
   const int64_t V = dtable_VD.size(0);
-  ops::embedding_part_backward(tokens_N, dout_ND, first_row(tp, V), V * tp.parts, dtable_VD);
+  Tensor all = dout_ND;
+  if (dout_ND.size(0) != tokens_N.size(0)) {  // sequence parallelism: every part's tokens
+    all = whole_rows(tokens_N, dout_ND);
+    sp_gather(tp, dout_ND, all);
+  }
+  ops::embedding_part_backward(tokens_N, all, first_row(tp, V), V * tp.parts, dtable_VD);
 }
 
 double vocab_parallel_cross_entropy(const TensorParallel& tp, Tensor& logits_NV,

@@ -12,7 +12,9 @@
 namespace moet {
 
 // out_ND = table[tokens] over the parts (each adds its own rows; the others' tokens add −0, so
-// the sum is exact). table_VD: this part's rows.
+// the sum is exact). table_VD: this part's rows. Under sequence parallelism out_ND may be this
+// part's shard of the tokens (model/sequence_parallel.h): the sum is then a reduce-scatter, and
+// the backward's dout_ND such a shard (gathered first).
 void vocab_parallel_embedding_forward(const TensorParallel& tp, const Tensor& tokens_N,
                                       const Tensor& table_VD, Tensor& out_ND);
 // dtable[tokens] += dout for this part's tokens, in token order (dout is the same on every part).

@@ -35,6 +35,15 @@ void CommunicatorTpGroup::gather(const void* send, int64_t bytes, void* recv) {
   bytes_ += (c_.size() - 1) * bytes;
 }
 
+void CommunicatorTpGroup::sum_scatter(float* x, int64_t n) {
+  TraceRecorder::Span span(trace_, lane_, "tp reduce-scatter", trace::kTensorParallel);
+  const double t0 = now_s();
+  int64_t begin = 0, mine = 0;
+  c_.reduce_scatter_sum(x, n, &begin, &mine);
+  seconds_ += now_s() - t0;
+  bytes_ += int64_t(sizeof(float)) * (n - mine);  // every slice but this rank's
+}
+
 void CommunicatorTpGroup::set_trace(TraceRecorder* trace) {
   trace_ = trace && trace->enabled() ? trace : nullptr;
   if (trace_) lane_ = trace_->lane(trace::kComputeLane);

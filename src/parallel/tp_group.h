@@ -1,6 +1,7 @@
 // CommunicatorTpGroup: a tensor-parallel layer's collectives (model/tensor_parallel.h, TpGroup)
 // over a Communicator of the group's ranks — its deterministic allreduce_sum (the pairwise tree
-// over ranks the layers' invariant sums continue) and its allgather. It times them and counts
+// over ranks the layers' invariant sums continue), its reduce-scatter in the same order, and its
+// allgather. It times them and counts
 // the bytes this rank sends (the step's tp_comm_s and tp_bytes metrics), and records each in the
 // trace's "tp" category on the compute lane.
 #pragma once
@@ -18,6 +19,7 @@ class CommunicatorTpGroup final : public TpGroup {
   void sum(float* x, int64_t n) override;
   void sum(double* x, int64_t n) override;
   void gather(const void* send, int64_t bytes, void* recv) override;
+  void sum_scatter(float* x, int64_t n) override;
   Communicator& communicator() const { return c_; }
 
   void set_trace(TraceRecorder* trace);

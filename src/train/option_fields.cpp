@@ -203,6 +203,12 @@ std::vector<OptionField> parallel_fields() {
                   "tensor-parallel size (Megatron's --tensor-model-parallel-size; under mpirun): "
                   "attention heads, dense MLPs, shared experts and the vocabulary split over tp "
                   "consecutive ranks (models without MoE layers: docs/parallel.md)"),
+      MOET_OPTION("parallel", "sequence_parallel", parallel.sequence_parallel,
+                  "--sequence-parallel", kValue,
+                  "with --tp: the residual stream, the norms and the embedding's output in token "
+                  "shards over the tensor-parallel ranks, all-gathered before the column-parallel "
+                  "linears and reduce-scattered after the row-parallel ones (Megatron's "
+                  "--sequence-parallel; models without MTP modules: docs/parallel.md)"),
       MOET_OPTION("parallel", "ep", parallel.ep, "--ep", kValueShown,
                   "expert-parallel size: ranks per expert group (under mpirun)"),
       MOET_OPTION("parallel", "a2a_overlap", parallel.a2a_overlap, "--a2a-overlap", kValue,

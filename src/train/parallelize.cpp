@@ -238,7 +238,8 @@ std::unique_ptr<ParallelRun> parallelize(const TrainOptions& o, const ModelConfi
       .tp = {.part = r.tp_rank,
              .parts = r.tp,
              .group = r.tp_collectives.get(),
-             .invariant = o.parallel.deterministic && tp_invariant_sums(cfg, precision)}};
+             .invariant = o.parallel.deterministic && tp_invariant_sums(cfg, precision),
+             .sequence_parallel = o.parallel.sequence_parallel}};
   if (r.pp == 1) {
     // --deterministic: a model for one sequence, run B times per micro-batch; --a2a-overlap:
     // two lanes of B/2 sequences over one set of parameters.

@@ -59,6 +59,10 @@ void print_tensor_parallel(const ParallelRun& par) {
     if (whole[k] > 0)
       std::printf("%s %s %.3fM of %.3fM (%.0f%%)", k ? "," : "", names[k], here[k] / 1e6,
                   whole[k] / 1e6, 100 * here[k] / whole[k]);
+  const TensorParallel& tp = par.models[0]->tensor_parallel();
+  if (tp.sequence_parallel)
+    std::printf("; sequence parallel: the residual stream and norms hold 1/%lld of each sequence",
+                (long long)tp.parts);
   std::printf("\n");
 }
 

@@ -87,8 +87,10 @@ struct PrecisionOptions {
 
 // The parallel layout (docs/parallel.md, docs/pipeline.md) and the threads.
 struct ParallelOptions {
-  int threads = 0;                // compute threads per rank (0: the cores / ranks)
-  int64_t tp = 1;                 // tensor-parallel size (model/tensor_parallel.h)
+  int threads = 0;  // compute threads per rank (0: the cores / ranks)
+  int64_t tp = 1;   // tensor-parallel size (model/tensor_parallel.h)
+  bool sequence_parallel =
+      false;                      // the residual stream in token shards (model/sequence_parallel.h)
   int64_t ep = 1;                 // expert-parallel size (ranks per expert group)
   int64_t ep_ranks_per_node = 0;  // consecutive ranks of an EP group on one node (0: all)
   OverlapMode overlap = OverlapMode::kAuto;

@@ -12,6 +12,7 @@
 #include "data/dataset_tokenizer.h"
 #include "data/gpt_dataset.h"
 #include "model/recipe.h"
+#include "model/sequence_parallel.h"
 #include "parallel/communicator.h"
 #include "parallel/pipeline_schedule.h"
 #include "train/parallelize.h"
@@ -183,6 +184,19 @@ void check_train_layout(const TrainOptions& o, const ModelConfig& cfg, const Com
                " --deterministic: the model's heads, FFN and vocabulary must "
                "divide into ",
                TensorParallel::kPieces, " pieces: run without --deterministic");
+  }
+  if (o.parallel.sequence_parallel) {
+    MOET_CHECK(o.parallel.tp > 1,
+               "--sequence-parallel splits tokens over the tensor-parallel "
+               "ranks: add --tp 2 (or more), or drop --sequence-parallel");
+    MOET_CHECK(o.data.seq % o.parallel.tp == 0, "--sequence-parallel: --seq ", o.data.seq,
+               " does not divide over --tp ", o.parallel.tp,
+               ": choose a --seq that is a multiple of ", o.parallel.tp);
+    MOET_CHECK(!o.parallel.deterministic ||
+                   (o.data.seq % kTokenPieces == 0 && kTokenPieces % o.parallel.tp == 0),
+               "--sequence-parallel --deterministic sums over tokens in ", kTokenPieces,
+               " pieces per sequence: --seq must be a multiple of ", kTokenPieces,
+               " and --tp one of 2, 4, 8");
   }
   const int64_t stage = W / (o.parallel.pp * o.parallel.tp);  // a stage's data-parallel ranks
   MOET_CHECK(stage % o.parallel.ep == 0, "--ep ", o.parallel.ep, " does not divide the ", stage,
