@@ -3,7 +3,8 @@
 # `moet bench`, train configs/small.json in seven layouts (one process; mpirun -np 2 with --ep 2,
 # and with --ep 2 --a2a-overlap, whose two lanes the simulator's event timeline runs; --pp 2 with
 # 1F1B; --pp 2 --vpp 2 interleaved; --pp 2 with the V schedules zbv and dualpipev), its dense
-# variant (every layer a dense MLP, a 260-word vocabulary) under mpirun -np 2 --tp 2, and one
+# variant (every layer a dense MLP, a 260-word vocabulary) under mpirun -np 2 --tp 2, with and
+# without --sequence-parallel (the simulator's TP is Megatron's, which runs with it), and one
 # process with activation recomputation
 # (full, and selective with the published recipes' modules), predict each step time with `moet simulate
 # --system local` (the pipeline bubble from the engine's own schedule), and require each within
@@ -89,6 +90,7 @@ for r in 1 2 3 4 5 6; do
     "${mpi[@]}" 2 "$moet" "${train[@]}" "${v[@]}" --pipeline-schedule $sch --metrics "$tmp/$sch$r.jsonl"
   done
   "${mpi[@]}" 2 "$moet" "${train_dense[@]}" --tp 2 --metrics "$tmp/tp$r.jsonl"
+  "${mpi[@]}" 2 "$moet" "${train_dense[@]}" --tp 2 --sequence-parallel --metrics "$tmp/sp$r.jsonl"
   "$moet" "${train[@]}" --recompute-granularity full --metrics "$tmp/full$r.jsonl"
   "$moet" "${train[@]}" --recompute-granularity selective --recompute-modules "${sel[@]}" \
     --metrics "$tmp/sel$r.jsonl"
@@ -122,6 +124,9 @@ for r in 1 2 3 4 5 6; do
   echo "$r tp $(model=$dense predict "$before" "${tp_sim[@]}")" \
     "$(model=$dense predict "$after" "${tp_sim[@]}") $(stat "$tmp/tp$r.jsonl" step_time_s min)" \
     >>"$tmp/ratios"
+  echo "$r sp $(model=$dense predict "$before" "${tp_sim[@]}")" \
+    "$(model=$dense predict "$after" "${tp_sim[@]}") $(stat "$tmp/sp$r.jsonl" step_time_s min)" \
+    >>"$tmp/ratios"
   echo "$r full $(predict "$before" "${full_sim[@]}") $(predict "$after" "${full_sim[@]}")" \
     "$(stat "$tmp/full$r.jsonl" step_time_s min)" >>"$tmp/ratios"
   echo "$r sel $(predict "$before" "${sel_sim[@]}") $(predict "$after" "${sel_sim[@]}")" \
@@ -136,7 +141,7 @@ fi
 /usr/bin/python3 - "$tmp/ratios" <<'PY'
 import statistics, sys
 runs = {"one": [], "two": [], "ov": [], "pp": [], "vpp": [], "zbv": [], "dualpipev": [],
-        "tp": [], "full": [], "sel": []}
+        "tp": [], "sp": [], "full": [], "sel": []}
 for line in open(sys.argv[1]):
     r, run, p_before, p_after, measured, *imb = line.split()
     p = (float(p_before) + float(p_after)) / 2
@@ -153,6 +158,7 @@ for run, label in (("one", "one process"), ("two", "mpirun -np 2 --ep 2"),
                    ("zbv", "mpirun -np 2 --pp 2 --pipeline-schedule zbv"),
                    ("dualpipev", "mpirun -np 2 --pp 2 --pipeline-schedule dualpipev"),
                    ("tp", "mpirun -np 2 --tp 2 (the dense variant)"),
+                   ("sp", "mpirun -np 2 --tp 2 --sequence-parallel (the dense variant)"),
                    ("full", "one process, --recompute-granularity full"),
                    ("sel", "one process, selective mla_up_proj moe_act layernorm")):
     m = statistics.median(runs[run])
